@@ -1,0 +1,23 @@
+"""bertforge: BERT end to end — tokenizer, model, Hugging Face checkpoints, embeddings."""
+from .config import BertConfig
+from .heads import (
+    BertForMaskedLM,
+    BertForNextSentencePrediction,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
+from .model import BertModel
+
+__all__ = [
+    "BertConfig",
+    "BertModel",
+    "BertForPreTraining",
+    "BertForMaskedLM",
+    "BertForNextSentencePrediction",
+    "BertForSequenceClassification",
+    "BertForTokenClassification",
+    "BertForQuestionAnswering",
+]
+__version__ = "0.1.0"

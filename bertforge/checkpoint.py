@@ -1,0 +1,243 @@
+"""Hugging Face checkpoint IO, in one place: read and write `config.json` + weights.
+
+Every model class inherits `from_pretrained` / `save_pretrained` from
+`BertPreTrainedModel`. Loading accepts what is out there: safetensors (single or
+sharded) or `pytorch_model.bin`, keys with or without the `bert.` prefix, the
+TF-era LayerNorm names `gamma`/`beta`, and checkpoints without a pooler or head
+(those are initialised fresh, and the user is told once).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .config import CONFIG_NAME, BertConfig
+
+logger = logging.getLogger("bertforge")
+
+WEIGHTS_SAFETENSORS = "model.safetensors"
+WEIGHTS_SAFETENSORS_INDEX = "model.safetensors.index.json"
+WEIGHTS_PYTORCH = "pytorch_model.bin"
+# Buffers that old checkpoints saved and we recompute.
+IGNORED_KEYS = ("embeddings.position_ids", "embeddings.token_type_ids")
+
+
+class BertPreTrainedModel(nn.Module):
+    """Base of every bertforge model: BERT initialisation and HF-format load/save."""
+
+    # Parameters shared with another one (the MLM decoder is the word-embedding matrix):
+    # neither saved nor expected on load.
+    tied_keys: tuple[str, ...] = ()
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+
+    def init_weights(self) -> None:
+        """BERT's initialisation: normal(0, initializer_range), zero biases, LayerNorm at identity."""
+        std = self.config.initializer_range
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=std)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        # Last, because a tied decoder (a Linear sharing the embedding matrix) was drawn above too.
+        for module in self.modules():
+            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())  # tied parameters are counted once
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, *, dtype: torch.dtype | None = None, **config_overrides: Any):
+        """Load a HF-format checkpoint folder (or a hub id, when the network allows).
+
+        config_overrides replace config.json fields, e.g. `num_labels=3` or `id2label={...}`.
+        Raises ValueError naming the file when weights are corrupt or do not fit the config.
+        """
+        folder = resolve_checkpoint(path)
+        config = config_with_overrides(BertConfig.from_json_file(folder / CONFIG_NAME), config_overrides)
+        check_vocab_fits(folder, config)
+        weights_file, state_dict = read_state_dict(folder)
+        model = cls(config)
+        state_dict = match_keys(state_dict, model)
+        check_shapes(state_dict, model, weights_file)
+        missing, _ = model.load_state_dict(state_dict, strict=False)
+        newly_initialised = [k for k in missing if k not in model.tied_keys]
+        if newly_initialised:
+            logger.warning(
+                "%s: %d weights were not in %s and are newly initialised (%s); train them before trusting the outputs.",
+                cls.__name__, len(newly_initialised), weights_file.name, ", ".join(summarise_keys(newly_initialised)),
+            )
+        if dtype is not None:
+            model.to(dtype)
+        return model.eval()
+
+    def save_pretrained(self, directory: str | os.PathLike, tokenizer=None) -> Path:
+        """Write config.json + model.safetensors (+ the tokenizer's files) in HF format.
+
+        A new folder appears whole or not at all (written to a temp folder, then renamed);
+        files in an existing folder are each replaced atomically.
+        """
+        from safetensors.torch import save_file
+
+        target = Path(directory)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        try:
+            self.config.architectures = [type(self).__name__]
+            self.config.to_json_file(staging / CONFIG_NAME)
+            state = {k: v.detach().contiguous() for k, v in self.state_dict().items() if k not in self.tied_keys}
+            save_file(state, str(staging / WEIGHTS_SAFETENSORS), metadata={"format": "pt"})
+            if tokenizer is not None:
+                tokenizer.save_pretrained(staging)
+            if target.exists():
+                for written in staging.iterdir():
+                    os.replace(written, target / written.name)
+                staging.rmdir()
+            else:
+                staging.rename(target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return target
+
+
+def config_with_overrides(config: BertConfig, overrides: dict[str, Any]) -> BertConfig:
+    values = config.to_dict()
+    if "num_labels" in overrides:
+        num_labels = overrides.pop("num_labels")
+        if config.num_labels != num_labels or config.id2label is None:
+            values["id2label"] = {i: f"LABEL_{i}" for i in range(num_labels)}
+            values.pop("label2id", None)
+    for key, value in overrides.items():
+        values[key] = value
+    if "id2label" in overrides:
+        values.pop("label2id", None)
+    return BertConfig.from_dict(values)
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> Path:
+    """A local checkpoint folder, or a hub id downloaded through huggingface_hub."""
+    local = Path(path)
+    if local.is_dir():
+        return local
+    if local.exists():
+        raise ValueError(f"{local} is a file; pass the checkpoint folder that holds config.json and the weights")
+    repo_id = str(path)
+    if repo_id.startswith((".", "/", "~")) or repo_id.count("/") > 1:
+        raise ValueError(f"checkpoint folder {local} does not exist")
+    return download_from_hub(repo_id)
+
+
+def download_from_hub(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise ValueError(
+            f"{repo_id!r} is not a local folder, and downloading it needs huggingface_hub "
+            "(pip install 'bertforge[hub]'); or pass the path of a downloaded checkpoint folder"
+        ) from None
+    patterns = ["config.json", "*.safetensors", "model.safetensors.index.json", "vocab.txt",
+                "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=patterns))
+    except Exception as error:  # network, auth and not-found errors all end the same way for the user
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(
+            f"could not download {repo_id!r} from the Hugging Face Hub ({type(error).__name__}: {first_line}). "
+            "Without network access, pass the path of a local checkpoint folder instead."
+        ) from None
+
+
+def read_state_dict(folder: Path) -> tuple[Path, dict[str, Tensor]]:
+    """The weights of a checkpoint folder, from whichever file format it has."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    single, index, legacy = folder / WEIGHTS_SAFETENSORS, folder / WEIGHTS_SAFETENSORS_INDEX, folder / WEIGHTS_PYTORCH
+    if single.exists() or index.exists():
+        files = [single] if single.exists() else sorted(
+            {folder / name for name in json.loads(index.read_text())["weight_map"].values()}
+        )
+        state: dict[str, Tensor] = {}
+        for file in files:
+            try:
+                state.update(load_file(str(file)))
+            except (SafetensorError, OSError) as error:
+                raise ValueError(f"{file} is not a readable safetensors file ({error}); re-download or re-save it") from None
+        return files[0], state
+    if legacy.exists():
+        try:
+            return legacy, torch.load(legacy, map_location="cpu", weights_only=True)
+        except Exception as error:
+            raise ValueError(f"{legacy} could not be read as PyTorch weights ({error}); re-download it") from None
+    raise ValueError(f"{folder} has no {WEIGHTS_SAFETENSORS} or {WEIGHTS_PYTORCH}: is it a checkpoint folder?")
+
+
+def match_keys(state_dict: dict[str, Tensor], model: BertPreTrainedModel) -> dict[str, Tensor]:
+    """Rename checkpoint keys to the model's: old LayerNorm names and the `bert.` prefix."""
+    wanted = set(model.state_dict())
+    matched: dict[str, Tensor] = {}
+    for key, tensor in state_dict.items():
+        key = key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+        if key.endswith(IGNORED_KEYS) or key in model.tied_keys:
+            continue
+        if key == "cls.predictions.decoder.bias":
+            key = "cls.predictions.bias"  # the same tensor in HF; older exports saved both names
+        for candidate in (key, f"bert.{key}", key.removeprefix("bert.")):
+            if candidate in wanted:
+                matched.setdefault(candidate, tensor)
+                break
+    return matched
+
+
+def check_shapes(state_dict: dict[str, Tensor], model: nn.Module, weights_file: Path) -> None:
+    expected = model.state_dict()
+    for key, tensor in state_dict.items():
+        if tensor.shape != expected[key].shape:
+            raise ValueError(
+                f"{weights_file} does not fit its config.json: {key} has shape {tuple(tensor.shape)} "
+                f"but the config implies {tuple(expected[key].shape)}; the config and the weights come "
+                "from different models"
+            )
+
+
+def check_vocab_fits(folder: Path, config: BertConfig) -> None:
+    """A vocabulary with more tokens than embedding rows would produce ids past the table's end."""
+    vocab_txt, tokenizer_json = folder / "vocab.txt", folder / "tokenizer.json"
+    if vocab_txt.exists():
+        size, source = sum(1 for _ in vocab_txt.open(encoding="utf-8")), vocab_txt
+    elif tokenizer_json.exists():
+        size, source = len(json.loads(tokenizer_json.read_text(encoding="utf-8"))["model"]["vocab"]), tokenizer_json
+    else:
+        return
+    if size > config.vocab_size:
+        raise ValueError(
+            f"{source} has {size} tokens but config.json says vocab_size={config.vocab_size}: "
+            "ids past the embedding table would fail; use the vocabulary the model was trained with"
+        )
+
+
+def summarise_keys(keys: list[str]) -> list[str]:
+    """Name the blocks (`classifier`, `pooler`) rather than list every weight of a fresh head."""
+    blocks = []
+    for key in keys:
+        block = key.rsplit(".", 1)[0]
+        if block not in blocks:
+            blocks.append(block)
+    return blocks

