@@ -59,6 +59,21 @@ def masked_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
+def masked_lm(head: LMPredictionHead, hidden_states: Tensor, labels: Tensor | None, masked_only: bool):
+    """MLM logits and loss; with masked_only, the head runs on the masked positions alone.
+
+    The full head scores every token against the whole vocabulary, though only ~15% of
+    positions have a label: gathering them first gives the same loss for a fraction of the
+    FLOPs. Logits are then (num_predictions, vocab) in row-major order of the masked positions.
+    """
+    if masked_only and labels is not None:
+        selected = labels != IGNORE_INDEX  # (batch, seq)
+        logits = head(hidden_states[selected])  # (num_predictions, vocab)
+        return logits, masked_lm_loss(logits, labels[selected])
+    logits = head(hidden_states)  # (batch, seq, vocab)
+    return logits, masked_lm_loss(logits, labels) if labels is not None else None
+
+
 def encode(bert: BertModel, input_ids: Tensor, attention_mask, token_type_ids, position_ids,
            output_hidden_states: bool, output_attentions: bool) -> EncoderOutput:
     return bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
@@ -77,17 +92,19 @@ class BertForPreTraining(BertPreTrainedModel):
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
-                next_sentence_label=None, output_hidden_states=False, output_attentions=False) -> PreTrainingOutput:
-        """labels: (batch, seq) token ids at masked positions, -100 elsewhere; next_sentence_label: (batch,) 0=IsNext."""
+                next_sentence_label=None, output_hidden_states=False, output_attentions=False,
+                masked_only: bool = False) -> PreTrainingOutput:
+        """labels: (batch, seq) token ids at masked positions, -100 elsewhere; next_sentence_label: (batch,) 0=IsNext.
+
+        The loss is MLM + NSP, or MLM alone when next_sentence_label is None (RoBERTa-style).
+        masked_only: run the MLM head on labelled positions only (see `masked_lm`).
+        """
         out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
                      output_hidden_states, output_attentions)
-        prediction_logits = self.cls.predictions(out.last_hidden_state)
+        prediction_logits, loss = masked_lm(self.cls.predictions, out.last_hidden_state, labels, masked_only)
         seq_relationship_logits = self.cls.seq_relationship(out.pooler_output)
-        loss = None
-        if labels is not None and next_sentence_label is not None:
-            loss = masked_lm_loss(prediction_logits, labels) + F.cross_entropy(
-                seq_relationship_logits.float(), next_sentence_label.reshape(-1)
-            )
+        if loss is not None and next_sentence_label is not None:
+            loss = loss + F.cross_entropy(seq_relationship_logits.float(), next_sentence_label.reshape(-1))
         return PreTrainingOutput(loss, prediction_logits, seq_relationship_logits, out.hidden_states, out.attentions)
 
 
@@ -101,11 +118,10 @@ class BertForMaskedLM(BertPreTrainedModel):
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
-                output_hidden_states=False, output_attentions=False) -> ClassifierOutput:
+                output_hidden_states=False, output_attentions=False, masked_only: bool = False) -> ClassifierOutput:
         out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
                      output_hidden_states, output_attentions)
-        logits = self.cls.predictions(out.last_hidden_state)  # (batch, seq, vocab)
-        loss = masked_lm_loss(logits, labels) if labels is not None else None
+        logits, loss = masked_lm(self.cls.predictions, out.last_hidden_state, labels, masked_only)
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 

@@ -169,3 +169,36 @@ def test_bad_config_is_explained():
     model = bertforge.BertModel(BertConfig(**{**TINY, "max_position_embeddings": 8}))
     with pytest.raises(ValueError, match="truncate"):
         model(torch.ones(1, 9, dtype=torch.long))
+
+
+@pytest.mark.parametrize("name", ["BertForPreTraining", "BertForMaskedLM"])
+def test_masked_only_head_gives_the_full_heads_loss_and_gradients(name):
+    """The fast path scores only labelled positions: same loss, same gradients, fewer rows."""
+    torch.manual_seed(0)
+    model = getattr(bertforge, name)(BertConfig(**TINY)).eval()
+    inputs, g = tiny_inputs(seed=4)
+    inputs.update(labels_for(name, g, num_labels=2))
+    full = model(**inputs)
+    full.loss.backward()
+    full_grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    fast = model(**inputs, masked_only=True)
+    fast.loss.backward()
+    torch.testing.assert_close(fast.loss, full.loss)
+    logits = fast.prediction_logits if name == "BertForPreTraining" else fast.logits
+    selected = inputs["labels"] != -100
+    full_logits = full.prediction_logits if name == "BertForPreTraining" else full.logits
+    assert logits.shape == (int(selected.sum()), TINY["vocab_size"])
+    torch.testing.assert_close(logits, full_logits[selected])
+    for key, grad in full_grads.items():
+        torch.testing.assert_close(dict(model.named_parameters())[key].grad, grad, atol=1e-6, rtol=1e-5, msg=key)
+
+
+def test_pretraining_without_nsp_labels_is_mlm_only():
+    model = bertforge.BertForPreTraining(BertConfig(**TINY)).eval()
+    inputs, g = tiny_inputs(seed=5)
+    extra = labels_for("BertForPreTraining", g, num_labels=2)
+    mlm_only = model(**inputs, labels=extra["labels"]).loss
+    both = model(**inputs, **extra).loss
+    nsp = torch.nn.functional.cross_entropy(model(**inputs).seq_relationship_logits, extra["next_sentence_label"])
+    torch.testing.assert_close(both, mlm_only + nsp)
