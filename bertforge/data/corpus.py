@@ -1,0 +1,136 @@
+"""Read raw text into documents (lists of sentences), streaming, one document at a time.
+
+Three layouts, picked by file extension and `document_boundary`:
+- plain text (any extension but .jsonl), `document_boundary="blank_line"`: every block of
+  lines between blank lines is a document; the original BERT input format (one sentence per
+  line) is this layout with `split_sentences=split_lines`.
+- plain text, `document_boundary="file"`: the whole file is one document (a novel, say); its
+  blank-line blocks are paragraphs, each split into sentences on its own.
+- JSON Lines (.jsonl): one document per line, its text under `text_field`; blank lines in the
+  text separate paragraphs.
+Hard-wrapped lines are joined with spaces before sentence splitting.
+"""
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+DOCUMENT_BOUNDARIES = ("blank_line", "file")
+JSONL_SUFFIXES = (".jsonl",)
+_WHITESPACE = re.compile(r"\s+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split one paragraph into sentences with the Punkt model of `nupunkt`.
+
+    Punkt learned abbreviations ("Mr.", "Mrs.", "St.") from data, so "Mr. Darcy" stays whole,
+    and it splits inside quoted speech ("Oh! Single, my dear!"), which NSP needs: a whole
+    speech as one "sentence" would often fill a sequence on its own and force a random next.
+    """
+    try:
+        import nupunkt  # imported here so reading pre-split corpora does not need it
+    except ImportError:
+        raise ValueError("sentence splitting needs the nupunkt package (Python >= 3.11): pip install nupunkt; "
+                         "or give one sentence per line and use split_sentences=split_lines") from None
+
+    text = _WHITESPACE.sub(" ", text).strip()
+    if not text:
+        return []
+    return [sentence.strip() for sentence in nupunkt.sent_tokenize(text) if sentence.strip()]
+
+
+def split_lines(text: str) -> list[str]:
+    """One sentence per line: the input format of google-research/bert's create_pretraining_data."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
+    """Files to read, in order: a folder stands for its .txt and .jsonl files, sorted by name.
+
+    Raises ValueError for a path that does not exist, a folder without such files, or no paths.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    files = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (".txt", *JSONL_SUFFIXES))
+            if not found:
+                raise ValueError(f"folder {path} has no .txt or .jsonl files; pass the files themselves")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ValueError(f"corpus file {path} does not exist; check the path "
+                             f"(relative paths start at {Path.cwd()})")
+    if not files:
+        raise ValueError("no corpus files given; pass a file, a folder or a list of them")
+    return files
+
+
+def read_documents(paths: str | os.PathLike | Iterable[str | os.PathLike], document_boundary: str = "blank_line",
+                   text_field: str = "text",
+                   split_sentences: Callable[[str], list[str]] = split_sentences) -> Iterator[list[str]]:
+    """Yield documents, each a list of sentence strings, file after file; empty documents are skipped.
+
+    `split_sentences` turns one paragraph (text without blank lines, possibly hard-wrapped) into
+    sentences. Raises ValueError for a missing file, an unknown `document_boundary`, and a JSONL
+    line that is not a JSON object with a str under `text_field` (the message names file:line).
+    """
+    if document_boundary not in DOCUMENT_BOUNDARIES:
+        raise ValueError(f"unknown document_boundary {document_boundary!r}; use one of {DOCUMENT_BOUNDARIES}")
+    for path in expand_paths(paths):
+        if path.suffix in JSONL_SUFFIXES:
+            documents = _jsonl_documents(path, text_field, split_sentences)
+        elif document_boundary == "file":
+            documents = _file_document(path, split_sentences)
+        else:
+            documents = (_sentences(block, split_sentences) for block in _blocks(path))
+        yield from (document for document in documents if document)
+
+
+def _blocks(path: Path) -> Iterator[str]:
+    """The blank-line separated blocks of a text file, read line by line (never the whole file)."""
+    lines = []
+    with open(path, encoding="utf-8") as file:
+        for line in file:
+            if line.strip():
+                lines.append(line)
+            elif lines:
+                yield "".join(lines)
+                lines = []
+    if lines:
+        yield "".join(lines)
+
+
+def _file_document(path: Path, split: Callable[[str], list[str]]) -> Iterator[list[str]]:
+    # Paragraphs are split one at a time so that no sentence runs across a paragraph
+    # (a heading like "Chapter 1" has no full stop to end it).
+    yield [sentence for block in _blocks(path) for sentence in split(block)]
+
+
+def _jsonl_documents(path: Path, text_field: str, split: Callable[[str], list[str]]) -> Iterator[list[str]]:
+    with open(path, encoding="utf-8") as file:
+        for line_number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{line_number}: not valid JSON ({error.msg}); "
+                                 "JSONL needs one JSON object per line") from None
+            if not isinstance(record, dict) or text_field not in record:
+                fields = sorted(record) if isinstance(record, dict) else type(record).__name__
+                raise ValueError(f"{path}:{line_number}: no {text_field!r} field (found {fields}); "
+                                 "pass text_field= with the name of the field that holds the text")
+            text = record[text_field]
+            if not isinstance(text, str):
+                raise ValueError(f"{path}:{line_number}: field {text_field!r} holds {type(text).__name__}, "
+                                 "not a str; fix the record or drop it")
+            yield _sentences(text, split)
+
+
+def _sentences(text: str, split: Callable[[str], list[str]]) -> list[str]:
+    """Sentences of a text whose paragraphs are separated by blank lines."""
+    return [sentence for paragraph in re.split(r"\n\s*\n", text) for sentence in split(paragraph)]

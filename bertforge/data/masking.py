@@ -1,0 +1,87 @@
+"""Masked-LM corruption of one sequence, as create_masked_lm_predictions does it (80% [MASK], 10% random, 10% kept)."""
+import functools
+from collections.abc import Iterable
+
+import numpy as np
+
+IGNORE_INDEX = -100  # label of unmasked positions: torch's cross_entropy skips it by default
+
+
+def check_masking_args(mlm_probability: float, max_predictions_per_seq: int) -> None:
+    """Raise ValueError for a masking rate or prediction cap that cannot work."""
+    if not 0 < mlm_probability <= 1:
+        raise ValueError(f"mlm_probability must lie in (0, 1], got {mlm_probability!r}; BERT used 0.15")
+    if isinstance(max_predictions_per_seq, bool) or not isinstance(max_predictions_per_seq, (int, np.integer)) \
+            or max_predictions_per_seq < 1:
+        raise ValueError(f"max_predictions_per_seq must be a positive int, got {max_predictions_per_seq!r}; "
+                         "BERT used 20 for 128-token sequences, 80 for 512")
+
+
+def mask_tokens(input_ids, rng: np.random.Generator, vocab_size: int, mask_token_id: int, special_ids: Iterable[int],
+                mlm_probability: float = 0.15, max_predictions_per_seq: int = 20, whole_word: bool = False,
+                word_starts=None, random_token_ids=None) -> tuple[np.ndarray, np.ndarray]:
+    """(masked input ids, labels), both (seq,) int64, for one sequence of token ids (seq,).
+
+    Positions holding `special_ids` ([CLS], [SEP], [PAD]) are never chosen. The number chosen is
+    min(max_predictions_per_seq, max(1, round(candidates * mlm_probability))); each chosen
+    position becomes [MASK] (80%), a random token (10%) or stays (10%), and its label is the
+    original id; every other label is -100. whole_word=True chooses words instead: `word_starts`
+    (seq,) bool marks the first piece of each word (False for "##" pieces); a word never spans a
+    special token, and a word that would overshoot the count is skipped, as in the original.
+    Random tokens come from `random_token_ids` (default: every id below vocab_size except
+    special_ids and mask_token_id). Raises ValueError for bad rates or a missing word_starts.
+    """
+    check_masking_args(mlm_probability, max_predictions_per_seq)
+    input_ids, special_ids = np.asarray(input_ids, dtype=np.int64), frozenset(special_ids)
+    if whole_word and (word_starts is None or len(word_starts) != len(input_ids)):
+        raise ValueError("whole_word=True needs word_starts: a bool per token, False for '##' continuation pieces")
+    is_special = np.zeros(len(input_ids), dtype=bool)
+    for special_id in special_ids:  # a handful of ids: cheaper than np.isin's set machinery
+        is_special |= input_ids == special_id
+    candidates = np.flatnonzero(~is_special)
+    masked_ids, labels = input_ids.copy(), np.full_like(input_ids, IGNORE_INDEX)
+    if len(candidates) == 0:
+        return masked_ids, labels
+    num_to_predict = min(max_predictions_per_seq, max(1, round(len(candidates) * mlm_probability)))
+    if whole_word:
+        chosen = _choose_words(candidates, np.asarray(word_starts, dtype=bool), num_to_predict, rng)
+    else:
+        chosen = rng.choice(candidates, size=num_to_predict, replace=False)
+
+    labels[chosen] = input_ids[chosen]
+    # One uniform draw per position splits 80 / 10 / 10 like the original's two nested coin flips.
+    draw = rng.random(len(chosen))
+    masked_ids[chosen[draw < 0.8]] = mask_token_id
+    replaced = chosen[draw >= 0.9]
+    if random_token_ids is None:
+        random_token_ids = _default_random_ids(vocab_size, special_ids | {mask_token_id})
+    random_token_ids = np.asarray(random_token_ids)
+    masked_ids[replaced] = random_token_ids[rng.integers(len(random_token_ids), size=len(replaced))]
+    return masked_ids, labels
+
+
+def _choose_words(candidates: np.ndarray, word_starts: np.ndarray, num_to_predict: int,
+                  rng: np.random.Generator) -> np.ndarray:
+    """Positions of whole words taken in random order while they fit in num_to_predict."""
+    # A piece joins the previous one when it does not start a word and directly follows it,
+    # so a "##" piece right after [SEP] is a word of its own.
+    starts = word_starts[candidates]
+    starts[0] = True
+    starts[1:] |= np.diff(candidates) != 1
+    word_of_candidate = np.cumsum(starts) - 1
+    sizes = np.bincount(word_of_candidate).tolist()
+    chosen, count = np.zeros(len(sizes), dtype=bool), 0
+    for word in rng.permutation(len(sizes)).tolist():
+        if count >= num_to_predict:
+            break
+        if count + sizes[word] > num_to_predict:  # the original skips a word that would overshoot
+            continue
+        chosen[word] = True
+        count += sizes[word]
+    return candidates[chosen[word_of_candidate]]
+
+
+@functools.lru_cache(maxsize=8)
+def _default_random_ids(vocab_size: int, excluded: frozenset) -> np.ndarray:
+    ids = np.arange(vocab_size, dtype=np.int64)
+    return ids[~np.isin(ids, list(excluded))]
