@@ -12,6 +12,7 @@ import sys
 import typing
 
 from . import commands
+from .errors import BertforgeError
 
 COMMANDS = {
     "demo": commands.demo,
@@ -20,6 +21,8 @@ COMMANDS = {
     "info": commands.info,
     "fill-mask": commands.fill_mask,
     "train-tokenizer": commands.train_tokenizer,
+    "prepare": commands.prepare,
+    "pretrain": commands.pretrain,
 }
 
 
@@ -57,7 +60,9 @@ def add_command(subparsers, name: str, function) -> None:
         else:
             options["type"] = kind
         required = parameter.default is inspect.Parameter.empty
-        if required and parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:  # *overrides: any number of trailing words
+            parser.add_argument(parameter.name, nargs="*", type=kind, help=options["help"])
+        elif required and parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
             parser.add_argument(parameter.name, **options)  # positional
         elif required:  # keyword-only without a default: a required --option
             parser.add_argument("--" + parameter.name.replace("_", "-"), dest=parameter.name, required=True, **options)
@@ -83,9 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     if function is None:
         parser.print_help()
         return 2
+    variadic = [p.name for p in inspect.signature(function).parameters.values() if p.kind is inspect.Parameter.VAR_POSITIONAL]
+    positional = arguments.pop(variadic[0]) if variadic else []
     try:
-        function(**arguments)
-    except ValueError as error:  # user errors: one clear line, no traceback
+        function(*positional, **arguments)
+    except (ValueError, BertforgeError) as error:  # one clear line, no traceback
         print(f"bertforge: error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -172,3 +172,46 @@ def train_tokenizer(files: list[str], *, output: str, vocab_size: int = 30522, m
                                     lowercase=lowercase, num_unused=num_unused)
     tokenizer.save_pretrained(output)
     print(f"trained a {tokenizer.vocab_size:,}-token vocabulary on {len(files)} file(s); wrote {output}")
+
+
+def prepare(files: list[str], *, output: str, vocab: str = "minilm", document_boundary: str = "blank_line",
+            text_field: str = "text", batch_size: int = 1000, overwrite: bool = False) -> None:
+    """Tokenize a corpus once into memory-mapped shards for pretraining.
+
+    Args:
+        files: text files (or .jsonl) to tokenize
+        output: folder for the shards (tokens, sentence and document offsets, meta.json)
+        vocab: the vocabulary to tokenize with: checkpoint folder, vocab.txt, tokenizer.json or a packaged short name
+        document_boundary: blank_line (a blank line ends a document) or file (one document per file)
+        text_field: the JSONL field that holds the text
+        batch_size: documents per tokenizer batch (the batch is tokenized on all cores)
+        overwrite: replace shards already in the output folder
+    """
+    from .data.shards import prepare_corpus
+    from .tokenizer import BertTokenizer
+
+    corpus = prepare_corpus(files, BertTokenizer.from_pretrained(resolve_model(vocab)), output,
+                            document_boundary=document_boundary, text_field=text_field, batch_size=batch_size,
+                            overwrite=overwrite)
+    print(f"prepared {corpus.num_documents:,} documents, {corpus.num_sentences:,} sentences, "
+          f"{corpus.num_tokens:,} tokens in {output}")
+
+
+def pretrain(*overrides: str, config: str, init_from: str | None = None, resume: bool = False) -> None:
+    """Pretrain BERT (MLM + NSP) from a recipe file: from scratch, or continued from a checkpoint.
+
+    Args:
+        config: the recipe YAML (see recipes/*.yaml)
+        overrides: section.key=value settings that replace the recipe's, e.g. training.max_steps=100
+        init_from: continue from this checkpoint (its weights and vocabulary) instead of a preset
+        resume: continue the run in training.output_dir from its latest checkpoint
+    """
+    from .recipes.pretrain import PretrainRecipe, run_pretraining
+
+    recipe = PretrainRecipe.from_file(config, list(overrides))
+    if init_from:
+        recipe.model.init_from = str(resolve_model(init_from))
+    records = run_pretraining(recipe, resume=resume)
+    evaluations = [r for r in records if any(k.startswith("eval_") for k in r)]
+    if evaluations:
+        print("held-out: " + ", ".join(f"{k} {v:.4f}" for k, v in evaluations[-1].items() if k != "step"))

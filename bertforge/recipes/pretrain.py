@@ -1,0 +1,206 @@
+"""Pretraining recipe: text files -> vocabulary -> prepared corpus -> BertForPreTraining.
+
+From scratch (a preset and a vocabulary trained on the corpus) or continued from a
+checkpoint (its weights and vocabulary; heads reused when present), on one process or
+under torchrun. The training itself is `train.loop.train`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from ..config import BertConfig
+from ..data.dataset import PretrainingConfig, PretrainingDataset
+from ..data.shards import TokenizedCorpus, prepare_corpus
+from ..heads import IGNORE_INDEX, BertForPreTraining
+from ..tokenizer import BertTokenizer
+from ..train.distributed import Topology, barrier, init_distributed, shutdown
+from ..train.loop import TrainConfig, train
+from .settings import build, read_recipe
+
+logger = logging.getLogger("bertforge")
+
+
+@dataclass
+class ModelSettings:
+    preset: str = "mini"  # used when init_from is empty
+    init_from: str | None = None  # a checkpoint folder to continue from (domain adaptation)
+    overrides: dict[str, Any] = field(default_factory=dict)  # BertConfig fields, e.g. hidden_dropout_prob
+
+
+@dataclass
+class TokenizerSettings:
+    vocab: str | None = None  # an existing vocabulary (folder, vocab.txt, tokenizer.json)
+    vocab_size: int = 8000  # when training a new one on the training files
+    min_frequency: int = 2
+    lowercase: bool = True
+
+
+@dataclass
+class DataSettings:
+    train: list[str] = field(default_factory=list)
+    heldout: list[str] = field(default_factory=list)
+    document_boundary: str = "blank_line"  # blank_line | file
+    text_field: str = "text"
+    instances: PretrainingConfig = field(default_factory=PretrainingConfig)
+    eval_batches: int = 50  # held-out batches per evaluation (fixed instances, so evaluations compare)
+
+
+@dataclass
+class PretrainRecipe:
+    model: ModelSettings = field(default_factory=ModelSettings)
+    tokenizer: TokenizerSettings = field(default_factory=TokenizerSettings)
+    data: DataSettings = field(default_factory=DataSettings)
+    training: TrainConfig = field(default_factory=TrainConfig)
+    batch_size: int = 32  # per process and micro-step
+    masked_only_head: bool = True  # run the MLM head on masked positions only (same loss, less compute)
+
+    @classmethod
+    def from_file(cls, path: str | Path, overrides: list[str] = ()) -> "PretrainRecipe":
+        recipe = build(cls, read_recipe(path, overrides), "recipe")
+        base = Path(path).resolve().parent
+        recipe.data.train = [resolve(base, p) for p in recipe.data.train]
+        recipe.data.heldout = [resolve(base, p) for p in recipe.data.heldout]
+        return recipe
+
+
+def resolve(base: Path, path: str) -> str:
+    """Paths in a recipe are relative to the recipe file, so recipes run from any directory."""
+    return path if Path(path).is_absolute() else str((base / path).resolve())
+
+
+def select_device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Topology) -> BertTokenizer:
+    """The checkpoint's vocabulary, a given one, or (from scratch) one trained on the training files."""
+    settings = recipe.tokenizer
+    source = recipe.model.init_from or settings.vocab
+    if source:
+        return BertTokenizer.from_pretrained(source)
+    trained = run_dir / "tokenizer"
+    if topology.is_main and not (trained / "vocab.txt").exists():
+        BertTokenizer.train(recipe.data.train, vocab_size=settings.vocab_size, min_frequency=settings.min_frequency,
+                            lowercase=settings.lowercase).save_pretrained(trained)
+    barrier(topology)
+    return BertTokenizer.from_pretrained(trained)
+
+
+def prepared(paths: list[str], tokenizer: BertTokenizer, folder: Path, data: DataSettings,
+             topology: Topology) -> TokenizedCorpus:
+    """Tokenize once into `folder` (rank 0), reuse it on later runs and on the other ranks."""
+    if topology.is_main and not (folder / "meta.json").exists():
+        prepare_corpus(paths, tokenizer, folder, document_boundary=data.document_boundary,
+                       text_field=data.text_field, overwrite=True)
+    barrier(topology)
+    corpus = TokenizedCorpus(folder)
+    corpus.check_tokenizer(tokenizer)
+    return corpus
+
+
+def build_model(recipe: PretrainRecipe, tokenizer: BertTokenizer) -> BertForPreTraining:
+    if recipe.model.init_from:
+        return BertForPreTraining.from_pretrained(recipe.model.init_from, **recipe.model.overrides)
+    config = BertConfig.from_preset(recipe.model.preset, vocab_size=tokenizer.vocab_size,
+                                    max_position_embeddings=max(512, recipe.data.instances.max_seq_length),
+                                    **recipe.model.overrides)
+    return BertForPreTraining(config)
+
+
+class EndlessBatches:
+    """Batches epoch after epoch from a PretrainingDataset; its cursor is the stream's position."""
+
+    def __init__(self, dataset: PretrainingDataset, batch_size: int):
+        self.dataset, self.batch_size = dataset, batch_size
+
+    def __iter__(self):
+        while True:  # num_workers=0: the dataset's cursor counts exactly the instances consumed
+            # A private generator: a DataLoader draws a seed when it starts, and drawing it from the
+            # global RNG would shift the dropout noise of a resumed run (which starts one mid-epoch).
+            yield from DataLoader(self.dataset, batch_size=self.batch_size, collate_fn=self.dataset.collate,
+                                  generator=torch.Generator())
+
+    def state_dict(self) -> dict:
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.dataset.load_state_dict(state)
+
+
+def pretraining_statistics(batch: dict, output) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """(sum, count) pairs for MLM loss and accuracy over masked tokens, and NSP loss and accuracy."""
+    labels = batch["labels"]
+    selected = labels != IGNORE_INDEX
+    logits = output.prediction_logits
+    if logits.dim() == 3:  # the full head scored every position
+        logits = logits[selected]
+    targets = labels[selected]
+    count = selected.sum()
+    stats = {
+        "mlm_loss": (F.cross_entropy(logits.float(), targets, reduction="sum"), count),
+        "mlm_accuracy": ((logits.argmax(-1) == targets).sum(), count),
+    }
+    if "next_sentence_label" in batch:
+        nsp_logits, nsp_labels = output.seq_relationship_logits.float(), batch["next_sentence_label"]
+        stats["nsp_loss"] = (F.cross_entropy(nsp_logits, nsp_labels, reduction="sum"), torch.tensor(len(nsp_labels)))
+        stats["nsp_accuracy"] = ((nsp_logits.argmax(-1) == nsp_labels).sum(), torch.tensor(len(nsp_labels)))
+    return stats
+
+
+@torch.inference_mode()
+def evaluate_pretraining(model: BertForPreTraining, dataset: PretrainingDataset, batch_size: int,
+                         max_batches: int, device: torch.device, masked_only: bool = True) -> dict[str, float]:
+    """MLM loss/accuracy and NSP accuracy on held-out instances (the same ones every time)."""
+    dataset.set_epoch(0)  # fixed instances: evaluations at different steps are comparable
+    sums: dict[str, np.ndarray] = {}
+    loader = DataLoader(dataset, batch_size=batch_size, collate_fn=dataset.collate)
+    for index, batch in enumerate(loader):
+        if index == max_batches:
+            break
+        batch = {k: v.to(device) for k, v in batch.items()}
+        output = model(**batch, masked_only=masked_only)
+        for key, (total, count) in pretraining_statistics(batch, output).items():
+            sums[key] = sums.get(key, 0) + np.array([float(total), float(count)])
+    return {key: total / count for key, (total, count) in sums.items() if count}
+
+
+def run_pretraining(recipe: PretrainRecipe, resume: bool = False) -> list[dict]:
+    """Prepare data (once), build or load the model, train; returns the logged records (rank 0)."""
+    if not recipe.data.train:
+        raise ValueError("the recipe has no data.train files; list the text files to pretrain on")
+    device = select_device()
+    topology = init_distributed(device)
+    run_dir = Path(recipe.training.output_dir)
+    try:
+        tokenizer = load_or_train_tokenizer(recipe, run_dir, topology)
+        train_corpus = prepared(recipe.data.train, tokenizer, run_dir / "data" / "train", recipe.data, topology)
+        dataset = PretrainingDataset(train_corpus, recipe.data.instances, seed=recipe.training.seed,
+                                     rank=topology.rank, world_size=topology.world_size)
+        evaluate = None
+        if recipe.data.heldout:
+            heldout_corpus = prepared(recipe.data.heldout, tokenizer, run_dir / "data" / "heldout", recipe.data, topology)
+            heldout = PretrainingDataset(heldout_corpus, recipe.data.instances, seed=12345)
+            evaluate = lambda model: evaluate_pretraining(model, heldout, recipe.batch_size, recipe.data.eval_batches,
+                                                          device, recipe.masked_only_head)
+        torch.manual_seed(recipe.training.seed)  # the same fresh weights on every rank
+        model = build_model(recipe, tokenizer)
+        if topology.is_main:
+            logger.warning("pretraining %s (%s parameters) on %s: %d documents, %s tokens",
+                           type(model).__name__, f"{model.num_parameters():,}", device,
+                           train_corpus.num_documents, f"{train_corpus.num_tokens:,}")
+        return train(model, EndlessBatches(dataset, recipe.batch_size), recipe.training,
+                     statistics=pretraining_statistics, evaluate=evaluate, tokenizer=tokenizer, topology=topology,
+                     device=device, resume=resume, forward_kwargs={"masked_only": recipe.masked_only_head})
+    finally:
+        shutdown(topology)

@@ -1,0 +1,216 @@
+"""The one training loop: pretraining and fine-tuning recipes both call `train`.
+
+What a recipe supplies: the model (its forward returns `.loss`), a stream of batches
+that can report and restore its position, a `statistics` function turning a batch and
+its output into (sum, count) pairs (accuracies, ...), and optionally an `evaluate`
+function. The loop owns the rest: AdamW + schedule, accumulation, clipping, bf16,
+DDP, progress, logs, checkpoints, exact resume and the NaN guard.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol
+
+import torch
+from safetensors.torch import load_file
+from tqdm.auto import tqdm
+
+from ..errors import TrainingDiverged
+from .checkpointing import latest_checkpoint, load_trainer_state, save_checkpoint
+from .distributed import Topology, all_reduce_sum, barrier
+from .optim import build_optimizer, linear_warmup_decay, warmup_steps_from
+from .run_log import RunLog, plot_curves
+
+logger = logging.getLogger("bertforge")
+
+Statistics = Callable[[dict, Any], dict[str, tuple[torch.Tensor, torch.Tensor]]]
+
+
+class BatchStream(Protocol):
+    """Endless batches (epoch after epoch) whose position can be saved and restored."""
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class TrainConfig:
+    """The loop's knobs; defaults are BERT's pretraining values where it has one."""
+
+    output_dir: str = "runs/bert"
+    max_steps: int = 1000
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.01
+    warmup: float = 0.01  # a fraction of max_steps (< 1) or a number of steps
+    grad_accumulation: int = 1
+    max_grad_norm: float = 1.0
+    precision: str = "fp32"  # fp32 | bf16 (autocast, on CPU and CUDA)
+    compile: bool = False
+    log_every: int = 10
+    eval_every: int = 0  # 0: only at the end
+    save_every: int = 0  # 0: only at the end
+    keep_last: int = 3
+    seed: int = 0
+    tensorboard: bool = True
+    plot: bool = True
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision={self.precision!r}: use fp32 or bf16 (fp16 needs loss scaling, not supported)")
+        if self.max_steps < 1 or self.grad_accumulation < 1:
+            raise ValueError("max_steps and grad_accumulation must be at least 1")
+
+
+def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, statistics: Statistics | None = None,
+          evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None, tokenizer=None,
+          topology: Topology = Topology(), device: torch.device = torch.device("cpu"),
+          resume: bool = False, forward_kwargs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Run (or continue) training to config.max_steps; returns the logged records.
+
+    forward_kwargs are passed to every forward call (e.g. masked_only=True for the fast MLM head).
+
+    Raises TrainingDiverged when the loss stops being finite; the last checkpoint is untouched.
+    """
+    run_dir = Path(config.output_dir)
+    model.to(device)
+    optimizer = build_optimizer(model, config.learning_rate, config.weight_decay)
+    scheduler = linear_warmup_decay(optimizer, warmup_steps_from(config.warmup, config.max_steps), config.max_steps)
+    step = 0
+    if resume and (checkpoint := latest_checkpoint(run_dir)) is not None:
+        step = restore(checkpoint, model, optimizer, scheduler, batches, device)
+        if topology.is_main:
+            logger.warning("resumed from %s at step %d", checkpoint, step)
+    forward_model = wrap_for_training(model, config, topology, device)
+    log = RunLog(run_dir, resume_step=step, tensorboard=config.tensorboard) if topology.is_main else None
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    progress = tqdm(total=config.max_steps, initial=step, desc="train", disable=not topology.is_main, dynamic_ncols=True)
+    window = Window()
+    stream = iter(batches)
+    model.train()
+    try:
+        while step < config.max_steps:
+            # Dropout noise is a function of (seed, rank, step): a resumed run draws what the original would have.
+            torch.manual_seed(config.seed * 1_000_003 + topology.rank * 7_919 + step)
+            for micro_step in range(config.grad_accumulation):
+                batch = {k: v.to(device) for k, v in next(stream).items()}
+                last = micro_step == config.grad_accumulation - 1
+                sync = contextlib.nullcontext() if last or not topology.distributed else forward_model.no_sync()
+                with sync:
+                    with autocast:
+                        output = forward_model(**batch, **(forward_kwargs or {}))
+                    (output.loss / config.grad_accumulation).backward()
+                window.add(batch, output, statistics)
+            step_loss = window.step_loss(topology)
+            if not math.isfinite(step_loss):
+                raise TrainingDiverged(
+                    f"the loss became {step_loss} at step {step + 1}; nothing was saved after the last good checkpoint "
+                    f"in {run_dir}. Lower the learning rate, raise warm-up, or check the data, then --resume."
+                )
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            progress.update(1)
+            if step % config.log_every == 0 or step == config.max_steps:
+                record = {"step": step, "lr": scheduler.get_last_lr()[0], **window.summary(topology)}
+                progress.set_postfix({k: fmt(v) for k, v in record.items() if k not in ("step", "lr")}, refresh=False)
+                if log:
+                    log.write(record)
+            end = step == config.max_steps
+            if evaluate is not None and (end or (config.eval_every and step % config.eval_every == 0)):
+                if topology.is_main:
+                    model.eval()
+                    scores = {f"eval_{k}": v for k, v in evaluate(model).items()}
+                    model.train()
+                    log.write({"step": step, **scores})
+                    progress.write(f"step {step}: " + ", ".join(f"{k} {fmt(v)}" for k, v in scores.items()))
+                barrier(topology)
+            if end or (config.save_every and step % config.save_every == 0):
+                if topology.is_main:
+                    state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                             "data": batches.state_dict(), "config": asdict(config)}
+                    save_checkpoint(run_dir, step, model, state, config.keep_last, tokenizer=tokenizer)
+                barrier(topology)
+    finally:
+        progress.close()
+        if log:
+            log.close()
+    model.eval()
+    if log is None:
+        return []
+    if config.plot:
+        plot_curves(log.path, run_dir / "curves.png")
+    return log.records()
+
+
+def wrap_for_training(model: torch.nn.Module, config: TrainConfig, topology: Topology, device: torch.device):
+    forward_model = model
+    if topology.distributed:
+        forward_model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    if config.compile:
+        forward_model = torch.compile(forward_model)
+    return forward_model
+
+
+def restore(checkpoint: Path, model, optimizer, scheduler, batches: BatchStream, device: torch.device) -> int:
+    """Load weights, optimizer, schedule and data position; returns the step to continue from."""
+    state = load_trainer_state(checkpoint)
+    weights = load_file(str(checkpoint / "model" / "model.safetensors"), device=str(device))
+    model.load_state_dict(weights, strict=False)  # tied weights are not stored; they follow their twin
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    batches.load_state_dict(state["data"])
+    return state["step"]
+
+
+class Window:
+    """Sums of loss, statistics and tokens since the last log line (reduced over ranks when logged)."""
+
+    def __init__(self):
+        self.sums: dict[str, torch.Tensor] = {}
+        self.step_losses: list[torch.Tensor] = []
+        self.started = time.perf_counter()
+
+    def add(self, batch: dict, output, statistics: Statistics | None) -> None:
+        self.step_losses.append(output.loss.detach().float())
+        values = {"loss": (output.loss.detach().float(), torch.tensor(1.0))}
+        if "attention_mask" in batch:
+            values["tokens"] = (batch["attention_mask"].sum().float(), torch.tensor(0.0))
+        if statistics is not None:
+            values.update(statistics(batch, output))
+        for key, (total, count) in values.items():
+            pair = torch.stack([total.detach().float().cpu(), torch.as_tensor(count).float().cpu()])
+            self.sums[key] = self.sums.get(key, 0) + pair
+
+    def step_loss(self, topology: Topology) -> float:
+        """The mean loss of this optimizer step over micro-batches and ranks."""
+        losses = torch.stack(self.step_losses).cpu()
+        self.step_losses = []
+        reduced = all_reduce_sum(torch.stack([losses.sum(), torch.tensor(float(len(losses)))]), topology)
+        return (reduced[0] / reduced[1]).item()
+
+    def summary(self, topology: Topology) -> dict[str, float]:
+        keys = sorted(self.sums)
+        reduced = all_reduce_sum(torch.stack([self.sums[k] for k in keys]), topology)
+        elapsed = time.perf_counter() - self.started
+        record = {}
+        for key, (total, count) in zip(keys, reduced.tolist()):
+            if key == "tokens":
+                record["tokens_per_s"] = total / elapsed
+            elif count > 0:
+                record[key] = total / count
+        self.sums, self.started = {}, time.perf_counter()
+        return record
+
+
+def fmt(value: float) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -1,0 +1,36 @@
+"""AdamW with BERT's weight-decay exclusions, and the linear warm-up / linear decay schedule."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+# BERT's optimizer skips decay on LayerNorm and biases (google-research/bert optimization.py).
+NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias")
+
+
+def build_optimizer(model: nn.Module, learning_rate: float, weight_decay: float = 0.01,
+                    betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters, decaying all but LayerNorm weights and biases."""
+    decay, no_decay = [], []
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            (no_decay if name.endswith(NO_DECAY) else decay).append(parameter)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps)
+
+
+def warmup_steps_from(warmup: float, total_steps: int) -> int:
+    """A warm-up given as a fraction of training (< 1) or as a number of steps."""
+    return int(warmup * total_steps) if warmup < 1 else int(warmup)
+
+
+def linear_warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int) -> LambdaLR:
+    """lr rises linearly to its peak over warmup_steps, then falls linearly to 0 at total_steps."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return LambdaLR(optimizer, factor)

@@ -1,0 +1,74 @@
+"""Where a run's numbers go: a JSONL file always, TensorBoard and a PNG of the curves when installed."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("bertforge")
+METRICS_FILE = "metrics.jsonl"
+
+
+class RunLog:
+    """Appends one JSON record per log step; on resume, drops records past the resumed step."""
+
+    def __init__(self, run_dir: Path, resume_step: int = 0, tensorboard: bool = True):
+        self.path = run_dir / METRICS_FILE
+        run_dir.mkdir(parents=True, exist_ok=True)
+        kept = [r for r in self.records() if r["step"] <= resume_step] if resume_step else []
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        self.writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step or None)
+            except ImportError:  # tensorboard is optional; JSONL carries the same numbers
+                pass
+
+    def records(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+    def write(self, record: dict[str, Any]) -> None:
+        with self.path.open("a") as file:
+            file.write(json.dumps(record) + "\n")
+        if self.writer is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)):
+                    self.writer.add_scalar(key, value, record["step"])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def plot_curves(metrics_file: Path, output: Path) -> Path | None:
+    """Loss and accuracy curves (train and eval) as a PNG; None when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib is not installed: no curve PNG (pip install matplotlib)")
+        return None
+    records = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    losses = sorted({k for r in records for k in r if k.endswith("loss")})
+    accuracies = sorted({k for r in records for k in r if k.endswith("accuracy")})
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, keys, title in ((axes[0], losses, "loss"), (axes[1], accuracies, "accuracy")):
+        for key in keys:
+            points = [(r["step"], r[key]) for r in records if key in r]
+            ax.plot(*zip(*points), marker="o" if key.startswith("eval") else None, markersize=3, label=key)
+        ax.set_xlabel("step")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        if keys:
+            ax.legend()
+    figure.tight_layout()
+    figure.savefig(output, dpi=110)
+    plt.close(figure)
+    return output
