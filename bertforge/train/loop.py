@@ -90,6 +90,8 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
     log = RunLog(run_dir, resume_step=step, tensorboard=config.tensorboard) if topology.is_main else None
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
     progress = tqdm(total=config.max_steps, initial=step, desc="train", disable=not topology.is_main, dynamic_ncols=True)
+    if evaluate is not None and step == 0:  # the starting point: from scratch ~ln(vocab); continued, the baseline
+        run_evaluation(model, evaluate, 0, log, progress, topology)
     window = Window()
     stream = iter(batches)
     model.train()
@@ -125,13 +127,7 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
                     log.write(record)
             end = step == config.max_steps
             if evaluate is not None and (end or (config.eval_every and step % config.eval_every == 0)):
-                if topology.is_main:
-                    model.eval()
-                    scores = {f"eval_{k}": v for k, v in evaluate(model).items()}
-                    model.train()
-                    log.write({"step": step, **scores})
-                    progress.write(f"step {step}: " + ", ".join(f"{k} {fmt(v)}" for k, v in scores.items()))
-                barrier(topology)
+                run_evaluation(model, evaluate, step, log, progress, topology)
             if end or (config.save_every and step % config.save_every == 0):
                 if topology.is_main:
                     state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
@@ -148,6 +144,17 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
     if config.plot:
         plot_curves(log.path, run_dir / "curves.png")
     return log.records()
+
+
+def run_evaluation(model, evaluate, step: int, log: RunLog | None, progress, topology: Topology) -> None:
+    """Evaluate on rank 0 (held-out data is small), log it, and hold the other ranks until it is done."""
+    if topology.is_main:
+        model.eval()
+        scores = {f"eval_{k}": v for k, v in evaluate(model).items()}
+        model.train()
+        log.write({"step": step, **scores})
+        progress.write(f"step {step}: " + ", ".join(f"{k} {fmt(v)}" for k, v in scores.items()))
+    barrier(topology)
 
 
 def wrap_for_training(model: torch.nn.Module, config: TrainConfig, topology: Topology, device: torch.device):
