@@ -1,6 +1,6 @@
 """bertforge: BERT end to end — tokenizer, model, Hugging Face checkpoints, embeddings."""
 from .config import BertConfig
-from .embed import embed
+from .embed import Embedder, embed, token_vectors, word_vector
 from .heads import (
     BertForMaskedLM,
     BertForNextSentencePrediction,
@@ -15,6 +15,9 @@ from .tokenizer import BertTokenizer
 __all__ = [
     "BertTokenizer",
     "embed",
+    "Embedder",
+    "word_vector",
+    "token_vectors",
     "BertConfig",
     "BertModel",
     "BertForPreTraining",

@@ -203,6 +203,9 @@ class BertTokenizer:
     def tokenize(self, text: str) -> list[str]:
         """One text -> its word pieces, without [CLS]/[SEP]. Raises ValueError when text is not a str."""
         _check_text(text, "text")
+        # The engine keeps the last call's truncation and padding: a plain tokenize must not inherit them.
+        self._engine.no_truncation()
+        self._engine.no_padding()
         return self._engine.encode(self._prepare(text), add_special_tokens=False).tokens
 
     def __call__(self, text, text_pair=None, *, truncation: bool | str | None = None, max_length: int | None = None,

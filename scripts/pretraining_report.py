@@ -1,0 +1,56 @@
+"""Held-out results of a pretraining run against the unigram baseline.
+
+The baseline always predicts the training corpus's most frequent token (accuracy) or its
+unigram distribution (loss), on the very instances the run's evaluation used.
+Usage: python scripts/pretraining_report.py RECIPE.yaml [overrides...]
+"""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from torch.utils.data import DataLoader
+
+from bertforge.data.dataset import PretrainingDataset
+from bertforge.data.shards import TokenizedCorpus
+from bertforge.recipes.pretrain import PretrainRecipe
+
+
+def unigram_baseline(recipe: PretrainRecipe) -> dict[str, float]:
+    run_dir = Path(recipe.training.output_dir)
+    train = TokenizedCorpus(run_dir / "data" / "train")
+    counts = np.bincount(all_tokens(train), minlength=train.vocab_size)
+    probabilities = (counts + 1) / (counts.sum() + len(counts))  # add-one, so no held-out token has p = 0
+    heldout = PretrainingDataset(TokenizedCorpus(run_dir / "data" / "heldout"), recipe.data.instances, seed=12345)
+    labels = []
+    for index, batch in enumerate(DataLoader(heldout, batch_size=recipe.batch_size, collate_fn=heldout.collate)):
+        if index == recipe.data.eval_batches:
+            break
+        labels.append(batch["labels"][batch["labels"] != -100].numpy())
+    labels = np.concatenate(labels)
+    return {"mlm_accuracy": float((labels == counts.argmax()).mean()),
+            "mlm_loss": float(-np.log(probabilities[labels]).mean()), "masked_tokens": len(labels),
+            "most_frequent": train.vocab_tokens[int(counts.argmax())]}
+
+
+def all_tokens(corpus: TokenizedCorpus) -> np.ndarray:
+    return np.concatenate([np.concatenate(corpus.document(i)) for i in range(corpus.num_documents)])
+
+
+def main() -> None:
+    recipe = PretrainRecipe.from_file(sys.argv[1], sys.argv[2:])
+    records = [json.loads(l) for l in (Path(recipe.training.output_dir) / "metrics.jsonl").read_text().splitlines()]
+    evaluations = [r for r in records if "eval_mlm_loss" in r]
+    first, last = evaluations[0], evaluations[-1]
+    baseline = unigram_baseline(recipe)
+    print(f"held-out masked tokens: {baseline['masked_tokens']:,}; most frequent training token: {baseline['most_frequent']!r}\n")
+    print("| | MLM accuracy | MLM loss | NSP accuracy |")
+    print("|---|---|---|---|")
+    print(f"| unigram baseline | {baseline['mlm_accuracy']:.3f} | {baseline['mlm_loss']:.3f} | 0.500 (chance) |")
+    for name, r in ((f"model at step {first['step']}", first), (f"model at step {last['step']}", last)):
+        nsp = f"{r['eval_nsp_accuracy']:.3f}" if "eval_nsp_accuracy" in r else "-"
+        print(f"| {name} | {r['eval_mlm_accuracy']:.3f} | {r['eval_mlm_loss']:.3f} | {nsp} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,295 @@
+"""Sentence, word and token vectors, checked against sentence-transformers and transformers.
+
+The oracle for every pooling and layer choice is written here from transformers'
+`BertModel(output_hidden_states=True)` and its own tokenizer, one text at a time
+(no padding at all), so it shares no code with bertforge.embed.
+"""
+import csv
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from bertforge import BertModel
+from bertforge.embed import Embedder, embed, token_vectors, word_vector
+from bertforge.heads import BertForSequenceClassification
+from bertforge.tokenizer import BertTokenizer
+
+# The three senses of "bank": two financial, one river.
+DEPOSIT, RIVER, LOAN = "I deposited money at the bank.", "We sat on the river bank.", "The bank approved my loan."
+
+
+# ---------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="module")
+def real_texts(data_dir):
+    """500 real texts of mixed length: Emma's short lines, Persuasion's paragraphs (some past 256 tokens), tweets."""
+    austen = data_dir / "austen"
+    lines = [line.strip() for line in (austen / "emma.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    paragraphs = [" ".join(block.split()) for block in
+                  (austen / "persuasion.txt").read_text(encoding="utf-8").split("\n\n") if block.strip()]
+    with open(data_dir / "tweets-sentiment" / "tweets.csv", encoding="utf-8", newline="") as f:
+        tweets = [row["text"] for row in csv.DictReader(f)]
+    return lines[::60][:200] + paragraphs[::20][:50] + tweets[::150][:250]
+
+
+@pytest.fixture(scope="module")
+def mixed_texts(real_texts):
+    """50 texts: every tenth real one (long and short side by side), an empty one and a two-token one."""
+    return real_texts[::10][:48] + ["", "Hi."]  # an empty text is still [CLS] [SEP]
+
+
+@pytest.fixture(scope="module")
+def ours(minilm_dir):
+    return BertModel.from_pretrained(minilm_dir), BertTokenizer.from_pretrained(minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def reference(minilm_dir):
+    return transformers.BertModel.from_pretrained(minilm_dir).eval(), transformers.BertTokenizer.from_pretrained(minilm_dir)
+
+
+def reference_hidden_states(reference, text, max_length=512):
+    """transformers' hidden states for one text, unpadded: (layers + 1, seq, hidden), and pooler_output."""
+    model, tokenizer = reference
+    encoded = tokenizer([text], truncation=True, max_length=max_length, return_tensors="pt")
+    with torch.no_grad():
+        output = model(**encoded, output_hidden_states=True)
+    return torch.stack(output.hidden_states)[:, 0], output.pooler_output[0]
+
+
+@pytest.fixture(scope="module")
+def reference_states(reference, mixed_texts):
+    """reference_hidden_states of every mixed text, computed once for all the choices below."""
+    return [reference_hidden_states(reference, text) for text in mixed_texts]
+
+
+def reference_vector(states, pooled, pooling, layers, combine):
+    if pooling == "pooler":
+        return pooled
+    per_layer = [{"cls": states[i, 0], "mean": states[i].mean(0), "max": states[i].max(0).values}[pooling]
+                 for i in layers]
+    return torch.cat(per_layer) if combine == "concat" else torch.stack(per_layer).mean(0)
+
+
+def cosine(a, b):
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+# ---------------------------------------------------------------- sentence vectors
+
+def test_normalised_mean_vectors_match_sentence_transformers(real_texts, minilm_dir):
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(str(minilm_dir), device="cpu")
+    # The folder's sentence_bert_config.json sets max_seq_length=256 and SentenceTransformer
+    # truncates there; from_pretrained reads the same file, so both cut long paragraphs alike.
+    embedder = Embedder.from_pretrained(minilm_dir, normalize=True)
+    assert embedder.max_length == reference.max_seq_length == 256
+    lengths = embedder.tokenize(real_texts)["attention_mask"].sum(1)
+    assert (lengths == 256).sum() >= 2 and lengths.min() < 10  # truncation and short texts both exercised
+
+    expected = reference.encode(real_texts, normalize_embeddings=True, batch_size=32)
+    actual = embedder.encode(real_texts)
+    assert actual.dtype == np.float32 and actual.shape == (500, 384)
+    assert np.abs(actual - expected).max() < 1e-5
+
+
+CHOICES = [  # pooling, layers, layer_combine -> the hidden states they read (0 = embeddings .. 6), and how combined
+    ("cls", -1, None, [6], "mean"), ("mean", -1, None, [6], "mean"), ("max", -1, None, [6], "mean"),
+    ("pooler", -1, None, [6], "mean"), ("mean", -2, None, [5], "mean"), ("mean", "second_to_last", None, [5], "mean"),
+    ("cls", 0, None, [0], "mean"), ("mean", "last_four_mean", None, [3, 4, 5, 6], "mean"),
+    ("mean", [-4, -3, -2, -1], "mean", [3, 4, 5, 6], "mean"), ("mean", "last_four_concat", None, [3, 4, 5, 6], "concat"),
+    ("max", [-4, -3, -2, -1], "concat", [3, 4, 5, 6], "concat"), ("cls", [1, 6], "concat", [1, 6], "concat"),
+]
+
+
+@pytest.mark.parametrize("pooling, layers, layer_combine, read, combine", CHOICES,
+                         ids=[f"{c[0]}-{c[1]}" + (f"-{c[2]}" if c[2] else "") for c in CHOICES])
+def test_each_pooling_and_layer_choice_matches_a_direct_computation(ours, reference_states, mixed_texts, pooling,
+                                                                   layers, layer_combine, read, combine):
+    model, tokenizer = ours
+    actual = embed(model, mixed_texts, tokenizer=tokenizer, pooling=pooling, layers=layers,
+                   layer_combine=layer_combine, batch_size=16)
+    expected = torch.stack([reference_vector(states, pooled, pooling, read, combine)
+                            for states, pooled in reference_states])
+    assert actual.shape == (len(mixed_texts), 384 * (len(read) if combine == "concat" else 1))
+    torch.testing.assert_close(torch.from_numpy(actual), expected, rtol=1e-4, atol=2e-5)
+
+
+def test_order_is_restored_and_batch_size_does_not_change_vectors(ours, mixed_texts):
+    model, tokenizer = ours
+    one_at_a_time = embed(model, mixed_texts, tokenizer=tokenizer, batch_size=1)  # no padding anywhere
+    for batch_size in (7, 64):
+        batched = embed(model, mixed_texts, tokenizer=tokenizer, batch_size=batch_size)
+        assert np.abs(batched - one_at_a_time).max() < 1e-5
+    reversed_order = embed(model, mixed_texts[::-1], tokenizer=tokenizer, batch_size=7)
+    assert np.abs(reversed_order[::-1] - one_at_a_time).max() < 1e-5
+
+
+def test_a_checkpoint_path_a_model_and_a_head_give_the_same_vectors(ours, minilm_dir, mixed_texts):
+    model, tokenizer = ours
+    texts = mixed_texts[:6]
+    from_model = embed(model, texts, tokenizer=tokenizer, max_length=256)
+    from_path = embed(minilm_dir, texts)
+    head = BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2)
+    from_head = embed(head, texts, tokenizer=tokenizer, max_length=256)
+    np.testing.assert_array_equal(from_path, from_model)
+    np.testing.assert_array_equal(from_head, from_model)
+
+
+def test_train_mode_is_left_as_found_and_dropout_is_off(ours, mixed_texts):
+    model, tokenizer = ours
+    expected = embed(model, mixed_texts[:4], tokenizer=tokenizer)
+    model.train()
+    try:
+        actual = embed(model, mixed_texts[:4], tokenizer=tokenizer)
+        assert model.training
+    finally:
+        model.eval()
+    np.testing.assert_array_equal(actual, expected)
+
+
+def test_hidden_states_are_requested_only_when_another_layer_is_chosen(ours):
+    model, tokenizer = ours
+    requested = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: requested.append(kwargs["output_hidden_states"]), with_kwargs=True)
+    try:
+        embed(model, ["one text"], tokenizer=tokenizer, layers=-1)
+        embed(model, ["one text"], tokenizer=tokenizer, layers=6)  # the last layer by its absolute index
+        embed(model, ["one text"], tokenizer=tokenizer, layers=-2)
+    finally:
+        hook.remove()
+    assert requested == [False, False, True]
+
+
+def test_bfloat16_autocast_stays_close_to_float32(ours, mixed_texts):
+    model, tokenizer = ours
+    texts = mixed_texts[:16]  # bf16 is emulated (slow) on CPUs without AVX512-BF16/AMX
+    full = embed(model, texts, tokenizer=tokenizer)
+    half = embed(model, texts, tokenizer=tokenizer, dtype=torch.bfloat16)
+    assert half.dtype == np.float32
+    assert not np.array_equal(half, full)  # autocast really ran in bf16
+    assert min(cosine(a, b) for a, b in zip(half, full)) > 0.99
+
+
+def test_progress_bar_follows_the_option(ours, capsys):
+    model, tokenizer = ours
+    embed(model, ["a", "b"], tokenizer=tokenizer, progress=True)
+    assert "2/2" in capsys.readouterr().err
+    embed(model, ["a", "b"], tokenizer=tokenizer)  # two texts: too few for the automatic bar
+    assert capsys.readouterr().err == ""
+
+
+# ---------------------------------------------------------------- word and token vectors
+
+@pytest.mark.parametrize("layers", [-1, "last_four_mean"])
+def test_bank_in_two_financial_sentences_is_closer_than_river_bank(ours, layers):
+    model, tokenizer = ours
+    deposit, river, loan = (word_vector(model, tokenizer, s, "bank", layers=layers) for s in (DEPOSIT, RIVER, LOAN))
+    financial = cosine(deposit, loan)
+    assert financial > cosine(deposit, river) and financial > cosine(loan, river)
+
+
+def test_bank_is_told_apart_only_by_context(ours):
+    # Control for the test above: before any attention (layer 0), "bank" at the same position
+    # is the same vector whatever the sentence; the separation above comes from context.
+    model, tokenizer = ours
+    deposit, river = (word_vector(model, tokenizer, s, "bank", layers=0) for s in (DEPOSIT, RIVER))
+    np.testing.assert_allclose(deposit, river, rtol=0, atol=1e-6)
+
+
+def test_a_multi_piece_word_is_the_mean_of_its_pieces(ours, reference):
+    model, tokenizer = ours
+    sentence = "The Unaffable clerk walked along the riverbank."
+    _, hf_tokenizer = reference
+    pieces = hf_tokenizer.convert_ids_to_tokens(hf_tokenizer(sentence)["input_ids"])
+    assert pieces[2:5] == ["una", "##ffa", "##ble"] and pieces[8:11] == ["the", "river", "##bank"]
+    states, _ = reference_hidden_states(reference, sentence)
+    last_four = states[3:].mean(0)  # (seq, hidden)
+
+    unaffable = word_vector(model, tokenizer, sentence, "unaffable", layers="last_four_mean")
+    np.testing.assert_allclose(unaffable, last_four[2:5].mean(0).numpy(), rtol=1e-4, atol=1e-5)
+    phrase = word_vector(model, tokenizer, sentence, "the riverbank", layers="last_four_mean")
+    np.testing.assert_allclose(phrase, last_four[8:11].mean(0).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_occurrence_picks_which_match(ours, reference):
+    model, tokenizer = ours
+    sentence = "The bank by the bank."
+    states, _ = reference_hidden_states(reference, sentence)
+    second = word_vector(model, tokenizer, sentence, "bank", occurrence=1)
+    np.testing.assert_allclose(second, states[-1, 5].numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(word_vector(model, tokenizer, sentence, "BANK", occurrence=-1), second)
+
+
+def test_token_vectors_are_the_hidden_states_of_every_token(ours, reference):
+    model, tokenizer = ours
+    sentence = "The riverbank was unaffable."
+    tokens, vectors = token_vectors(model, tokenizer, sentence, layers=-2)
+    assert tokens == ["[CLS]", "the", "river", "##bank", "was", "una", "##ffa", "##ble", ".", "[SEP]"]
+    states, _ = reference_hidden_states(reference, sentence)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(vectors, states[5].numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("word, options, message", [
+    ("money", {}, "'money' is not in the sentence"),
+    ("ban", {}, "as a whole word"),  # a prefix of "bank" is not the word
+    ("bank", {"occurrence": 1}, "occurs 1 time(s)"),
+    ("", {}, "must be a non-empty str"),
+    ("bank", {"max_length": 6}, "falls past the truncation at max_length=6"),
+])
+def test_word_vector_errors_say_what_went_wrong(ours, word, options, message):
+    model, tokenizer = ours
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        word_vector(model, tokenizer, "We sat on the river bank.", word, **options)
+
+
+# ---------------------------------------------------------------- validation
+
+def test_an_empty_list_gives_an_empty_array_of_the_right_width(ours):
+    model, tokenizer = ours
+    assert embed(model, [], tokenizer=tokenizer).shape == (0, 384)
+    assert embed(model, [], tokenizer=tokenizer, layers="last_four_concat").shape == (0, 4 * 384)
+
+
+@pytest.mark.parametrize("texts, options, message", [
+    (["a", "b", 3], {}, r"texts\[2\] is int, not str"),
+    (["a", float("nan")], {}, r"texts\[1\] is float.*missing value"),
+    ("one text", {}, "pass a list of texts"),
+    (["a"], {"pooling": "sum"}, r"pooling='sum' is not one of \('cls', 'mean', 'max', 'pooler'\)"),
+    (["a"], {"layers": "middle"}, "use one of .*'last_four_mean'"),
+    (["a"], {"layers": 7}, "the model has 6 layers"),
+    (["a"], {"layers": [-1, -8]}, "layer -8 is out of range: the model has 6 layers"),
+    (["a"], {"layers": []}, "layers is empty"),
+    (["a"], {"layers": [1.5]}, "not an int"),
+    (["a"], {"layers": [-2, -1], "layer_combine": "sum"}, r"not one of \('mean', 'concat'\)"),
+    (["a"], {"layers": "last_four_mean", "layer_combine": "concat"}, "already means layer_combine='mean'"),
+    (["a"], {"pooling": "pooler", "layers": -2}, "use it with layers=-1"),
+    (["a"], {"batch_size": 0}, "batch_size=0 must be a positive int"),
+    (["a"], {"max_length": 1000}, "to 512, the model's max_position_embeddings"),
+    (["a"], {"dtype": torch.float64}, "use torch.bfloat16"),
+])
+def test_invalid_input_raises_a_value_error_that_says_what_to_do(ours, texts, options, message):
+    model, tokenizer = ours
+    with pytest.raises(ValueError, match=message):
+        embed(model, texts, tokenizer=tokenizer, **options)
+
+
+def test_a_model_object_needs_its_tokenizer_and_must_be_a_bert(ours, reference):
+    model, tokenizer = ours
+    with pytest.raises(ValueError, match="tokenizer is required"):
+        embed(model, ["a"])
+    with pytest.raises(ValueError, match="got transformers.*BertModel.*bertforge.BertModel.from_pretrained"):
+        embed(reference[0], ["a"], tokenizer=tokenizer)  # transformers' BertModel, not ours
+
+
+def test_pooler_needs_a_model_that_has_one(minilm_dir, ours):
+    _, tokenizer = ours
+    without_pooler = BertModel.from_pretrained(minilm_dir)
+    without_pooler.pooler = None
+    with pytest.raises(ValueError, match="has no pooler"):
+        embed(without_pooler, ["a"], tokenizer=tokenizer, pooling="pooler")
