@@ -8,13 +8,14 @@ TF-era LayerNorm names `gamma`/`beta`, and checkpoints without a pooler or head
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -97,9 +98,7 @@ class BertPreTrainedModel(nn.Module):
         from safetensors.torch import save_file
 
         target = Path(directory)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-        try:
+        with staging_folder(target) as staging:
             self.config.architectures = [type(self).__name__]
             self.config.to_json_file(staging / CONFIG_NAME)
             state = {k: v.detach().contiguous() for k, v in self.state_dict().items() if k not in self.tied_keys}
@@ -109,12 +108,24 @@ class BertPreTrainedModel(nn.Module):
             if target.exists():
                 for written in staging.iterdir():
                     os.replace(written, target / written.name)
-                staging.rmdir()
             else:
                 staging.rename(target)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         return target
+
+
+@contextlib.contextmanager
+def staging_folder(target: Path) -> Iterator[Path]:
+    """A hidden temp folder beside `target` to write into before publishing; removed on exit.
+
+    Beside, not in /tmp, so that publishing is a rename on the same file system. What the
+    caller did not move out (after an error, say) is deleted, so no half-written folder stays.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def config_with_overrides(config: BertConfig, overrides: dict[str, Any]) -> BertConfig:

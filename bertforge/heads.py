@@ -166,7 +166,7 @@ def sequence_classification_loss(logits: Tensor, labels: Tensor, config: BertCon
         return F.mse_loss(logits.squeeze(-1).float(), labels.float().reshape(logits.shape[:-1]))
     if problem_type == "single_label_classification":
         return F.cross_entropy(logits.float().view(-1, config.num_labels), labels.view(-1), ignore_index=IGNORE_INDEX)
-    return F.binary_cross_entropy_with_logits(logits.float(), labels.to(logits.dtype).float())
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
 
 class BertForSequenceClassification(BertPreTrainedModel):

@@ -10,12 +10,13 @@ from __future__ import annotations
 import random
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from ..checkpoint import staging_folder
 
 TRAINER_STATE = "trainer_state.pt"
 STEP_PATTERN = re.compile(r"^step-(\d+)$")
@@ -39,17 +40,13 @@ def restore_rng_states(states: dict[str, Any]) -> None:
 def save_checkpoint(run_dir: Path, step: int, model, trainer_state: dict[str, Any], keep_last: int,
                     tokenizer=None) -> Path:
     """Write `run_dir/step-N` atomically, then drop all but the newest `keep_last` checkpoints."""
-    run_dir.mkdir(parents=True, exist_ok=True)
     target = run_dir / f"step-{step:06d}"
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=run_dir))
-    try:
+    with staging_folder(target) as staging:
         model.save_pretrained(staging / "model", tokenizer=tokenizer)
         torch.save(trainer_state, staging / TRAINER_STATE)
         if target.exists():  # re-saving a step (e.g. the final one) replaces it whole
             shutil.rmtree(target)
         staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return target
