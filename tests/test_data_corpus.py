@@ -58,6 +58,15 @@ def test_file_documents_split_each_paragraph_on_its_own(tmp_path):
     assert documents == [["Chapter 1", "It is a truth.", "Universally acknowledged."], ["Another book."]]
 
 
+def test_chapter_documents_start_at_heading_paragraphs(tmp_path):
+    book = ("Title page.\n\nVOLUME I\n\nCHAPTER I\n\nIt is a truth. Universally\nacknowledged.\n\n"
+            "Chapter 2\n\nA chapter heading inside a sentence: see chapter IV.\n\nCHAPTER III.\n\nLast one.\n")
+    documents = list(read_documents(write(tmp_path / "a.txt", book), document_boundary="chapter"))
+    # Front matter is its own document; empty ones (between VOLUME I and CHAPTER I) are skipped.
+    assert documents == [["Title page."], ["It is a truth.", "Universally acknowledged."],
+                         ["A chapter heading inside a sentence: see chapter IV."], ["Last one."]]
+
+
 def test_folder_means_its_txt_and_jsonl_files_in_name_order(tmp_path):
     write(tmp_path / "b.txt", "Bee.")
     write(tmp_path / "a.jsonl", json.dumps({"text": "Ay."}) + "\n")

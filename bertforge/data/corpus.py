@@ -1,11 +1,15 @@
 """Read raw text into documents (lists of sentences), streaming, one document at a time.
 
-Three layouts, picked by file extension and `document_boundary`:
+Four layouts, picked by file extension and `document_boundary`:
 - plain text (any extension but .jsonl), `document_boundary="blank_line"`: every block of
   lines between blank lines is a document; the original BERT input format (one sentence per
   line) is this layout with `split_sentences=split_lines`.
 - plain text, `document_boundary="file"`: the whole file is one document (a novel, say); its
   blank-line blocks are paragraphs, each split into sentences on its own.
+- plain text, `document_boundary="chapter"`: a book; a paragraph that is only a heading line
+  ("CHAPTER IV", "Chapter 12", "VOLUME II", "BOOK 3", "PART ONE") ends one document and starts
+  the next, and the heading itself is dropped. Chapters are what NSP wants from a novel: long
+  runs of true continuations, and enough documents to draw random next segments from.
 - JSON Lines (.jsonl): one document per line, its text under `text_field`; blank lines in the
   text separate paragraphs.
 Hard-wrapped lines are joined with spaces before sentence splitting.
@@ -16,9 +20,10 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-DOCUMENT_BOUNDARIES = ("blank_line", "file")
+DOCUMENT_BOUNDARIES = ("blank_line", "file", "chapter")
 JSONL_SUFFIXES = (".jsonl",)
 _WHITESPACE = re.compile(r"\s+")
+_HEADING = re.compile(r"(chapter|volume|book|part)\s+([ivxlcdm]+|\d+|[a-z]+)\.?", re.IGNORECASE)
 
 
 def split_sentences(text: str) -> list[str]:
@@ -85,6 +90,8 @@ def read_documents(paths: str | os.PathLike | Iterable[str | os.PathLike], docum
             documents = _jsonl_documents(path, text_field, split_sentences)
         elif document_boundary == "file":
             documents = _file_document(path, split_sentences)
+        elif document_boundary == "chapter":
+            documents = _chapter_documents(path, split_sentences)
         else:
             documents = (_sentences(block, split_sentences) for block in _blocks(path))
         yield from (document for document in documents if document)
@@ -108,6 +115,17 @@ def _file_document(path: Path, split: Callable[[str], list[str]]) -> Iterator[li
     # Paragraphs are split one at a time so that no sentence runs across a paragraph
     # (a heading like "Chapter 1" has no full stop to end it).
     yield [sentence for block in _blocks(path) for sentence in split(block)]
+
+
+def _chapter_documents(path: Path, split: Callable[[str], list[str]]) -> Iterator[list[str]]:
+    document = []
+    for block in _blocks(path):
+        if _HEADING.fullmatch(block.strip()):
+            yield document
+            document = []
+        else:
+            document.extend(split(block))
+    yield document
 
 
 def _jsonl_documents(path: Path, text_field: str, split: Callable[[str], list[str]]) -> Iterator[list[str]]:
