@@ -7,7 +7,6 @@ under torchrun. The training itself is `train.loop.train`.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,9 @@ from ..data.dataset import PretrainingConfig, PretrainingDataset
 from ..data.shards import TokenizedCorpus, prepare_corpus
 from ..heads import IGNORE_INDEX, BertForPreTraining
 from ..tokenizer import BertTokenizer
-from ..train.distributed import Topology, barrier, init_distributed, shutdown
+from ..train.distributed import Topology, barrier, init_distributed, select_device, shutdown
 from ..train.loop import TrainConfig, train
-from .settings import build, read_recipe
+from .settings import build, read_recipe, resolve
 
 logger = logging.getLogger("bertforge")
 
@@ -70,17 +69,6 @@ class PretrainRecipe:
         recipe.data.train = [resolve(base, p) for p in recipe.data.train]
         recipe.data.heldout = [resolve(base, p) for p in recipe.data.heldout]
         return recipe
-
-
-def resolve(base: Path, path: str) -> str:
-    """Paths in a recipe are relative to the recipe file, so recipes run from any directory."""
-    return path if Path(path).is_absolute() else str((base / path).resolve())
-
-
-def select_device() -> torch.device:
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
 
 
 def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Topology) -> BertTokenizer:

@@ -21,6 +21,11 @@ def read_recipe(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
         raise ValueError(f"{path} is not valid YAML: {error}") from None
     if not isinstance(values, dict):
         raise ValueError(f"{path} must hold a mapping of sections (model, data, training, ...)")
+    return apply_overrides(values, overrides)
+
+
+def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Set each `a.b.c=value` override (value parsed as YAML) in the nested mapping `values`."""
     for override in overrides:
         key, separator, text = override.partition("=")
         if not separator or not key:
@@ -33,6 +38,11 @@ def read_recipe(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
                 raise ValueError(f"override {override!r}: {parent} is not a section")
         node[leaf] = yaml.safe_load(text)
     return values
+
+
+def resolve(base: Path, path: str) -> str:
+    """Paths in a recipe are relative to the recipe file, so recipes run from any directory."""
+    return path if Path(path).is_absolute() else str((base / path).resolve())
 
 
 def build(cls, values: dict[str, Any] | None, where: str):

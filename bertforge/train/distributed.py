@@ -26,6 +26,13 @@ class Topology:
         return self.world_size > 1
 
 
+def select_device() -> torch.device:
+    """This process's GPU under torchrun (LOCAL_RANK), the GPU on one process, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
 def init_distributed(device: torch.device) -> Topology:
     """Join the process group torchrun describes in the environment (or stay single-process)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))

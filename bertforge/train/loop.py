@@ -4,7 +4,8 @@ What a recipe supplies: the model (its forward returns `.loss`), a stream of bat
 that can report and restore its position, a `statistics` function turning a batch and
 its output into (sum, count) pairs (accuracies, ...), and optionally an `evaluate`
 function. The loop owns the rest: AdamW + schedule, accumulation, clipping, bf16,
-DDP, progress, logs, checkpoints, exact resume and the NaN guard.
+DDP, progress, logs, checkpoints, exact resume, the NaN guard, and (with best_metric)
+the best model by evaluation and early stopping.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from ..errors import TrainingDiverged
+from .best import BestModel, best_model_folder
 from .checkpointing import latest_checkpoint, load_trainer_state, save_checkpoint
 from .distributed import Topology, all_reduce_sum, barrier
 from .optim import build_optimizer, linear_warmup_decay, warmup_steps_from
@@ -59,12 +61,19 @@ class TrainConfig:
     seed: int = 0
     tensorboard: bool = True
     plot: bool = True
+    eval_at_start: bool = True  # the starting point: from scratch ~ln(vocab); continued, the baseline
+    best_metric: str = ""  # an evaluate() key: keep the best model in output_dir/best
+    greater_is_better: bool = True
+    early_stopping_patience: int = 0  # evaluations without a new best before stopping; 0: never
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "bf16"):
             raise ValueError(f"precision={self.precision!r}: use fp32 or bf16 (fp16 needs loss scaling, not supported)")
-        if self.max_steps < 1 or self.grad_accumulation < 1:
-            raise ValueError("max_steps and grad_accumulation must be at least 1")
+        if self.max_steps < 0 or self.grad_accumulation < 1:
+            raise ValueError("max_steps must be at least 1 (0 only where a recipe derives it from epochs) "
+                             "and grad_accumulation at least 1")
+        if self.early_stopping_patience and not self.best_metric:
+            raise ValueError("early_stopping_patience needs best_metric: the metric whose improvement it waits for")
 
 
 def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, statistics: Statistics | None = None,
@@ -75,28 +84,36 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
 
     forward_kwargs are passed to every forward call (e.g. masked_only=True for the fast MLM head).
 
+    With config.best_metric, the model with the best evaluation so far is kept in
+    output_dir/best (HF format, with the tokenizer), and training stops after
+    early_stopping_patience evaluations without a new best.
+
     Raises TrainingDiverged when the loss stops being finite; the last checkpoint is untouched.
     """
+    if config.max_steps < 1:
+        raise ValueError("max_steps must be at least 1")
     run_dir = Path(config.output_dir)
     model.to(device)
     optimizer = build_optimizer(model, config.learning_rate, config.weight_decay)
     scheduler = linear_warmup_decay(optimizer, warmup_steps_from(config.warmup, config.max_steps), config.max_steps)
     step = 0
+    best = BestModel(config.best_metric, config.greater_is_better, config.early_stopping_patience) \
+        if config.best_metric else None
     if resume and (checkpoint := latest_checkpoint(run_dir)) is not None:
-        step = restore(checkpoint, model, optimizer, scheduler, batches, device)
+        step = restore(checkpoint, model, optimizer, scheduler, batches, device, best)
         if topology.is_main:
             logger.warning("resumed from %s at step %d", checkpoint, step)
     forward_model = wrap_for_training(model, config, topology, device)
     log = RunLog(run_dir, resume_step=step, tensorboard=config.tensorboard) if topology.is_main else None
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
     progress = tqdm(total=config.max_steps, initial=step, desc="train", disable=not topology.is_main, dynamic_ncols=True)
-    if evaluate is not None and step == 0:  # the starting point: from scratch ~ln(vocab); continued, the baseline
+    if evaluate is not None and step == 0 and config.eval_at_start:
         run_evaluation(model, evaluate, 0, log, progress, topology)
     window = Window()
     stream = iter(batches)
     model.train()
     try:
-        while step < config.max_steps:
+        while step < config.max_steps and not (best and best.should_stop):
             # Dropout noise is a function of (seed, rank, step): a resumed run draws what the original would have.
             torch.manual_seed(config.seed * 1_000_003 + topology.rank * 7_919 + step)
             for micro_step in range(config.grad_accumulation):
@@ -127,11 +144,15 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
                     log.write(record)
             end = step == config.max_steps
             if evaluate is not None and (end or (config.eval_every and step % config.eval_every == 0)):
-                run_evaluation(model, evaluate, step, log, progress, topology)
+                scores = run_evaluation(model, evaluate, step, log, progress, topology)
+                if best is not None:
+                    keep_if_best(best, scores, step, model, run_dir, tokenizer, progress, topology)
+                    end = end or best.should_stop
             if end or (config.save_every and step % config.save_every == 0):
                 if topology.is_main:
                     state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                             "data": batches.state_dict(), "config": asdict(config)}
+                             "data": batches.state_dict(), "config": asdict(config),
+                             "best": best.state_dict() if best else None}
                     save_checkpoint(run_dir, step, model, state, config.keep_last, tokenizer=tokenizer)
                 barrier(topology)
     finally:
@@ -146,15 +167,37 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
     return log.records()
 
 
-def run_evaluation(model, evaluate, step: int, log: RunLog | None, progress, topology: Topology) -> None:
-    """Evaluate on rank 0 (held-out data is small), log it, and hold the other ranks until it is done."""
+def run_evaluation(model, evaluate, step: int, log: RunLog | None, progress, topology: Topology) -> dict[str, float]:
+    """Evaluate on rank 0 (held-out data is small), log it, and hold the other ranks until it is done.
+
+    Returns the scores (under evaluate()'s own names) on rank 0, {} on the others.
+    """
+    scores = {}
     if topology.is_main:
         model.eval()
-        scores = {f"eval_{k}": v for k, v in evaluate(model).items()}
+        with torch.no_grad():
+            scores = evaluate(model)
         model.train()
-        log.write({"step": step, **scores})
-        progress.write(f"step {step}: " + ", ".join(f"{k} {fmt(v)}" for k, v in scores.items()))
+        log.write({"step": step, **{f"eval_{k}": v for k, v in scores.items()}})
+        progress.write(f"step {step}: " + ", ".join(f"eval_{k} {fmt(v)}" for k, v in scores.items()))
     barrier(topology)
+    return scores
+
+
+def keep_if_best(best: BestModel, scores: dict[str, float], step: int, model, run_dir: Path, tokenizer, progress,
+                 topology: Topology) -> None:
+    """Rank 0 judges and saves; every rank learns whether to stop (so all leave the loop together)."""
+    verdict = torch.zeros(2)
+    if topology.is_main:
+        if best.update(scores, step):
+            model.save_pretrained(best_model_folder(run_dir), tokenizer=tokenizer)
+            progress.write(f"step {step}: new best {best.metric} {fmt(best.value)} saved to {best_model_folder(run_dir)}")
+        verdict = torch.tensor([float(best.step or 0), float(best.evaluations_since_best)])
+    verdict = all_reduce_sum(verdict, topology)  # only rank 0 contributes non-zeros
+    best.step, best.evaluations_since_best = int(verdict[0]), int(verdict[1])
+    if best.should_stop and topology.is_main:
+        progress.write(f"step {step}: no new best {best.metric} in {best.patience} evaluations; stopping early "
+                       f"(best {fmt(best.value)} at step {best.step})")
 
 
 def wrap_for_training(model: torch.nn.Module, config: TrainConfig, topology: Topology, device: torch.device):
@@ -168,14 +211,17 @@ def wrap_for_training(model: torch.nn.Module, config: TrainConfig, topology: Top
     return forward_model
 
 
-def restore(checkpoint: Path, model, optimizer, scheduler, batches: BatchStream, device: torch.device) -> int:
-    """Load weights, optimizer, schedule and data position; returns the step to continue from."""
+def restore(checkpoint: Path, model, optimizer, scheduler, batches: BatchStream, device: torch.device,
+            best: BestModel | None = None) -> int:
+    """Load weights, optimizer, schedule, data position (and best-model record); returns the step to continue from."""
     state = load_trainer_state(checkpoint)
     weights = load_file(str(checkpoint / "model" / "model.safetensors"), device=str(device))
     model.load_state_dict(weights, strict=False)  # tied weights are not stored; they follow their twin
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     batches.load_state_dict(state["data"])
+    if best is not None and state.get("best"):
+        best.load_state_dict(state["best"])
     return state["step"]
 
 
