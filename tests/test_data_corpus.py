@@ -101,7 +101,7 @@ def test_jsonl_line_without_the_field_names_file_and_line(tmp_path):
 
 @pytest.mark.parametrize("line, message", [("{not json", "a.jsonl:1: not valid JSON"),
                                            ('{"text": 3}', "a.jsonl:1: field 'text' holds int"),
-                                           ('["text"]', "a.jsonl:1: no 'text' field")])
+                                           ('["text"]', "a.jsonl:1: a JSON list, not an object")])
 def test_bad_jsonl_lines(tmp_path, line, message):
     path = write(tmp_path / "a.jsonl", line + "\n")
     with pytest.raises(ValueError, match=message):

@@ -128,8 +128,12 @@ def _chapter_documents(path: Path, split: Callable[[str], list[str]]) -> Iterato
     yield document
 
 
-def _jsonl_documents(path: Path, text_field: str, split: Callable[[str], list[str]]) -> Iterator[list[str]]:
-    with open(path, encoding="utf-8") as file:
+def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of a JSON Lines file, streamed.
+
+    Raises ValueError naming file:line for a line that is not JSON or not a JSON object.
+    """
+    with open(path, encoding="utf-8-sig") as file:  # -sig: a BOM from a Windows editor is not JSON
         for line_number, line in enumerate(file, start=1):
             if not line.strip():
                 continue
@@ -138,15 +142,22 @@ def _jsonl_documents(path: Path, text_field: str, split: Callable[[str], list[st
             except json.JSONDecodeError as error:
                 raise ValueError(f"{path}:{line_number}: not valid JSON ({error.msg}); "
                                  "JSONL needs one JSON object per line") from None
-            if not isinstance(record, dict) or text_field not in record:
-                fields = sorted(record) if isinstance(record, dict) else type(record).__name__
-                raise ValueError(f"{path}:{line_number}: no {text_field!r} field (found {fields}); "
-                                 "pass text_field= with the name of the field that holds the text")
-            text = record[text_field]
-            if not isinstance(text, str):
-                raise ValueError(f"{path}:{line_number}: field {text_field!r} holds {type(text).__name__}, "
-                                 "not a str; fix the record or drop it")
-            yield _sentences(text, split)
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{line_number}: a JSON {type(record).__name__}, not an object; "
+                                 "JSONL needs one object per line, e.g. {\"text\": ...}")
+            yield line_number, record
+
+
+def _jsonl_documents(path: Path, text_field: str, split: Callable[[str], list[str]]) -> Iterator[list[str]]:
+    for line_number, record in jsonl_objects(path):
+        if text_field not in record:
+            raise ValueError(f"{path}:{line_number}: no {text_field!r} field (found {sorted(record)}); "
+                             "pass text_field= with the name of the field that holds the text")
+        text = record[text_field]
+        if not isinstance(text, str):
+            raise ValueError(f"{path}:{line_number}: field {text_field!r} holds {type(text).__name__}, "
+                             "not a str; fix the record or drop it")
+        yield _sentences(text, split)
 
 
 def _sentences(text: str, split: Callable[[str], list[str]]) -> list[str]:

@@ -1,0 +1,77 @@
+"""Batches over a fixed set of examples: shuffled epochs for training, length-sorted for inference.
+
+Fine-tuning data fits in memory as lists of token ids (one row per example or window);
+a task supplies `collate(indices) -> dict of padded tensors` and these classes decide the
+order. Both pretraining and fine-tuning streams report their position, so a resumed run
+continues with the very next batch.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+
+Collate = Callable[[list[int]], dict[str, torch.Tensor]]
+
+
+class ShuffledBatches:
+    """Endless batches of `size` examples: a new permutation every epoch, seeded by (seed, epoch).
+
+    The last batch of an epoch may be short (no example is dropped). state_dict() holds the
+    epoch and the number of batches already given out in it.
+    """
+
+    def __init__(self, size: int, batch_size: int, collate: Collate, seed: int = 0):
+        if size < 1:
+            raise ValueError("no training examples: check the data file and its columns")
+        self.size, self.batch_size, self.collate, self.seed = size, batch_size, collate, seed
+        self.epoch, self.batches_done = 0, 0
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return -(-self.size // self.batch_size)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        while True:
+            order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed * 10_007 + self.epoch))
+            while self.batches_done < self.batches_per_epoch:
+                start = self.batches_done * self.batch_size
+                self.batches_done += 1
+                yield self.collate(order[start:start + self.batch_size].tolist())
+            self.epoch, self.batches_done = self.epoch + 1, 0
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "batches_done": self.batches_done}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.batches_done = state["epoch"], state["batches_done"]
+
+
+def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> Iterator[list[int]]:
+    """Indices in batches of similar length (longest first): little padding, so fast inference."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    for start in range(0, len(order), batch_size):
+        yield order[start:start + batch_size]
+
+
+@torch.no_grad()
+def predict_rows(model: torch.nn.Module, lengths: Sequence[int], collate: Collate, *, batch_size: int = 64,
+                 outputs: Callable = lambda output: output.logits, per_token: bool = False,
+                 device: torch.device = torch.device("cpu")) -> list:
+    """Run `model` over every row and return its outputs as numpy arrays, one per row, in row order.
+
+    `outputs(model_output)` picks the tensor to keep, or a tuple of them (QA's start and end
+    logits; rows are then tuples too). With per_token, each (seq, ...) row is cut back to the
+    row's own length, so padding never leaks into post-processing.
+    """
+    model.eval()
+    rows: list = [None] * len(lengths)
+    for indices in length_sorted_batches(lengths, batch_size):
+        batch = {key: value.to(device) for key, value in collate(indices).items() if key != "labels"}
+        picked = outputs(model(**batch))
+        tensors = picked if isinstance(picked, tuple) else (picked,)
+        tensors = [t.float().cpu().numpy() for t in tensors]
+        for position, index in enumerate(indices):
+            values = tuple(t[position][:lengths[index]] if per_token else t[position] for t in tensors)
+            rows[index] = values if isinstance(picked, tuple) else values[0]
+    return rows
