@@ -23,6 +23,9 @@ COMMANDS = {
     "train-tokenizer": commands.train_tokenizer,
     "prepare": commands.prepare,
     "pretrain": commands.pretrain,
+    "finetune": commands.finetune,
+    "predict": commands.predict,
+    "baseline": commands.baseline,
 }
 
 

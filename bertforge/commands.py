@@ -215,3 +215,98 @@ def pretrain(*overrides: str, config: str, init_from: str | None = None, resume:
     evaluations = [r for r in records if any(k.startswith("eval_") for k in r)]
     if evaluations:
         print("held-out: " + ", ".join(f"{k} {v:.4f}" for k, v in evaluations[-1].items() if k != "step"))
+
+
+def finetune(*overrides: str, task: str | None = None, data: str | None = None, dev: str | None = None,
+             test: str | None = None, init_from: str | None = None, output: str | None = None,
+             text_columns: list[str] | None = None, label_column: str | None = None, config: str | None = None,
+             resume: bool = False) -> None:
+    """Fine-tune a checkpoint for classification, NER or question answering; keep the best model on dev.
+
+    Args:
+        overrides: section.key=value settings, e.g. epochs=2 training.learning_rate=3e-5 data.max_length=256
+        task: classification (CSV/TSV/JSONL), ner (CoNLL) or qa (SQuAD JSON); default classification
+        data: the training file
+        dev: the dev file (evaluated every epoch; the best model is kept)
+        test: the test file (scored once with the best model)
+        init_from: the checkpoint to start from (folder or packaged short name); default minilm
+        output: the run folder (best model in OUTPUT/best, metrics in OUTPUT/results.json)
+        text_columns: classification: the text column, or two for text pairs (default: text)
+        label_column: classification: the label column (default: label)
+        config: a recipe YAML with these settings (flags and overrides take precedence)
+        resume: continue the run in the output folder from its latest checkpoint
+    """
+    from .recipes.finetune import FinetuneRecipe, run_finetuning
+    from .recipes.settings import apply_overrides, read_recipe
+
+    values = read_recipe(config) if config else {}
+    flags = {"task": task, "init_from": init_from, "data.train": data, "data.dev": dev, "data.test": test,
+             "data.text_columns": text_columns, "data.label_column": label_column, "training.output_dir": output}
+    for key, value in flags.items():
+        if value is not None:
+            *sections, leaf = key.split(".")
+            node = values
+            for section in sections:
+                node = node.setdefault(section, {})
+            node[leaf] = value
+    apply_overrides(values, list(overrides))
+    base = Path(config).resolve().parent if config else Path.cwd()
+    recipe = FinetuneRecipe.from_values(values, base)
+    results = run_finetuning(recipe, resume=resume)
+    for split in ("dev", "test"):
+        if split in results:
+            print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
+    print(f"best model: {Path(recipe.training.output_dir) / 'best'}")
+
+
+def predict(*, model: str, input: str, output: str, batch_size: int = 64) -> None:
+    """Predict with a fine-tuned model: a CSV/TSV/JSONL (classification) or CoNLL (NER) or SQuAD file in,
+    predictions with probabilities out.
+
+    Args:
+        model: a folder written by `bertforge finetune` (its best/ folder) or any fine-tuned HF BERT checkpoint
+        input: the file to predict on (the columns the model was trained with; labels not needed)
+        output: where to write predictions: .csv, .tsv or .jsonl (NER also .conll; QA .json)
+        batch_size: rows per forward pass
+    """
+    from .recipes.finetune import load_for_prediction
+
+    task, network = load_for_prediction(model)
+    count = task.predict_file(network, input, output, batch_size=batch_size)
+    print(f"wrote {count:,} predictions to {output}")
+
+
+def baseline(*overrides: str, data: str | None = None, dev: str | None = None, test: str | None = None,
+             text_columns: list[str] | None = None, label_column: str | None = None, config: str | None = None,
+             output: str | None = None, seed: int = 0) -> None:
+    """TF-IDF + logistic regression on the same classification files: the honest baseline to beat.
+
+    Args:
+        overrides: data.key=value settings, e.g. data.problem_type=regression
+        data: the training file (CSV/TSV/JSONL)
+        dev: the dev file
+        test: the test file
+        text_columns: the text column, or two for text pairs (default: text)
+        label_column: the label column (default: label)
+        config: a fine-tuning recipe YAML whose data section to use (flags take precedence)
+        output: also write the metrics to this JSON file
+        seed: seed for the cross-validation folds
+    """
+    from .recipes.baseline import run_baseline
+    from .recipes.finetune import FinetuneRecipe
+    from .recipes.settings import apply_overrides, read_recipe
+
+    values = read_recipe(config) if config else {}
+    section = values.setdefault("data", {})
+    for key, value in {"train": data, "dev": dev, "test": test, "text_columns": text_columns,
+                       "label_column": label_column}.items():
+        if value is not None:
+            section[key] = value
+    apply_overrides(values, list(overrides))
+    recipe = FinetuneRecipe.from_values(values, Path(config).resolve().parent if config else Path.cwd())
+    results = run_baseline(recipe.data, seed=seed)
+    for split in ("dev", "test"):
+        if split in results:
+            print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
+    if output:
+        Path(output).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,68 @@
+"""Fine-tuning tasks: how files become rows of token ids, and model outputs become metrics and predictions.
+
+Each task class has the same small surface, which `recipes/finetune.py` and `predict` use:
+    model_class                 the BertFor... class it trains
+    default_metric              the dev metric that picks the best model
+    config_overrides()          num_labels / id2label / label2id / problem_type for the model
+    training_rows()             rows with len() and collate(indices) -> padded batch with labels
+    evaluate(model, split, batch_size, device) -> metrics on data.<split>
+    predict_file(model, input, output, batch_size, device) -> rows written
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+TASKS = ("classification", "ner", "qa")
+
+
+@dataclass
+class TaskSettings:
+    """Where the data is and how it is read; a field a task does not use is ignored by it."""
+
+    train: str = ""
+    dev: str = ""
+    test: str = ""
+    # classification: CSV/TSV/JSONL columns
+    text_columns: list[str] = field(default_factory=lambda: ["text"])  # two names: a text pair
+    label_column: str = "label"
+    problem_type: str = ""  # "": single- or multi-label from the labels; or regression
+    label_separator: str = "|"  # between the labels of a multi-label CSV cell
+    # sequence lengths and windows; 0 / -1 take the task's standard value
+    max_length: int = 0  # classification and ner 128, qa 384
+    stride: int = -1  # classification: overlap of a long text's windows (32); qa: doc_stride (128)
+    max_windows: int = 0  # 0: every window of a long text
+    combine: str = "mean"  # windows -> document: mean | max | clinical (ClinicalBERT, with combine_c)
+    combine_c: float = 2.0
+    # question answering
+    max_query_length: int = 64
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    version_2: bool = False  # SQuAD 2.0: questions may have no answer
+
+
+@dataclass
+class Rows:
+    """Training rows as the loop's batcher wants them: how many, and a padded batch for some indices."""
+
+    size: int
+    collate: Callable[[list[int]], dict[str, torch.Tensor]]
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def load_task(name: str, settings: TaskSettings, tokenizer, config=None):
+    """The task `name` reading `settings`; with a fine-tuned model's config, its labels come from there."""
+    if name == "classification":
+        from .classification import ClassificationTask
+        return ClassificationTask(settings, tokenizer, config)
+    if name == "ner":
+        from .ner import NerTask
+        return NerTask(settings, tokenizer, config)
+    if name == "qa":
+        from .qa import QuestionAnsweringTask
+        return QuestionAnsweringTask(settings, tokenizer, config)
+    raise ValueError(f"unknown task {name!r}; use one of {', '.join(TASKS)}")
