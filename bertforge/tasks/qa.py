@@ -1,0 +1,71 @@
+"""Extractive question answering on SQuAD v1.1 / v2.0 JSON: windows of the context, n-best spans, EM and F1."""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from ..data.batches import predict_rows
+from ..data.squad import QAExample, QAFeatures, postprocess, qa_features, read_squad, squad_evaluate
+from ..heads import BertForQuestionAnswering
+from . import Rows, TaskSettings
+
+
+class QuestionAnsweringTask:
+    model_class = BertForQuestionAnswering
+    default_metric = "f1"
+
+    def __init__(self, settings: TaskSettings, tokenizer, config=None):
+        self.settings, self.tokenizer = settings, tokenizer
+        self.max_length = settings.max_length or 384
+        self.doc_stride = 128 if settings.stride < 0 else settings.stride
+        self._examples = lru_cache(maxsize=None)(self._read)
+        self._features = lru_cache(maxsize=None)(self._encode)
+
+    def config_overrides(self) -> dict:
+        return {}  # start and end logits: the head's two outputs are fixed
+
+    def training_rows(self) -> Rows:
+        features = self._features("train")
+        return Rows(len(features), features.pad_batch)
+
+    def evaluate(self, model, split: str, batch_size: int = 64, device=torch.device("cpu")) -> dict[str, float]:
+        """Exact match and F1 (official normalisation, best over the gold answers) on data.<split>."""
+        examples = self._examples(split)
+        return squad_evaluate(examples, self.answers(model, examples, self._features(split), batch_size, device))
+
+    def answers(self, model, examples: list[QAExample], features: QAFeatures, batch_size: int, device,
+                return_nbest: bool = False):
+        logits = predict_rows(model, [len(ids) for ids in features.input_ids], features.pad_batch,
+                              batch_size=batch_size, per_token=True, device=device,
+                              outputs=lambda output: (output.start_logits, output.end_logits))
+        return postprocess(examples, features, [start for start, _ in logits], [end for _, end in logits],
+                           n_best_size=self.settings.n_best_size, max_answer_length=self.settings.max_answer_length,
+                           version_2=self.settings.version_2, return_nbest=return_nbest)
+
+    def predict_file(self, model, input_path: str, output_path: str, batch_size: int = 64,
+                     device=torch.device("cpu")) -> int:
+        """Answer every question of a SQuAD-format file; writes {id: answer} JSON (the official
+        prediction format) and, beside it, the n-best spans with probabilities."""
+        examples = read_squad(input_path, training=False)
+        features = qa_features(self.tokenizer, examples, self.max_length, self.doc_stride,
+                               self.settings.max_query_length, training=False)
+        predictions, nbest = self.answers(model, examples, features, batch_size, device, return_nbest=True)
+        output = Path(output_path)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(predictions, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        output.with_suffix(".nbest.json").write_text(json.dumps(nbest, indent=2, ensure_ascii=False) + "\n",
+                                                     encoding="utf-8")
+        return len(predictions)
+
+    def _read(self, split: str):
+        path = getattr(self.settings, split)
+        if not path:
+            raise ValueError(f"no data.{split} file given")
+        return read_squad(path, training=split == "train")
+
+    def _encode(self, split: str) -> QAFeatures:
+        return qa_features(self.tokenizer, self._examples(split), self.max_length, self.doc_stride,
+                           self.settings.max_query_length, training=split == "train")
