@@ -26,6 +26,13 @@ COMMANDS = {
     "finetune": commands.finetune,
     "predict": commands.predict,
     "baseline": commands.baseline,
+    "readmission": {  # bertforge readmission prepare|train|evaluate|report|score
+        "prepare": commands.readmission_prepare,
+        "train": commands.readmission_train,
+        "evaluate": commands.readmission_evaluate,
+        "report": commands.readmission_report,
+        "score": commands.readmission_score,
+    },
 }
 
 
@@ -79,7 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bertforge", description="BERT end to end: tokenize, embed, inspect, fill masks.")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     for name, function in COMMANDS.items():
-        add_command(subparsers, name, function)
+        if isinstance(function, dict):  # a command group: its own sub-commands
+            group = subparsers.add_parser(name, help=f"{name}: {', '.join(function)}")
+            group.set_defaults(_function=None)
+            inner = group.add_subparsers(title=f"{name} commands", metavar="COMMAND")
+            for inner_name, inner_function in function.items():
+                add_command(inner, inner_name, inner_function)
+        else:
+            add_command(subparsers, name, function)
     return parser
 
 

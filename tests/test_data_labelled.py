@@ -236,3 +236,10 @@ def test_window_argument_errors(tokenizer):
         encode_windows(tokenizer, [("a", "b")], max_length=4)
     with pytest.raises(ValueError, match="2 labels for 1 rows"):
         encode_windows(tokenizer, [("a",)], labels=torch.tensor([0, 1]))
+
+
+def test_id_column_travels_with_its_rows(tmp_path):
+    path = tmp_path / "chunks.csv"
+    path.write_text("ID,TEXT,Label\n7,first chunk,1\n7,,1\n9,other admission,0\n", encoding="utf-8")
+    rows = read_rows(path, text_columns=["TEXT"], label_column="Label", id_column="ID")
+    assert rows.ids == ["7", "9"] and rows.labels == ["1", "0"]  # the empty chunk is skipped with its id

