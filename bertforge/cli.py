@@ -83,7 +83,7 @@ def add_command(subparsers, name: str, function) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertforge", description="BERT end to end: tokenize, embed, inspect, fill masks.")
+    parser = argparse.ArgumentParser(prog="bertforge", description="BERT end to end: tokenize, embed, pretrain, fine-tune, predict, readmission.")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     for name, function in COMMANDS.items():
         if isinstance(function, dict):  # a command group: its own sub-commands

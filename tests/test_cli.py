@@ -19,7 +19,8 @@ def run(capsys, *argv):
 def test_help_lists_every_command():
     result = subprocess.run([sys.executable, "-m", "bertforge.cli", "--help"], capture_output=True, text=True)
     assert result.returncode == 0
-    for command in ("demo", "tokenize", "embed", "info", "fill-mask", "train-tokenizer"):
+    for command in ("demo", "tokenize", "embed", "info", "fill-mask", "train-tokenizer", "prepare", "pretrain",
+                    "finetune", "predict", "baseline", "readmission"):
         assert command in result.stdout
     embed_help = build_parser().parse_args(["embed", "in.txt", "out.npy"])
     assert embed_help.pooling == "mean" and embed_help.layers == "-1"

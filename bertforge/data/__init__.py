@@ -1,4 +1,5 @@
-"""Pretraining data: raw text → tokenized shards → sentence pairs → masked instances → batches."""
+"""Data: pretraining (raw text → tokenized shards → sentence pairs → masked instances → batches) and
+fine-tuning readers (labelled tables in `labelled`, CoNLL in `conll`, SQuAD in `squad`)."""
 from .corpus import read_documents, split_lines, split_sentences
 from .dataset import PretrainingConfig, PretrainingDataset, collate
 from .masking import mask_tokens
