@@ -29,7 +29,10 @@ class ClassificationTask:
     def __init__(self, settings: TaskSettings, tokenizer, config=None):
         self.settings, self.tokenizer = settings, tokenizer
         self.max_length = settings.max_length or 128
-        self.stride = 32 if settings.stride < 0 else settings.stride
+        # Default overlap: 32 pieces, or a quarter of a window when windows are short.
+        self.stride = min(32, (self.max_length - 2) // 4) if settings.stride < 0 else settings.stride
+        self._rows = lru_cache(maxsize=None)(self._read)  # each split is read and tokenized once
+        self._windows = lru_cache(maxsize=None)(self._encode)
         if config is not None:  # a fine-tuned model: its labels, whatever the files hold
             self.labels = LabelSpace.from_config(config)
         else:
@@ -37,7 +40,6 @@ class ClassificationTask:
             self.labels = LabelSpace.infer(rows.labels, settings.problem_type or None, settings.label_separator)
         self.labels.label_separator = settings.label_separator
         self.default_metric = DEFAULT_METRICS[self.labels.problem_type]
-        self._windows = lru_cache(maxsize=None)(self._encode)  # each split is read and tokenized once
 
     def config_overrides(self) -> dict:
         return {"num_labels": self.labels.num_labels, "id2label": self.labels.id2label,
@@ -100,7 +102,7 @@ class ClassificationTask:
             return {"prediction": self.settings.label_separator.join(chosen), **probabilities}
         return {"prediction": self.labels.labels[int(np.argmax(score))], **probabilities}
 
-    def _rows(self, split: str):
+    def _read(self, split: str):
         path = getattr(self.settings, split)
         if not path:
             raise ValueError(f"no data.{split} file given")
