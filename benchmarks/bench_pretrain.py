@@ -4,23 +4,30 @@ For each config (BERT-mini, BERT-base; vocabulary 30522) and precision (fp32, bf
 times a training step, forward + MLM/NSP loss + backward + AdamW step + zero_grad, of
   - bertforge, full MLM head (every position scored against the whole vocabulary),
   - bertforge, masked-only MLM head (only the ~15% labelled positions are scored),
+  - the same with unpadding off (the encoder then runs on padded (batch, seq) tensors; by default
+    it drops the padding in training when more than 5% of the batch is padding),
   - transformers.BertForPreTraining, its default attention implementation (sdpa),
 and prints one Markdown table: median step time, tokens/s (non-pad tokens), steps/s, and the
 ratio to transformers fp32 of the same config. Before the table, the share of forward FLOPs
 spent in the MLM head, computed from the config and the batches, shows where a speed-up can
 come from.
 
-All three models start from one set of random weights (bertforge's `save_pretrained`, loaded
+All the models start from one set of random weights (bertforge's `save_pretrained`, loaded
 back by each) and train on the same batches in the same order: real pretraining instances
 (Persuasion, one paragraph per document as in recipes/pretrain-austen-mini.yaml, with the
 all-MiniLM-L6-v2 / bert-base-uncased vocabulary) made by bertforge's own pipeline (sentence
 pairs, 15% masking capped at 20 per sequence, NSP labels) and padded to --seq-len. Models of a
 precision run interleaved, one step each in turn after --warmup untimed steps, so load from
 other processes falls on all of them alike; each cell is the median over the timed steps. A
-loss check first (dropout off) makes sure the three compute the same loss from the same weights.
+loss check first (dropout off) makes sure they all compute the same loss from the same weights.
 On CPUs without AVX512-BF16/AMX, bf16 matmuls are emulated and 10-20x slower than fp32 in a
 training step, hence few bf16 steps by default; bf16 rows are timed after the fp32 ones, so their
 ratio to transformers fp32 also spans any change in machine load.
+
+OMP_WAIT_POLICY defaults to PASSIVE here (export it to override; the header shows it): on a machine
+shared with another job, OpenMP workers that spin between parallel regions take the time slices the
+working threads need. With 2 threads on 2 busy cores, spinning made BERT-mini steps ~4x slower for
+bertforge and ~1.7x for transformers, so the table measured the scheduler more than the models.
 
     python benchmarks/bench_pretrain.py [--configs mini,base] [--precisions fp32,bf16]
         [--batch-size 32] [--seq-len 128] [--steps N] [--warmup N] [--bf16-steps 1] [--threads N]
@@ -37,6 +44,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch starts OpenMP: before `import torch`
 
 import torch
 import transformers
@@ -84,29 +93,36 @@ def make_batches(count: int, batch_size: int, seq_len: int) -> list[dict[str, to
 def forward_flops(config: BertConfig, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
     """Mean forward FLOPs per batch (2 per multiply-add) of the encoder and of the MLM head.
 
-    Both models run the encoder on every position, padding included; the full MLM head scores
-    every position too, the masked-only head only the labelled ones. Embedding lookups, norms,
-    softmaxes and the pooler/NSP (a few vectors per sequence) are left out: well under 1%.
+    transformers runs the encoder on every position, padding included; bertforge unpadded runs its
+    projections and feed-forward on the real tokens only (attention stays (seq, seq) per sequence).
+    The full MLM head scores every position, the masked-only head only the labelled ones. Embedding
+    lookups, norms, softmaxes and the pooler/NSP (a few vectors per sequence) are left out: well under 1%.
     """
     hidden, inter, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
     batch, seq = batches[0]["input_ids"].shape
     positions = batch * seq
+    tokens = statistics.mean(int(b["attention_mask"].sum()) for b in batches)
     predictions = statistics.mean(int((b["labels"] != -100).sum()) for b in batches)
-    per_layer = positions * (2 * 4 * hidden * hidden + 2 * 2 * hidden * inter) + batch * 2 * 2 * seq * seq * hidden
+    per_token = 2 * 4 * hidden * hidden + 2 * 2 * hidden * inter  # q, k, v, output and feed-forward matmuls
+    attention = batch * 2 * 2 * seq * seq * hidden
     head_per_position = 2 * hidden * hidden + 2 * hidden * vocab  # transform dense + vocabulary projection
-    return {"encoder": config.num_hidden_layers * per_layer, "head_full": positions * head_per_position,
-            "head_masked": predictions * head_per_position, "predictions": predictions}
+    return {"encoder": config.num_hidden_layers * (positions * per_token + attention),
+            "encoder_unpadded": config.num_hidden_layers * (tokens * per_token + attention),
+            "head_full": positions * head_per_position, "head_masked": predictions * head_per_position,
+            "predictions": predictions}
 
 
 def flops_line(name: str, config: BertConfig, batches: list[dict[str, torch.Tensor]]) -> str:
     flops = forward_flops(config, batches)
     full = flops["encoder"] + flops["head_full"]
     masked = flops["encoder"] + flops["head_masked"]
+    unpadded = flops["encoder_unpadded"] + flops["head_masked"]
     return (f"- {name} ({config.num_hidden_layers} layers, hidden {config.hidden_size}, vocab {config.vocab_size}): "
             f"forward {full / 1e9:,.1f} GFLOP/batch with the full MLM head, of which the head is "
             f"{flops['head_full'] / full:.0%}; masked-only ({flops['predictions']:.0f} predictions/batch): "
-            f"{masked / 1e9:,.1f} GFLOP, head {flops['head_masked'] / masked:.1%}. "
-            f"FLOP bound on the masked-only speed-up: {full / masked:.2f}x.")
+            f"{masked / 1e9:,.1f} GFLOP, head {flops['head_masked'] / masked:.1%}; masked-only and unpadded: "
+            f"{unpadded / 1e9:,.1f} GFLOP. FLOP bound on the speed-up: {full / masked:.2f}x masked-only, "
+            f"{full / unpadded:.2f}x unpadded too.")
 
 
 # ---- timing -----------------------------------------------------------------------------------
@@ -133,11 +149,14 @@ def autocast(dtype: torch.dtype | None):
 
 
 def load_contenders(folder: Path) -> list[Contender]:
-    """Three models with the weights saved in `folder`, each with BERT's AdamW (decay skips LayerNorm, biases)."""
+    """The models with the weights saved in `folder`, each with BERT's AdamW (decay skips LayerNorm, biases)."""
     peer = transformers.BertForPreTraining.from_pretrained(folder)
+    padded = BertForPreTraining.from_pretrained(folder)
+    padded.bert.encoder.unpad_above = None  # the layers see (batch, seq, hidden), padding included
     contenders = [Contender("bertforge, full head", BertForPreTraining.from_pretrained(folder), {}),
                   Contender("bertforge, masked-only head", BertForPreTraining.from_pretrained(folder),
                             {"masked_only": True}),
+                  Contender("bertforge, masked-only head, unpadding off", padded, {"masked_only": True}),
                   Contender(f"transformers ({peer.config._attn_implementation})", peer, {})]
     for contender in contenders:
         contender.model.train()  # dropout on, as in pretraining
@@ -146,7 +165,7 @@ def load_contenders(folder: Path) -> list[Contender]:
 
 
 def check_same_loss(contenders: list[Contender], batch: dict[str, torch.Tensor]) -> list[float]:
-    """Eval-mode losses of all three on one batch: equal weights and equal work must give one loss."""
+    """Eval-mode losses of all of them on one batch: equal weights and equal work must give one loss."""
     losses = []
     with torch.no_grad():
         for contender in contenders:
@@ -216,7 +235,8 @@ def main() -> None:
     print(f"BertForPreTraining training step (fwd + loss + bwd + AdamW + zero_grad), batch {args.batch_size} x "
           f"{args.seq_len}, {statistics.mean(tokens):,.0f} non-pad tokens/batch ({padding:.0%} padding), "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"CPU {torch.backends.cpu.get_cpu_capability()}, load average {load:.2f} at start; "
+          f"CPU {torch.backends.cpu.get_cpu_capability()}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, "
+          f"load average {load:.2f} at start; "
           "median over timed steps (warm-up + timed: "
           + ", ".join(f"{n} {p} {plan[n][p][0]}+{plan[n][p][1]}" for n in configs for p in precisions) + ")\n")
 

@@ -15,6 +15,7 @@ from .model import BertModel, activation
 from .outputs import ClassifierOutput, EncoderOutput, PreTrainingOutput, QuestionAnsweringOutput
 
 IGNORE_INDEX = -100
+CPU_VOCAB_SLICE = 2048  # words per slice of the masked-only MLM projection on CPU (see `masked_lm`)
 
 
 class PredictionHeadTransform(nn.Module):
@@ -40,9 +41,14 @@ class LMPredictionHead(nn.Module):
         self.decoder.weight = word_embeddings.weight
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
-    def forward(self, hidden_states: Tensor) -> Tensor:
-        # The bias goes into the projection: a separate add over (tokens, vocab) costs ~0.6 s a mini step.
-        return F.linear(self.transform(hidden_states), self.decoder.weight, self.bias)  # (..., vocab)
+    def forward(self, hidden_states: Tensor, vocab_slice: int | None = None) -> Tensor:
+        """(..., hidden) -> (..., vocab) scores; vocab_slice: project onto that many words at a time."""
+        transformed = self.transform(hidden_states)
+        if vocab_slice is None:
+            # The bias goes into the projection: a separate add over (tokens, vocab) costs ~0.6 s a mini step.
+            return F.linear(transformed, self.decoder.weight, self.bias)  # (..., vocab)
+        slices = zip(self.decoder.weight.split(vocab_slice), self.bias.split(vocab_slice))
+        return torch.cat([F.linear(transformed, weight, bias) for weight, bias in slices], dim=-1)
 
 
 class PreTrainingHeads(nn.Module):
@@ -69,7 +75,10 @@ def masked_lm(head: LMPredictionHead, hidden_states: Tensor, labels: Tensor | No
     """
     if masked_only and labels is not None:
         selected = labels != IGNORE_INDEX  # (batch, seq)
-        logits = head(hidden_states[selected])  # (num_predictions, vocab)
+        # On CPU, scoring a few hundred rows against 30k words runs ~25% faster in 2048-word slices,
+        # whose outputs stay in cache, than as one GEMM (~5% of a BERT-mini pretraining step).
+        vocab_slice = CPU_VOCAB_SLICE if hidden_states.device.type == "cpu" else None
+        logits = head(hidden_states[selected], vocab_slice)  # (num_predictions, vocab)
         return logits, masked_lm_loss(logits, labels[selected])
     logits = head(hidden_states)  # (batch, seq, vocab)
     return logits, masked_lm_loss(logits, labels) if labels is not None else None

@@ -202,3 +202,105 @@ def test_pretraining_without_nsp_labels_is_mlm_only():
     both = model(**inputs, **extra).loss
     nsp = torch.nn.functional.cross_entropy(model(**inputs).seq_relationship_logits, extra["next_sentence_label"])
     torch.testing.assert_close(both, mlm_only + nsp)
+
+
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+@pytest.mark.parametrize("masked_only", [False, True])
+def test_unpadded_training_path_matches_transformers(masked_only, tmp_path):
+    """In training the encoder drops padding once and restores it once: same loss, logits, states, gradients."""
+    reference, ours = pair("BertForPreTraining", tmp_path, **NO_DROPOUT)
+    reference.train(), ours.train()
+    ours.bert.encoder.unpad_above = 0.0  # unpad whenever anything is padded
+    inputs, g = tiny_inputs(seed=6)
+    inputs.update(labels_for("BertForPreTraining", g, num_labels=2))
+    valid = inputs["attention_mask"].bool()
+    inputs["labels"][~valid] = -100  # as in real pretraining data: padding is never a prediction target
+    assert ours.bert.encoder.real_token_indices(valid[:, None, None, :], output_attentions=False) is not None
+    ref_out = reference(**inputs, output_hidden_states=True)
+    our_out = ours(**inputs, output_hidden_states=True, masked_only=masked_only)
+
+    torch.testing.assert_close(our_out.loss, ref_out.loss, atol=1e-5, rtol=1e-4)
+    selected = inputs["labels"] != -100
+    expected_logits = ref_out.prediction_logits[selected] if masked_only else ref_out.prediction_logits[valid]
+    actual_logits = our_out.prediction_logits if masked_only else our_out.prediction_logits[valid]
+    torch.testing.assert_close(actual_logits, expected_logits, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(our_out.seq_relationship_logits, ref_out.seq_relationship_logits, atol=1e-5, rtol=1e-4)
+    for ref_h, our_h in zip(ref_out.hidden_states, our_out.hidden_states, strict=True):
+        assert our_h.shape == ref_h.shape
+        torch.testing.assert_close(our_h[valid], ref_h[valid], atol=1e-5, rtol=1e-4)
+    ref_out.loss.backward()
+    our_out.loss.backward()
+    ref_grads = {k: p.grad for k, p in reference.named_parameters() if p.grad is not None}
+    our_grads = {k: p.grad for k, p in ours.named_parameters() if p.grad is not None}
+    assert set(our_grads) == set(ref_grads)
+    for key, grad in ref_grads.items():
+        torch.testing.assert_close(our_grads[key], grad, atol=1e-5, rtol=1e-4, msg=key)
+
+
+def test_unpadded_path_equals_padded_path_with_dropout_off():
+    """Switching unpadding on changes nothing but speed; asking for attentions falls back to the padded path."""
+    torch.manual_seed(0)
+    model = bertforge.BertModel(BertConfig(**TINY, **NO_DROPOUT)).train()
+    inputs, g = tiny_inputs(seed=7)
+    valid = inputs["attention_mask"].bool()
+    directions = torch.randn(TINY["hidden_size"], generator=g)
+    results = {}
+    for unpad_above in (None, 0.0):
+        model.encoder.unpad_above = unpad_above
+        model.zero_grad()
+        out = model(**inputs, output_hidden_states=True)
+        (out.last_hidden_state[valid] @ directions).sum().backward()
+        grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+        results[unpad_above] = out, grads
+    (padded, padded_grads), (unpadded, unpadded_grads) = results[None], results[0.0]
+    for ours, reference in zip(unpadded.hidden_states, padded.hidden_states, strict=True):
+        torch.testing.assert_close(ours[valid], reference[valid], atol=1e-6, rtol=1e-5)
+    assert torch.all(unpadded.last_hidden_state[~valid] == 0)  # padding comes back as zeros
+    torch.testing.assert_close(unpadded.pooler_output, padded.pooler_output, atol=1e-6, rtol=1e-5)
+    assert set(unpadded_grads) == set(padded_grads)
+    for key, grad in padded_grads.items():
+        torch.testing.assert_close(unpadded_grads[key], grad, atol=1e-6, rtol=1e-5, msg=key)
+    with_attentions = model(**inputs, output_attentions=True)  # padded path: probabilities need (seq, seq)
+    assert with_attentions.attentions[0].shape == (BATCH, TINY["num_attention_heads"], SEQ, SEQ)
+    torch.testing.assert_close(with_attentions.last_hidden_state[valid], padded.last_hidden_state[valid],
+                               atol=1e-6, rtol=1e-5)
+
+
+def test_unpadding_is_automatic_only_when_it_pays():
+    encoder = bertforge.BertModel(BertConfig(**TINY)).encoder.train()
+    mask = torch.ones(4, 10, dtype=torch.bool)
+    mask[0, 8:] = False  # 5% padding
+    key_mask = mask[:, None, None, :]
+    encoder.unpad_above = 0.1
+    assert encoder.real_token_indices(key_mask, output_attentions=False) is None
+    mask[1:, 5:] = False  # 42.5% padding
+    indices = encoder.real_token_indices(key_mask, output_attentions=False)
+    torch.testing.assert_close(indices, mask.flatten().nonzero().squeeze(1))
+    assert encoder.real_token_indices(key_mask, output_attentions=True) is None  # probabilities need the padded path
+    assert encoder.real_token_indices(None, output_attentions=False) is None  # nothing padded
+    encoder.unpad_above = None
+    assert encoder.real_token_indices(key_mask, output_attentions=False) is None  # switched off
+    encoder.unpad_above = 0.1
+    encoder.eval()  # inference keeps transformers' values at padded positions
+    assert encoder.real_token_indices(key_mask, output_attentions=False) is None
+
+
+def test_vocabulary_slices_give_the_whole_projection():
+    """The masked-only head projects onto the vocabulary in slices on CPU: same scores, same gradients."""
+    torch.manual_seed(0)
+    model = bertforge.BertForMaskedLM(BertConfig(**TINY))
+    head = model.cls.predictions
+    hidden_states = torch.randn(11, TINY["hidden_size"])
+    results = []
+    for vocab_slice in (None, 16):  # 99 words: six slices of 16 and a last one of 3
+        model.zero_grad()
+        logits = head(hidden_states, vocab_slice)
+        (logits * torch.linspace(-1, 1, TINY["vocab_size"])).sum().backward()
+        results.append((logits, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}))
+    (whole, whole_grads), (sliced, sliced_grads) = results
+    torch.testing.assert_close(sliced, whole)
+    assert set(sliced_grads) == set(whole_grads) and sliced_grads
+    for key, grad in whole_grads.items():
+        torch.testing.assert_close(sliced_grads[key], grad, msg=key)
