@@ -192,10 +192,11 @@ class Scripted:
         return {"macro_f1": self.scores[len(self.seen) - 1]}
 
 
-def tiny_classifier():
+def tiny_classifier(dropout: float = 0.1):
     torch.manual_seed(0)
     config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, id2label={0: "no", 1: "yes"})
+                        intermediate_size=32, id2label={0: "no", 1: "yes"}, hidden_dropout_prob=dropout,
+                        attention_probs_dropout_prob=dropout)
     return BertForSequenceClassification(config)
 
 
@@ -279,3 +280,15 @@ def test_question_answering_end_to_end_on_austen_paragraphs(data_dir, cassette_d
     first = nbest[gold[0].id]
     assert first[0]["text"] == predictions[gold[0].id]
     assert sum(entry["probability"] for entry in first) == pytest.approx(1, abs=1e-4)
+
+
+@pytest.mark.slow  # compiling takes ~30-60 s on CPU: run with -m slow
+def test_compiled_training_gives_the_eager_losses(tmp_path):
+    def losses(compile_model):
+        torch.manual_seed(0)
+        config = TrainConfig(output_dir=str(tmp_path / str(compile_model)), max_steps=3, learning_rate=1e-3,
+                             log_every=1, compile=compile_model, tensorboard=False, plot=False)
+        # Dropout off: compiled kernels draw their random masks differently from eager ones.
+        return [r["loss"] for r in train(tiny_classifier(dropout=0.0), random_batches(), config) if "loss" in r]
+
+    np.testing.assert_allclose(losses(True), losses(False), atol=1e-5)
