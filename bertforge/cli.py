@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, function in COMMANDS.items():
         if isinstance(function, dict):  # a command group: its own sub-commands
             group = subparsers.add_parser(name, help=f"{name}: {', '.join(function)}")
-            group.set_defaults(_function=None)
+            group.set_defaults(_function=None, _help=group.print_help)
             inner = group.add_subparsers(title=f"{name} commands", metavar="COMMAND")
             for inner_name, inner_function in function.items():
                 add_command(inner, inner_name, inner_function)
@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     arguments = vars(parser.parse_args(argv))
     function = arguments.pop("_function", None)
-    if function is None:
-        parser.print_help()
+    if function is None:  # no command, or a group without its sub-command: say what there is
+        arguments.pop("_help", parser.print_help)()
         return 2
     variadic = [p.name for p in inspect.signature(function).parameters.values() if p.kind is inspect.Parameter.VAR_POSITIONAL]
     positional = arguments.pop(variadic[0]) if variadic else []

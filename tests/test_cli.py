@@ -126,3 +126,10 @@ def test_demo_runs_the_walk_through(capsys):
     assert difference < 1e-5  # the hand-made embedding sum is what the model computes
     bank = {line.split("=")[0].strip(): float(line.split("=")[1]) for line in out.splitlines() if "cosine(" in line}
     assert bank["cosine('bank vault', 'bank robber')"] > bank["cosine('bank vault', 'river bank')"]
+
+
+def test_a_command_group_without_its_sub_command_lists_them(capsys):
+    code, out, _ = run(capsys, "readmission")
+    assert code == 2
+    for command in ("prepare", "train", "evaluate", "report", "score"):
+        assert command in out
