@@ -102,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     arguments = vars(parser.parse_args(argv))
     function = arguments.pop("_function", None)
+    print_help = arguments.pop("_help", parser.print_help)  # a group's sub-commands inherit it: always drop it
     if function is None:  # no command, or a group without its sub-command: say what there is
-        arguments.pop("_help", parser.print_help)()
+        print_help()
         return 2
     variadic = [p.name for p in inspect.signature(function).parameters.values() if p.kind is inspect.Parameter.VAR_POSITIONAL]
     positional = arguments.pop(variadic[0]) if variadic else []

@@ -133,3 +133,6 @@ def test_a_command_group_without_its_sub_command_lists_them(capsys):
     assert code == 2
     for command in ("prepare", "train", "evaluate", "report", "score"):
         assert command in out
+    # ...and its sub-commands still run (the group's own defaults must not leak into their arguments).
+    code, out, _ = run(capsys, "readmission", "report", "no-such-folder", "--output", "unused")
+    assert code == 2  # a clear error about the missing runs, not a TypeError

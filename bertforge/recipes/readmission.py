@@ -245,5 +245,5 @@ def write_report(runs: list[Path], output: Path) -> str:
                                            np.array([float(r["score"]) for r in rows]))
         if curves:
             plot_curves(curves, output / f"roc-{task}.png", output / f"pr-{task}.png",
-                        f"30-day readmission, {TASK_TITLES[task].lower()} (test admissions)")
+                        f"Readmission, {TASK_TITLES[task].lower()}")
     return markdown
