@@ -8,18 +8,16 @@ TF-era LayerNorm names `gamma`/`beta`, and checkpoints without a pooler or head
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from .atomic import staging_folder
 from .config import CONFIG_NAME, BertConfig
 
 logger = logging.getLogger("bertforge")
@@ -111,21 +109,6 @@ class BertPreTrainedModel(nn.Module):
             else:
                 staging.rename(target)
         return target
-
-
-@contextlib.contextmanager
-def staging_folder(target: Path) -> Iterator[Path]:
-    """A hidden temp folder beside `target` to write into before publishing; removed on exit.
-
-    Beside, not in /tmp, so that publishing is a rename on the same file system. What the
-    caller did not move out (after an error, say) is deleted, so no half-written folder stays.
-    """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        yield staging
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def config_with_overrides(config: BertConfig, overrides: dict[str, Any]) -> BertConfig:

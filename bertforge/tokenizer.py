@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tokenizers import AddedToken
 
+from .atomic import replaced_file
 from .vocab_training import SPECIAL_TOKENS, build_engine, check_vocab, load_settings, read_vocab_file, train_vocab
 
 DEFAULT_MODEL_MAX_LENGTH = 512
@@ -350,9 +351,8 @@ class BertTokenizer:
         paths = []
         for name, text in contents.items():
             path = directory / name
-            temporary = path.with_name(path.name + ".tmp")
-            temporary.write_text(text, encoding="utf-8")
-            os.replace(temporary, path)
+            with replaced_file(path) as temporary:
+                temporary.write_text(text, encoding="utf-8")
             paths.append(str(path))
         return tuple(paths)
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..atomic import replaced_file
+
 logger = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100  # torch.nn.functional.cross_entropy's default ignore_index
@@ -141,11 +143,8 @@ def write_conll(sentences: Sequence[TaggedSentence], path: str | os.PathLike) ->
                 _check_writable(tag, "tag", where, forbid_space=True)
             lines.append(word if tag is None else f"{word}\t{tag}")
         lines.append("")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    os.replace(temporary, path)
+    with replaced_file(path) as temporary:
+        temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 def _check_writable(value, kind: str, where: str, forbid_space: bool) -> None:

@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from ..atomic import replaced_file
+
 
 def write_records(records: list[dict], path: str | os.PathLike) -> Path:
     """Write dict rows to .csv/.tsv (columns from the first row) or .jsonl; a temp file is renamed in place.
@@ -15,9 +17,7 @@ def write_records(records: list[dict], path: str | os.PathLike) -> Path:
     path = Path(path)
     if path.suffix not in (".csv", ".tsv", ".jsonl"):
         raise ValueError(f"cannot write predictions to {path}: use a .csv, .tsv or .jsonl file name")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w", encoding="utf-8", newline="") as file:
+    with replaced_file(path) as temporary, open(temporary, "w", encoding="utf-8", newline="") as file:
         if path.suffix == ".jsonl":
             for record in records:
                 file.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -26,7 +26,6 @@ def write_records(records: list[dict], path: str | os.PathLike) -> Path:
             writer = csv.DictWriter(file, columns, delimiter="\t" if path.suffix == ".tsv" else ",")
             writer.writeheader()
             writer.writerows({k: _cell(v) for k, v in record.items()} for record in records)
-    os.replace(temporary, path)
     return path
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..checkpoint import staging_folder
+from ..atomic import staging_folder
 
 TRAINER_STATE = "trainer_state.pt"
 STEP_PATTERN = re.compile(r"^step-(\d+)$")
