@@ -24,13 +24,9 @@ def combine(probabilities: Sequence[float] | np.ndarray, method: str = "mean", c
     probabilities = np.asarray(probabilities, dtype=np.float64)
     if probabilities.ndim != 1 or probabilities.size == 0:
         raise ValueError(f"need a 1-D list of chunk probabilities, got shape {probabilities.shape}")
-    _check(method, c)
-    if method == "mean":
-        return float(probabilities.mean())
-    if method == "max":
-        return float(probabilities.max())
-    weight = probabilities.size / c
-    return float((probabilities.max() + probabilities.mean() * weight) / (1 + weight))
+    # One document of n chunks: the per-document code is the single home of the formulas.
+    _, scores = combine_per_document(np.zeros(probabilities.size, dtype=np.int64), probabilities, method, c)
+    return float(scores[0])
 
 
 def combine_per_document(document_index: Sequence[int] | np.ndarray, probabilities: Sequence | np.ndarray,

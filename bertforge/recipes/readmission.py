@@ -25,8 +25,9 @@ import torch
 from ..data.batches import ShuffledBatches, predict_rows
 from ..data.labelled import Windows, encode_windows, read_rows
 from ..heads import BertForSequenceClassification
-from ..long_documents import combine_per_document
+from ..long_documents import combine
 from ..metrics import readmission_metrics
+from ..readmission.baselines import admission_scores
 from ..readmission.notes import chunk_notes, clean_text
 from ..tokenizer import BertTokenizer
 from ..train.best import best_model_folder
@@ -99,7 +100,7 @@ class Chunks:
 
 def score_admissions(chunks: Chunks, chunk_probabilities: np.ndarray, c: float) -> dict:
     """Admission-level metrics and scores from chunk P(readmitted)."""
-    admissions, scores = combine_per_document(chunks.admissions, chunk_probabilities, method="clinical", c=c)
+    admissions, scores = admission_scores(chunks.admissions, chunk_probabilities, c=c)
     ids, labels = chunks.admission_labels()
     assert np.array_equal(ids, admissions)
     return {"metrics": readmission_metrics(labels, scores), "admissions": admissions, "labels": labels,
@@ -211,11 +212,8 @@ def admission_risk(model, tokenizer: BertTokenizer, notes: list[str], c: float =
     risks, seen = [], 0
     for chunks in chunks_per_note:
         seen += len(chunks)
-        if seen:
-            _, score = combine_per_document(np.zeros(seen, dtype=int), probabilities[:seen], "clinical", c)
-            risks.append(float(score[0]))
-        else:
-            risks.append(float("nan"))  # no words yet: no risk to show
+        # No words yet: no risk to show.
+        risks.append(combine(probabilities[:seen], "clinical", c) if seen else float("nan"))
     return RiskTrace(risks, probabilities.tolist(), texts[int(np.argmax(probabilities))])
 
 
