@@ -25,6 +25,7 @@ from .settings import build, read_recipe, resolve
 
 logger = logging.getLogger("bertforge")
 RESULTS_FILE = "results.json"
+TASK_FILE = "task.json"  # beside the best model: the task and how its inputs are read, for `predict`
 
 
 def finetuning_defaults() -> TrainConfig:
@@ -104,8 +105,6 @@ def run_finetuning(recipe: FinetuneRecipe, resume: bool = False) -> dict:
     (run_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return results
 
-
-TASK_FILE = "task.json"
 
 
 def task_card(recipe: FinetuneRecipe, init_from: str) -> dict:

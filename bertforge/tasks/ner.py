@@ -66,7 +66,7 @@ class NerTask:
 
         Writes CoNLL (word, tag) to a .conll/.txt output, else one record per sentence.
         """
-        sentences = [TaggedSentence(s.words, None, s.line) for s in read_conll(input_path)]
+        sentences = read_conll(input_path)
         tags = self.predict_tags(model, encode_for_tagging(self.tokenizer, sentences, None, self.max_length),
                                  batch_size, device)
         if Path(output_path).suffix in (".conll", ".txt"):
@@ -88,7 +88,4 @@ class NerTask:
     def _encode(self, split: str) -> TaggedFeatures:
         # Only training needs label ids; evaluation compares tag strings, so an unseen gold tag is fine.
         label2id = self.label2id if split == "train" else None
-        sentences = self._sentences(split)
-        if label2id is None:
-            sentences = [TaggedSentence(s.words, None, s.line) for s in sentences]
-        return encode_for_tagging(self.tokenizer, sentences, label2id, self.max_length)
+        return encode_for_tagging(self.tokenizer, self._sentences(split), label2id, self.max_length)
