@@ -17,6 +17,7 @@ from bertforge.data.shards import TokenizedCorpus
 from bertforge.errors import TrainingDiverged
 from bertforge.recipes.pretrain import EndlessBatches, PretrainRecipe, build_model, pretraining_statistics
 from bertforge.train.checkpointing import latest_checkpoint, list_checkpoints
+from bertforge.train import loop
 from bertforge.train.loop import train
 
 TINY_MODEL = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
@@ -133,6 +134,15 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(corpus_files, 
     assert last.name == "step-000004"
     reloaded = BertForPreTraining.from_pretrained(last / "model")
     assert all(torch.isfinite(p).all() for p in reloaded.parameters())
+
+
+def test_the_loop_releases_memory_every_few_steps(corpus_files, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(loop, "TRIM_EVERY", 2)
+    monkeypatch.setattr(loop, "release_freed_memory", lambda: calls.append(True))
+    recipe, model, corpus = tiny_setup(corpus_files, tmp_path, max_steps=6)
+    train(model, EndlessBatches(PretrainingDataset(corpus, recipe.data.instances), 8), recipe.training)
+    assert len(calls) == 3
 
 
 def test_two_processes_equal_one_with_the_same_global_batch(corpus_files, tmp_path):

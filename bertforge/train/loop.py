@@ -25,6 +25,7 @@ from ..errors import TrainingDiverged
 from .best import BestModel, best_model_folder
 from .checkpointing import latest_checkpoint, load_trainer_state, save_checkpoint
 from .distributed import Topology, all_reduce_sum, barrier
+from .memory import TRIM_EVERY, release_freed_memory
 from .optim import build_optimizer, linear_warmup_decay, warmup_steps_from
 from .run_log import RunLog, plot_curves
 
@@ -137,6 +138,8 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
             optimizer.zero_grad(set_to_none=True)
             step += 1
             progress.update(1)
+            if step % TRIM_EVERY == 0:
+                release_freed_memory()
             if step % config.log_every == 0 or step == config.max_steps:
                 record = {"step": step, "lr": scheduler.get_last_lr()[0], **window.summary(topology)}
                 progress.set_postfix({k: fmt(v) for k, v in record.items() if k not in ("step", "lr")}, refresh=False)
