@@ -1,7 +1,13 @@
-"""Held-out results of a pretraining run against the unigram baseline.
+"""Held-out results of a pretraining run against the unigram baseline, and whether it uses context yet.
 
 The baseline always predicts the training corpus's most frequent token (accuracy) or its
 unigram distribution (loss), on the very instances the run's evaluation used.
+
+Context: a BERT that reads its context has heads that attend to the neighbouring tokens
+(measured on Persuasion in 64-token windows: all-MiniLM-L6-v2's best layer-0 head puts 0.999 of
+its weight on the previous token, its best layer-1 head 0.72 on the next). On the early plateau
+of pretraining every head's weight on a neighbour stays near uniform (1 / 64 = 0.016), and
+fill-mask answers with the most frequent tokens whatever the context.
 Usage: python scripts/pretraining_report.py RECIPE.yaml [overrides...]
 """
 import json
@@ -9,11 +15,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 from torch.utils.data import DataLoader
 
+from bertforge import BertModel
 from bertforge.data.dataset import PretrainingDataset
 from bertforge.data.shards import TokenizedCorpus
 from bertforge.recipes.pretrain import PretrainRecipe
+from bertforge.train.checkpointing import latest_checkpoint
 
 
 def unigram_baseline(recipe: PretrainRecipe) -> dict[str, float]:
@@ -40,6 +49,20 @@ def all_tokens(corpus: TokenizedCorpus) -> np.ndarray:
     return np.concatenate([np.concatenate(corpus.document(i)) for i in range(corpus.num_documents)])
 
 
+@torch.inference_mode()
+def neighbour_attention(model_dir: Path, heldout: TokenizedCorpus, sequences: int = 64, length: int = 64):
+    """Per layer, the largest mean weight any head puts on the previous and on the next token.
+
+    Measured on held-out text cut into `sequences` windows of `length` tokens (no padding, no masks).
+    """
+    model = BertModel.from_pretrained(model_dir).eval()
+    tokens = np.concatenate([np.concatenate(heldout.document(i)) for i in range(heldout.num_documents)])
+    windows = torch.as_tensor(tokens[: sequences * length].reshape(sequences, length).astype(np.int64))
+    attentions = model(input_ids=windows, output_attentions=True).attentions  # per layer (batch, heads, q, k)
+    return [(float(a.diagonal(-1, dim1=-2, dim2=-1).mean(dim=(0, 2)).max()),
+             float(a.diagonal(1, dim1=-2, dim2=-1).mean(dim=(0, 2)).max())) for a in attentions], 1 / length
+
+
 def main() -> None:
     recipe = PretrainRecipe.from_file(sys.argv[1], sys.argv[2:])
     records = [json.loads(l) for l in (Path(recipe.training.output_dir) / "metrics.jsonl").read_text().splitlines()]
@@ -54,6 +77,15 @@ def main() -> None:
     for name, r in ((f"model at step {first['step']}", first), (f"model at step {last['step']}", last)):
         nsp = f"{r['eval_nsp_accuracy']:.3f}" if "eval_nsp_accuracy" in r else "-"
         print(f"| {name} | {r['eval_mlm_accuracy']:.3f} | {r['eval_mlm_loss']:.3f} | {nsp} |")
+    checkpoint = latest_checkpoint(Path(recipe.training.output_dir))
+    if checkpoint is not None:
+        heldout = TokenizedCorpus(Path(recipe.training.output_dir) / "data" / "heldout")
+        per_layer, uniform = neighbour_attention(checkpoint / "model", heldout)
+        print(f"\nattention on neighbours ({checkpoint.name}; uniform would be {uniform:.3f}):\n")
+        print("| layer | best head on the previous token | best head on the next token |")
+        print("|---|---|---|")
+        for layer, (previous, following) in enumerate(per_layer):
+            print(f"| {layer} | {previous:.3f} | {following:.3f} |")
 
 
 if __name__ == "__main__":
