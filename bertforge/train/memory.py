@@ -5,7 +5,7 @@ positions). glibc's malloc keeps what such tensors leave behind as fragmented fr
 space inside its heaps, so a process's resident memory climbs for as long as it
 trains although nothing leaks: measured on the Austen BERT-mini recipe, 1.25 GB ->
 2.7 GB in the first 200 steps and ~4.9 GB by step 1,090. `malloc_trim` returns
-those free pages; called every few dozen steps it held the same run at 1.3-1.5 GB
+those free pages; called every few dozen steps it held the same run at 1.3-2.0 GB
 with no change in step time (forcing big tensors onto mmap instead cost ~50%).
 """
 from __future__ import annotations
