@@ -56,7 +56,7 @@ def neighbour_attention(model_dir: Path, heldout: TokenizedCorpus, sequences: in
     Measured on held-out text cut into `sequences` windows of `length` tokens (no padding, no masks).
     """
     model = BertModel.from_pretrained(model_dir).eval()
-    tokens = np.concatenate([np.concatenate(heldout.document(i)) for i in range(heldout.num_documents)])
+    tokens = all_tokens(heldout)
     windows = torch.as_tensor(tokens[: sequences * length].reshape(sequences, length).astype(np.int64))
     attentions = model(input_ids=windows, output_attentions=True).attentions  # per layer (batch, heads, q, k)
     return [(float(a.diagonal(-1, dim1=-2, dim2=-1).mean(dim=(0, 2)).max()),
