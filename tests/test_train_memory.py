@@ -1,4 +1,5 @@
 """Freed heap memory goes back to the OS during training (glibc otherwise keeps it as RSS)."""
+import os
 import sys
 
 import pytest
@@ -10,7 +11,7 @@ glibc_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ma
 
 def resident_bytes() -> int:
     with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * 4096
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 @glibc_only
