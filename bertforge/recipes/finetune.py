@@ -106,7 +106,6 @@ def run_finetuning(recipe: FinetuneRecipe, resume: bool = False) -> dict:
     return results
 
 
-
 def task_card(recipe: FinetuneRecipe, init_from: str) -> dict:
     """What `predict` needs besides the HF files: the task and how inputs were read and windowed."""
     return {"task": recipe.task, "init_from": init_from, "data": asdict(recipe.data)}
