@@ -1,40 +1,34 @@
 """Training checkpoints: everything needed to continue a run exactly, written atomically.
 
 A checkpoint is a folder `step-000123/` holding the model in HF format (so any
-checkpoint is also a usable model) and `trainer_state.pt` with the optimizer,
-scheduler, RNG states and data position. Folders appear whole (temp + rename),
-and only the last K are kept.
+checkpoint is also a usable model) and the trainer state (optimizer, schedule, data
+position, best-model record) as `trainer_state.json` plus `trainer_state.safetensors`
+for its tensors. Neither format can run code when read, so a run folder from someone
+else is safe to `--resume` (a pickle, `torch.load(weights_only=False)`, is not).
+Folders appear whole (temp + rename), and only the last K are kept.
 """
 from __future__ import annotations
 
-import random
+import json
+import logging
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
 from ..atomic import staging_folder
+from ..errors import BertforgeError
 
-TRAINER_STATE = "trainer_state.pt"
+logger = logging.getLogger("bertforge")
+
+TRAINER_STATE = "trainer_state.json"
+TRAINER_TENSORS = "trainer_state.safetensors"
+PICKLED_STATE = "trainer_state.pt"  # what bertforge 0.1 wrote; never loaded
 STEP_PATTERN = re.compile(r"^step-(\d+)$")
-
-
-def rng_states() -> dict[str, Any]:
-    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def restore_rng_states(states: dict[str, Any]) -> None:
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 def save_checkpoint(run_dir: Path, step: int, model, trainer_state: dict[str, Any], keep_last: int,
@@ -43,7 +37,7 @@ def save_checkpoint(run_dir: Path, step: int, model, trainer_state: dict[str, An
     target = run_dir / f"step-{step:06d}"
     with staging_folder(target) as staging:
         model.save_pretrained(staging / "model", tokenizer=tokenizer)
-        torch.save(trainer_state, staging / TRAINER_STATE)
+        save_trainer_state(trainer_state, staging)
         if target.exists():  # re-saving a step (e.g. the final one) replaces it whole
             shutil.rmtree(target)
         staging.rename(target)
@@ -62,9 +56,63 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
     checkpoints = list_checkpoints(run_dir)
+    if not checkpoints and any(run_dir.glob(f"step-*/{PICKLED_STATE}")):
+        raise BertforgeError(
+            f"{run_dir} holds only checkpoints in the old pickle format ({PICKLED_STATE}), which can run code "
+            f"when loaded and so is not read; start the run again in a new output folder"
+        )
     return checkpoints[-1] if checkpoints else None
 
 
+def save_trainer_state(state: dict[str, Any], folder: Path) -> None:
+    """`state` (nested dicts/lists/tuples of numbers, strings and tensors) -> JSON + safetensors in `folder`."""
+    tensors: dict[str, torch.Tensor] = {}
+    document = encode(state, tensors)
+    save_file(tensors, str(folder / TRAINER_TENSORS))
+    (folder / TRAINER_STATE).write_text(json.dumps(document), encoding="utf-8")
+
+
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
-    # weights_only=False: the state holds Python RNG tuples and numpy arrays we wrote ourselves.
-    return torch.load(checkpoint / TRAINER_STATE, map_location="cpu", weights_only=False)
+    """The state `save_trainer_state` wrote (tensors on the CPU); raises ValueError if the files are damaged."""
+    try:
+        document = json.loads((checkpoint / TRAINER_STATE).read_text(encoding="utf-8"))
+        tensors = load_file(str(checkpoint / TRAINER_TENSORS))
+        return decode(document, tensors)
+    except (OSError, ValueError, KeyError, TypeError, SafetensorError) as error:  # truncated, edited, missing
+        raise ValueError(f"{checkpoint} is damaged ({type(error).__name__}: {error})") from error
+
+
+# JSON has no tensors, tuples or non-string keys; these one-key objects stand for them.
+TENSOR, TUPLE, ITEMS = "__tensor__", "__tuple__", "__items__"
+
+
+def encode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, torch.Tensor):
+        key = str(len(tensors))
+        tensors[key] = value.detach().cpu().contiguous()
+        return {TENSOR: key}
+    if isinstance(value, tuple):
+        return {TUPLE: [encode(item, tensors) for item in value]}
+    if isinstance(value, list):
+        return [encode(item, tensors) for item in value]
+    if isinstance(value, dict):
+        if all(isinstance(key, str) for key in value) and not {TENSOR, TUPLE, ITEMS} & set(value):
+            return {key: encode(item, tensors) for key, item in value.items()}
+        return {ITEMS: [[encode(key, tensors), encode(item, tensors)] for key, item in value.items()]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"trainer state holds a {type(value).__name__}, which checkpoints cannot store")
+
+
+def decode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, list):
+        return [decode(item, tensors) for item in value]
+    if isinstance(value, dict):
+        if set(value) == {TENSOR}:
+            return tensors[value[TENSOR]]
+        if set(value) == {TUPLE}:
+            return tuple(decode(item, tensors) for item in value[TUPLE])
+        if set(value) == {ITEMS}:
+            return {decode(key, tensors): decode(item, tensors) for key, item in value[ITEMS]}
+        return {key: decode(item, tensors) for key, item in value.items()}
+    return value

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from ..errors import TrainingDiverged
 from .best import BestModel, best_model_folder
-from .checkpointing import latest_checkpoint, load_trainer_state, save_checkpoint
+from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_state, save_checkpoint
 from .distributed import Topology, all_reduce_sum, barrier
 from .memory import TRIM_EVERY, release_freed_memory
 from .optim import build_optimizer, linear_warmup_decay, warmup_steps_from
@@ -100,10 +101,8 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
     step = 0
     best = BestModel(config.best_metric, config.greater_is_better, config.early_stopping_patience) \
         if config.best_metric else None
-    if resume and (checkpoint := latest_checkpoint(run_dir)) is not None:
-        step = restore(checkpoint, model, optimizer, scheduler, batches, device, best)
-        if topology.is_main:
-            logger.warning("resumed from %s at step %d", checkpoint, step)
+    if resume:
+        step = resume_from_newest_good(run_dir, model, optimizer, scheduler, batches, device, best, topology)
     forward_model = wrap_for_training(model, config, topology, device)
     log = RunLog(run_dir, resume_step=step, tensorboard=config.tensorboard) if topology.is_main else None
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
@@ -212,6 +211,24 @@ def wrap_for_training(model: torch.nn.Module, config: TrainConfig, topology: Top
     if config.compile:
         forward_model = torch.compile(forward_model)
     return forward_model
+
+
+def resume_from_newest_good(run_dir: Path, model, optimizer, scheduler, batches: BatchStream, device: torch.device,
+                            best: BestModel | None, topology: Topology) -> int:
+    """Restore the newest checkpoint that loads whole, passing over damaged ones; returns its step (0: none)."""
+    latest_checkpoint(run_dir)  # raises on a folder of old pickled checkpoints, which are never loaded
+    for checkpoint in reversed(list_checkpoints(run_dir)):
+        try:
+            step = restore(checkpoint, model, optimizer, scheduler, batches, device, best)
+        except (ValueError, SafetensorError) as error:
+            logger.warning("passing over a damaged checkpoint: %s", error)
+            continue
+        if topology.is_main:
+            logger.warning("resumed from %s at step %d", checkpoint, step)
+        return step
+    if topology.is_main:
+        logger.warning("nothing to resume in %s: no complete checkpoint; starting from step 0", run_dir)
+    return 0
 
 
 def restore(checkpoint: Path, model, optimizer, scheduler, batches: BatchStream, device: torch.device,
