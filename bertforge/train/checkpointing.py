@@ -4,7 +4,7 @@ A checkpoint is a folder `step-000123/` holding the model in HF format (so any
 checkpoint is also a usable model) and the trainer state (optimizer, schedule, data
 position, best-model record) as `trainer_state.json` plus `trainer_state.safetensors`
 for its tensors. Neither format can run code when read, so a run folder from someone
-else is safe to `--resume` (a pickle, `torch.load(weights_only=False)`, is not).
+else is safe to `--resume` (a pickle, which torch.load of a .pt file reads, is not).
 Folders appear whole (temp + rename), and only the last K are kept.
 """
 from __future__ import annotations
