@@ -51,7 +51,7 @@ import torch
 import transformers
 
 from bertforge import BertConfig, BertForPreTraining
-from bertforge.config import PRESETS
+from bertforge.models.config import PRESETS
 from bertforge.data import PretrainingConfig, PretrainingDataset, collate, prepare_corpus
 from bertforge.tokenizer import BertTokenizer
 from bertforge.train.optim import build_optimizer

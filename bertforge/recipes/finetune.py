@@ -134,8 +134,8 @@ ARCHITECTURE_TASKS = {"BertForSequenceClassification": "classification", "BertFo
 def load_for_prediction(folder: str | Path):
     """(task, model) for a fine-tuned folder: bertforge's task.json says how inputs were read;
     for a checkpoint fine-tuned elsewhere, the task follows config.json's architecture."""
-    from ..checkpoint import resolve_checkpoint
-    from ..config import BertConfig
+    from ..models.checkpoint import resolve_checkpoint
+    from ..models.config import BertConfig
     from ..tasks import TaskSettings
 
     folder = resolve_checkpoint(folder)

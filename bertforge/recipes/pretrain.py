@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from ..config import BertConfig
+from ..models.config import BertConfig
 from ..data.dataset import PretrainingConfig, PretrainingDataset
 from ..data.shards import TokenizedCorpus, prepare_corpus
-from ..heads import IGNORE_INDEX, BertForPreTraining
+from ..models.heads import IGNORE_INDEX, BertForPreTraining
 from ..tokenizer import BertTokenizer
 from ..train.distributed import Topology, barrier, init_distributed, select_device, shutdown
 from ..train.loop import TrainConfig, train

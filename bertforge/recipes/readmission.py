@@ -24,7 +24,7 @@ import torch
 
 from ..data.batches import ShuffledBatches, predict_rows
 from ..data.labelled import Windows, encode_windows, read_rows
-from ..heads import BertForSequenceClassification
+from ..models.heads import BertForSequenceClassification
 from ..long_documents import combine
 from ..metrics import readmission_metrics
 from ..readmission.baselines import admission_scores

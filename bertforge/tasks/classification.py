@@ -13,7 +13,7 @@ import torch
 
 from ..data.batches import predict_rows
 from ..data.labelled import LabelSpace, Windows, encode_windows, read_rows
-from ..heads import BertForSequenceClassification
+from ..models.heads import BertForSequenceClassification
 from ..long_documents import combine_per_document
 from ..metrics import classification_metrics, multilabel_metrics, regression_metrics
 from . import TaskSettings

@@ -10,7 +10,7 @@ import torch
 from ..data.batches import predict_rows
 from ..data.conll import TaggedFeatures, TaggedSentence, encode_for_tagging, pad_batch, read_conll, tag_set, \
     words_from_logits, write_conll
-from ..heads import BertForTokenClassification
+from ..models.heads import BertForTokenClassification
 from ..metrics import ner_metrics
 from . import Rows, TaskSettings
 from .records import write_records

@@ -9,7 +9,7 @@ import torch
 
 from ..data.batches import predict_rows
 from ..data.squad import QAExample, QAFeatures, postprocess, qa_features, read_squad, squad_evaluate
-from ..heads import BertForQuestionAnswering
+from ..models.heads import BertForQuestionAnswering
 from . import Rows, TaskSettings
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .atomic import staging_folder
+from ..atomic import staging_folder
 from .config import CONFIG_NAME, BertConfig
 
 logger = logging.getLogger("bertforge")
