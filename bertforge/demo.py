@@ -11,7 +11,7 @@ import torch
 from .embed import embed, word_vector
 from .models.model import BertModel
 from .models.summary import parameter_table
-from .tokenizer import BertTokenizer
+from .tokenization.tokenizer import BertTokenizer
 
 SENTENCE = "After stealing money from the bank vault, the bank robber was seen fishing on the Mississippi river bank."
 SIMILARITY_SENTENCES = [

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from .models.model import BertModel
 from .models.outputs import EncoderOutput
-from .tokenizer import BertTokenizer
+from .tokenization.tokenizer import BertTokenizer
 
 POOLINGS = ("cls", "mean", "max", "pooler")
 LAYER_COMBINES = ("mean", "concat")

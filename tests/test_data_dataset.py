@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from bertforge.data import PretrainingConfig, PretrainingDataset, collate, prepare_corpus
-from bertforge.tokenizer import BertTokenizer
+from bertforge.tokenization.tokenizer import BertTokenizer
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bertforge.data import make_sentence_pairs, mask_tokens, prepare_corpus
-from bertforge.tokenizer import BertTokenizer
+from bertforge.tokenization.tokenizer import BertTokenizer
 
 PAD, CLS, SEP, MASK, VOCAB = 0, 101, 102, 103, 30522
 SPECIAL = (CLS, SEP, PAD)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from bertforge.data import make_sentence_pairs, plan_sentence_pairs, prepare_corpus
 from bertforge.data.pairs import truncation
-from bertforge.tokenizer import BertTokenizer
+from bertforge.tokenization.tokenizer import BertTokenizer
 
 CLS, SEP = 101, 102
 

@@ -7,7 +7,7 @@ import pytest
 
 from bertforge.data import TokenizedCorpus, prepare_corpus, read_documents, split_documents, vocab_fingerprint
 from bertforge.data.shards import token_dtype
-from bertforge.tokenizer import BertTokenizer
+from bertforge.tokenization.tokenizer import BertTokenizer
 
 
 @pytest.fixture(scope="module")

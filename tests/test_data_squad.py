@@ -9,7 +9,7 @@ import torch
 from bertforge.data.squad import (Answer, QAExample, context_windows, exact_match_score, f1_score,
                                   max_context_windows, normalize_answer, pad_batch, postprocess, qa_features,
                                   read_squad, squad_evaluate, write_squad)
-from bertforge.tokenizer import BertTokenizer
+from bertforge.tokenization.tokenizer import BertTokenizer
 from squad_from_austen import build_austen_squad
 
 

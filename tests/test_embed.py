@@ -14,7 +14,7 @@ import transformers
 from bertforge import BertModel
 from bertforge.embed import Embedder, embed, token_vectors, word_vector
 from bertforge.models.heads import BertForSequenceClassification
-from bertforge.tokenizer import BertTokenizer
+from bertforge.tokenization.tokenizer import BertTokenizer
 
 # The three senses of "bank": two financial, one river.
 DEPOSIT, RIVER, LOAN = "I deposited money at the bank.", "We sat on the river bank.", "The bank approved my loan."

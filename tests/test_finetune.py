@@ -16,7 +16,7 @@ from bertforge.data.batches import ShuffledBatches
 from bertforge.data.conll import read_conll, split_tagged_sentences, tag_set, write_conll
 from bertforge.recipes.finetune import FinetuneRecipe, load_for_prediction, run_finetuning
 from bertforge.tasks import TaskSettings, load_task
-from bertforge.tokenizer import BertTokenizer
+from bertforge.tokenization.tokenizer import BertTokenizer
 from bertforge.train.best import best_model_folder
 from bertforge.train.checkpointing import load_trainer_state, latest_checkpoint
 from bertforge.train.loop import TrainConfig, train

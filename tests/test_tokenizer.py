@@ -15,7 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, normalizers
 
-from bertforge.tokenizer import BertTokenizer
+from bertforge.tokenization.tokenizer import BertTokenizer
 
 # transformers 5 renamed the pure-Python tokenizer; its BertTokenizer is the Rust one.
 if hasattr(transformers, "BertTokenizerLegacy"):

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..data.batches import ShuffledBatches
-from ..tokenizer import BertTokenizer
+from ..tokenization.tokenizer import BertTokenizer
 from ..train.best import best_model_folder
 from ..train.distributed import select_device
 from ..train.loop import TrainConfig, train

@@ -20,7 +20,7 @@ from ..models.config import BertConfig
 from ..data.dataset import PretrainingConfig, PretrainingDataset
 from ..data.shards import TokenizedCorpus, prepare_corpus
 from ..models.heads import IGNORE_INDEX, BertForPreTraining
-from ..tokenizer import BertTokenizer
+from ..tokenization.tokenizer import BertTokenizer
 from ..train.distributed import Topology, barrier, init_distributed, select_device, shutdown
 from ..train.loop import TrainConfig, train
 from .settings import build, read_recipe, resolve

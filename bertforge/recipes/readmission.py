@@ -29,7 +29,7 @@ from ..long_documents import combine
 from ..metrics import readmission_metrics
 from ..readmission.baselines import admission_scores
 from ..readmission.notes import chunk_notes, clean_text
-from ..tokenizer import BertTokenizer
+from ..tokenization.tokenizer import BertTokenizer
 from ..train.best import best_model_folder
 from ..train.distributed import select_device
 from ..train.loop import TrainConfig, train

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tokenizers import AddedToken
 
-from .atomic import replaced_file
+from ..atomic import replaced_file
 from .vocab_training import SPECIAL_TOKENS, build_engine, check_vocab, load_settings, read_vocab_file, train_vocab
 
 DEFAULT_MODEL_MAX_LENGTH = 512
