@@ -30,7 +30,7 @@ import transformers
 from sentence_transformers import SentenceTransformer
 
 from bertforge import BertModel
-from bertforge.embed import Embedder
+from bertforge.embeddings.embed import Embedder
 from bertforge.tokenization.tokenizer import BertTokenizer
 
 DATA_DIR = Path(os.environ.get("BERTFORGE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))

@@ -1,6 +1,6 @@
 """bertforge: BERT end to end — tokenizer, model, Hugging Face checkpoints, embeddings."""
 from .models.config import BertConfig
-from .embed import Embedder, embed, token_vectors, word_vector
+from .embeddings.embed import Embedder, embed, token_vectors, word_vector
 from .models.heads import (
     BertForMaskedLM,
     BertForNextSentencePrediction,

@@ -67,7 +67,7 @@ def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", la
     """
     import numpy as np
 
-    from .embed import embed as embed_texts
+    from .embeddings.embed import embed as embed_texts
 
     texts = read_texts(Path(input), text_field)
     vectors = embed_texts(resolve_model(model), texts, layers=parse_layers(layers), layer_combine=layer_combine, pooling=pooling,

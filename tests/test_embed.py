@@ -12,7 +12,7 @@ import torch
 import transformers
 
 from bertforge import BertModel
-from bertforge.embed import Embedder, embed, token_vectors, word_vector
+from bertforge.embeddings.embed import Embedder, embed, token_vectors, word_vector
 from bertforge.models.heads import BertForSequenceClassification
 from bertforge.tokenization.tokenizer import BertTokenizer
 

@@ -24,9 +24,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .models.model import BertModel
-from .models.outputs import EncoderOutput
-from .tokenization.tokenizer import BertTokenizer
+from ..models.model import BertModel
+from ..models.outputs import EncoderOutput
+from ..tokenization.tokenizer import BertTokenizer
 
 POOLINGS = ("cls", "mean", "max", "pooler")
 LAYER_COMBINES = ("mean", "concat")
