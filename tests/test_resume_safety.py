@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bertforge import BertConfig, BertForSequenceClassification
-from bertforge.data.batches import ShuffledBatches
+from bertforge.train.batches import ShuffledBatches
 from bertforge.errors import BertforgeError
 from bertforge.train.checkpointing import (TRAINER_TENSORS, latest_checkpoint, list_checkpoints,
                                            load_trainer_state, save_trainer_state)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.batches import ShuffledBatches
+from ..train.batches import ShuffledBatches
 from ..tokenization.tokenizer import BertTokenizer
 from ..train.best import best_model_folder
 from ..train.distributed import select_device

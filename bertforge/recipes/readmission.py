@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..data.batches import ShuffledBatches, predict_rows
+from ..train.batches import ShuffledBatches, predict_rows
 from ..data.labelled import Windows, encode_windows, read_rows
 from ..models.heads import BertForSequenceClassification
 from ..long_documents import combine

@@ -11,7 +11,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..data.batches import predict_rows
+from ..train.batches import predict_rows
 from ..data.labelled import LabelSpace, Windows, encode_windows, read_rows
 from ..models.heads import BertForSequenceClassification
 from ..long_documents import combine_per_document

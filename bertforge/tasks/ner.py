@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.batches import predict_rows
+from ..train.batches import predict_rows
 from ..data.conll import TaggedFeatures, TaggedSentence, encode_for_tagging, pad_batch, read_conll, tag_set, \
     words_from_logits, write_conll
 from ..models.heads import BertForTokenClassification

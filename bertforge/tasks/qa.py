@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.batches import predict_rows
+from ..train.batches import predict_rows
 from ..data.squad import QAExample, QAFeatures, postprocess, qa_features, read_squad, squad_evaluate
 from ..models.heads import BertForQuestionAnswering
 from . import Rows, TaskSettings
