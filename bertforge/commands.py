@@ -292,7 +292,7 @@ def baseline(*overrides: str, data: str | None = None, dev: str | None = None, t
         output: also write the metrics to this JSON file
         seed: seed for the cross-validation folds
     """
-    from .recipes.baseline import run_baseline
+    from .tasks.classification.tfidf import run_baseline
     from .recipes.finetune import FinetuneRecipe
     from .recipes.settings import apply_overrides, read_recipe
 

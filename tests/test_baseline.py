@@ -4,8 +4,8 @@ import logging
 import numpy as np
 import pytest
 
-from bertforge.baseline import C_GRID, join_pair, predict_probabilities, tfidf_logistic_regression
-from bertforge.data.labelled import LabelSpace, read_rows
+from bertforge.tasks.classification.tfidf import C_GRID, join_pair, predict_probabilities, tfidf_logistic_regression
+from bertforge.tasks.classification.reader import LabelSpace, read_rows
 from bertforge.metrics import classification_metrics
 
 

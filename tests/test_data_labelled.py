@@ -7,7 +7,7 @@ import torch
 
 from bertforge import BertTokenizer
 from bertforge.models.config import BertConfig
-from bertforge.data.labelled import LabelSpace, encode_windows, pad_batch, read_rows
+from bertforge.tasks.classification.reader import LabelSpace, encode_windows, pad_batch, read_rows
 
 NUMBERS = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen " \
           "sixteen seventeen eighteen nineteen twenty twentyone"  # one word piece each but the last

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..train.batches import ShuffledBatches, predict_rows
-from ..data.labelled import Windows, encode_windows, read_rows
+from ..tasks.classification.reader import Windows, encode_windows, read_rows
 from ..models.heads import BertForSequenceClassification
 from ..long_documents import combine
 from ..metrics import readmission_metrics

@@ -57,7 +57,7 @@ class Rows:
 def load_task(name: str, settings: TaskSettings, tokenizer, config=None):
     """The task `name` reading `settings`; with a fine-tuned model's config, its labels come from there."""
     if name == "classification":
-        from .classification import ClassificationTask
+        from .classification.task import ClassificationTask
         return ClassificationTask(settings, tokenizer, config)
     if name == "ner":
         from .ner import NerTask

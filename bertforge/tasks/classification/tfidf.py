@@ -19,6 +19,10 @@ from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.multiclass import OneVsRestClassifier
 from sklearn.pipeline import Pipeline
 
+from .. import TaskSettings
+from ...metrics import classification_metrics, multilabel_metrics, regression_metrics
+from .reader import LabelSpace, read_rows
+
 logger = logging.getLogger(__name__)
 
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
@@ -116,3 +120,30 @@ def _warn_on_overlap(train_texts: list[str], test_texts: list[str]) -> None:
     if copies:
         logger.warning("baseline: %d of %d test texts also appear verbatim in the training texts; "
                        "deduplicate the split for an honest score", copies, len(test_texts))
+
+
+def run_baseline(settings: TaskSettings, seed: int = 0) -> dict:
+    """Fit on settings.train (C by 5-fold CV there), score on dev and test; returns {"dev": ..., "test": ...}."""
+    if not settings.train:
+        raise ValueError("no training file: set data.train")
+    columns = {"text_columns": settings.text_columns, "label_column": settings.label_column}
+    train = read_rows(settings.train, **columns)
+    labels = LabelSpace.infer(train.labels, settings.problem_type or None, settings.label_separator)
+    texts = [join_pair(row) for row in train.texts]
+    pipeline = tfidf_logistic_regression(texts, labels.encode(train.labels, train.row_numbers).numpy(),
+                                         problem_type=labels.problem_type, seed=seed)
+    results = {"model": "tfidf+logistic_regression", "train_rows": len(train)}
+    for split in ("dev", "test"):
+        path = getattr(settings, split)
+        if not path:
+            continue
+        rows = read_rows(path, **columns)
+        targets = labels.encode(rows.labels, rows.row_numbers).numpy()
+        scores = np.asarray(predict_probabilities(pipeline, [join_pair(row) for row in rows.texts]))
+        if labels.problem_type == "regression":
+            results[split] = regression_metrics(targets, scores)
+        elif labels.problem_type == "multi_label_classification":
+            results[split] = multilabel_metrics(targets, scores)
+        else:
+            results[split] = classification_metrics(targets, scores)
+    return results

@@ -11,13 +11,13 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..train.batches import predict_rows
-from ..data.labelled import LabelSpace, Windows, encode_windows, read_rows
-from ..models.heads import BertForSequenceClassification
-from ..long_documents import combine_per_document
-from ..metrics import classification_metrics, multilabel_metrics, regression_metrics
-from . import TaskSettings
-from .records import write_records
+from ...train.batches import predict_rows
+from .reader import LabelSpace, Windows, encode_windows, read_rows
+from ...models.heads import BertForSequenceClassification
+from ...long_documents import combine_per_document
+from ...metrics import classification_metrics, multilabel_metrics, regression_metrics
+from .. import TaskSettings
+from ..records import write_records
 
 DEFAULT_METRICS = {"single_label_classification": "macro_f1", "multi_label_classification": "micro_f1",
                    "regression": "pearson"}

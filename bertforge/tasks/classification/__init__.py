@@ -1,0 +1,1 @@
+"""Sequence classification: labelled tables in (reader), windows and metrics (task), the TF-IDF baseline (tfidf)."""
