@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bertforge import BertTokenizer
-from bertforge.data.conll import (IGNORE_INDEX, TaggedSentence, encode_for_tagging, pad_batch, read_conll,
+from bertforge.tasks.ner.conll import (IGNORE_INDEX, TaggedSentence, encode_for_tagging, pad_batch, read_conll,
                                   split_tagged_sentences, tag_set, words_from_logits, write_conll)
 
 WNUT_TYPES = ("company", "facility", "geo-loc", "movie", "musicartist", "other", "person", "product",
@@ -86,7 +86,7 @@ def test_one_column_file_is_unlabelled_input(tmp_path):
 def test_malformed_lines_are_skipped_and_reported_with_their_line(tmp_path, caplog):
     text = "a\tO\n\tB-PER\nb\t\nc\nd\tB-LOC\n\ne\tO\n"
     problems = []
-    with caplog.at_level(logging.WARNING, logger="bertforge.data.conll"):
+    with caplog.at_level(logging.WARNING, logger="bertforge.tasks.ner.conll"):
         sentences = read_conll(write(tmp_path / "bad.conll", text), problems=problems)
     assert [(s.words, s.tags) for s in sentences] == [(["a", "d"], ["O", "B-LOC"]), (["e"], ["O"])]
     assert [p.split(": ")[0] for p in problems] == [f"{tmp_path / 'bad.conll'}:{n}" for n in (2, 3, 4)]

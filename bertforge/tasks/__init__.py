@@ -60,7 +60,7 @@ def load_task(name: str, settings: TaskSettings, tokenizer, config=None):
         from .classification.task import ClassificationTask
         return ClassificationTask(settings, tokenizer, config)
     if name == "ner":
-        from .ner import NerTask
+        from .ner.task import NerTask
         return NerTask(settings, tokenizer, config)
     if name == "qa":
         from .qa import QuestionAnsweringTask

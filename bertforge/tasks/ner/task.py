@@ -7,13 +7,13 @@ from pathlib import Path
 
 import torch
 
-from ..train.batches import predict_rows
-from ..data.conll import TaggedFeatures, TaggedSentence, encode_for_tagging, pad_batch, read_conll, tag_set, \
+from ...train.batches import predict_rows
+from .conll import TaggedFeatures, TaggedSentence, encode_for_tagging, pad_batch, read_conll, tag_set, \
     words_from_logits, write_conll
-from ..models.heads import BertForTokenClassification
-from ..metrics import ner_metrics
-from . import Rows, TaskSettings
-from .records import write_records
+from ...models.heads import BertForTokenClassification
+from ...metrics import ner_metrics
+from .. import Rows, TaskSettings
+from ..records import write_records
 
 logger = logging.getLogger("bertforge")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..atomic import replaced_file
+from ...atomic import replaced_file
 
 logger = logging.getLogger(__name__)
 
