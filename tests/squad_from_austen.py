@@ -10,7 +10,7 @@ import random
 import re
 from pathlib import Path
 
-from bertforge.data.squad import Answer, QAExample
+from bertforge.tasks.qa.squad import Answer, QAExample
 
 NAMES = ("Elizabeth", "Jane", "Lydia", "Kitty", "Charlotte", "Bennet", "Darcy", "Bingley", "Wickham", "Collins",
          "Lucas", "Emma", "Harriet", "Frank", "Woodhouse", "Knightley", "Elton", "Weston", "Churchill", "Fairfax",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge.data.squad import (Answer, QAExample, context_windows, exact_match_score, f1_score,
+from bertforge.tasks.qa.squad import (Answer, QAExample, context_windows, exact_match_score, f1_score,
                                   max_context_windows, normalize_answer, pad_batch, postprocess, qa_features,
                                   read_squad, squad_evaluate, write_squad)
 from bertforge.tokenization.tokenizer import BertTokenizer

@@ -63,6 +63,6 @@ def load_task(name: str, settings: TaskSettings, tokenizer, config=None):
         from .ner.task import NerTask
         return NerTask(settings, tokenizer, config)
     if name == "qa":
-        from .qa import QuestionAnsweringTask
+        from .qa.task import QuestionAnsweringTask
         return QuestionAnsweringTask(settings, tokenizer, config)
     raise ValueError(f"unknown task {name!r}; use one of {', '.join(TASKS)}")

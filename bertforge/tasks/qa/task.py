@@ -7,10 +7,10 @@ from pathlib import Path
 
 import torch
 
-from ..train.batches import predict_rows
-from ..data.squad import QAExample, QAFeatures, postprocess, qa_features, read_squad, squad_evaluate
-from ..models.heads import BertForQuestionAnswering
-from . import Rows, TaskSettings
+from ...train.batches import predict_rows
+from .squad import QAExample, QAFeatures, postprocess, qa_features, read_squad, squad_evaluate
+from ...models.heads import BertForQuestionAnswering
+from .. import Rows, TaskSettings
 
 
 class QuestionAnsweringTask:
