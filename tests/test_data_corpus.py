@@ -4,7 +4,7 @@ import types
 
 import pytest
 
-from bertforge.data import read_documents, split_lines, split_sentences
+from bertforge.tasks.pretraining import read_documents, split_lines, split_sentences
 
 
 def write(path, text):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from bertforge.data import PretrainingConfig, PretrainingDataset, collate, prepare_corpus
+from bertforge.tasks.pretraining import PretrainingConfig, PretrainingDataset, collate, prepare_corpus
 from bertforge.tokenization.tokenizer import BertTokenizer
 
 

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from bertforge.data import make_sentence_pairs, mask_tokens, prepare_corpus
+from bertforge.tasks.pretraining import make_sentence_pairs, mask_tokens, prepare_corpus
 from bertforge.tokenization.tokenizer import BertTokenizer
 
 PAD, CLS, SEP, MASK, VOCAB = 0, 101, 102, 103, 30522

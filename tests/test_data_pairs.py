@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bertforge.data import make_sentence_pairs, plan_sentence_pairs, prepare_corpus
-from bertforge.data.pairs import truncation
+from bertforge.tasks.pretraining import make_sentence_pairs, plan_sentence_pairs, prepare_corpus
+from bertforge.tasks.pretraining.pairs import truncation
 from bertforge.tokenization.tokenizer import BertTokenizer
 
 CLS, SEP = 101, 102

@@ -5,8 +5,8 @@ import pickle
 import numpy as np
 import pytest
 
-from bertforge.data import TokenizedCorpus, prepare_corpus, read_documents, split_documents, vocab_fingerprint
-from bertforge.data.shards import token_dtype
+from bertforge.tasks.pretraining import TokenizedCorpus, prepare_corpus, read_documents, split_documents, vocab_fingerprint
+from bertforge.tasks.pretraining.shards import token_dtype
 from bertforge.tokenization.tokenizer import BertTokenizer
 
 

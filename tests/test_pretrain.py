@@ -12,10 +12,10 @@ import torch
 import yaml
 
 from bertforge import BertForMaskedLM, BertForPreTraining, BertTokenizer
-from bertforge.data.dataset import PretrainingDataset
-from bertforge.data.shards import TokenizedCorpus
+from bertforge.tasks.pretraining.dataset import PretrainingDataset
+from bertforge.tasks.pretraining.shards import TokenizedCorpus
 from bertforge.errors import TrainingDiverged
-from bertforge.recipes.pretrain import EndlessBatches, PretrainRecipe, build_model, pretraining_statistics
+from bertforge.tasks.pretraining.recipe import EndlessBatches, PretrainRecipe, build_model, pretraining_statistics
 from bertforge.train.checkpointing import latest_checkpoint, list_checkpoints
 from bertforge.train import loop
 from bertforge.train.loop import train
@@ -109,7 +109,7 @@ def test_resumed_run_after_a_kill_repeats_the_uninterrupted_losses(corpus_files,
 def tiny_setup(corpus_files, tmp_path, **training):
     recipe = PretrainRecipe.from_file(write_recipe(tmp_path, corpus_files, **training))
     tokenizer = BertTokenizer.from_pretrained(corpus_files / "vocab")
-    from bertforge.data.shards import prepare_corpus
+    from bertforge.tasks.pretraining.shards import prepare_corpus
 
     corpus = prepare_corpus([corpus_files / "train.txt"], tokenizer, tmp_path / "prepared", progress=False)
     torch.manual_seed(0)

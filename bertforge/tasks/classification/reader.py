@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ...data.corpus import jsonl_objects
+from ..pretraining.corpus import jsonl_objects
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""Data: pretraining (raw text → tokenized shards → sentence pairs → masked instances → batches) and
-fine-tuning readers (labelled tables in `labelled`, CoNLL in `conll`, SQuAD in `squad`)."""
+"""Pretraining (MLM + NSP): raw text → tokenized shards → sentence pairs → masked instances → batches
+(corpus, shards, pairs, masking, dataset), the recipe that trains on them, and fill-mask."""
 from .corpus import read_documents, split_lines, split_sentences
 from .dataset import PretrainingConfig, PretrainingDataset, collate
 from .masking import mask_tokens

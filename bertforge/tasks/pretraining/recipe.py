@@ -16,14 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from ..models.config import BertConfig
-from ..data.dataset import PretrainingConfig, PretrainingDataset
-from ..data.shards import TokenizedCorpus, prepare_corpus
-from ..models.heads import IGNORE_INDEX, BertForPreTraining
-from ..tokenization.tokenizer import BertTokenizer
-from ..train.distributed import Topology, barrier, init_distributed, select_device, shutdown
-from ..train.loop import TrainConfig, train
-from .settings import build, read_recipe, resolve
+from ...models.config import BertConfig
+from .dataset import PretrainingConfig, PretrainingDataset
+from .shards import TokenizedCorpus, prepare_corpus
+from ...models.heads import IGNORE_INDEX, BertForPreTraining
+from ...tokenization.tokenizer import BertTokenizer
+from ...train.distributed import Topology, barrier, init_distributed, select_device, shutdown
+from ...train.loop import TrainConfig, train
+from ...recipes.settings import build, read_recipe, resolve
 
 logger = logging.getLogger("bertforge")
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .models.heads import BertForMaskedLM, BertForPreTraining
+from ...models.heads import BertForMaskedLM, BertForPreTraining
 
 
 @torch.inference_mode()
