@@ -236,8 +236,8 @@ def finetune(*overrides: str, task: str | None = None, data: str | None = None, 
         config: a recipe YAML with these settings (flags and overrides take precedence)
         resume: continue the run in the output folder from its latest checkpoint
     """
-    from .recipes.finetune import FinetuneRecipe, run_finetuning
-    from .recipes.settings import apply_overrides, read_recipe
+    from .tasks.finetune import FinetuneRecipe, run_finetuning
+    from .settings import apply_overrides, read_recipe
 
     values = read_recipe(config) if config else {}
     flags = {"task": task, "init_from": init_from, "data.train": data, "data.dev": dev, "data.test": test,
@@ -269,7 +269,7 @@ def predict(*, model: str, input: str, output: str, batch_size: int = 64) -> Non
         output: where to write predictions: .csv, .tsv or .jsonl (NER also .conll; QA .json)
         batch_size: rows per forward pass
     """
-    from .recipes.finetune import load_for_prediction
+    from .tasks.finetune import load_for_prediction
 
     task, network = load_for_prediction(model)
     count = task.predict_file(network, input, output, batch_size=batch_size)
@@ -293,8 +293,8 @@ def baseline(*overrides: str, data: str | None = None, dev: str | None = None, t
         seed: seed for the cross-validation folds
     """
     from .tasks.classification.tfidf import run_baseline
-    from .recipes.finetune import FinetuneRecipe
-    from .recipes.settings import apply_overrides, read_recipe
+    from .tasks.finetune import FinetuneRecipe
+    from .settings import apply_overrides, read_recipe
 
     values = read_recipe(config) if config else {}
     section = values.setdefault("data", {})
@@ -359,7 +359,7 @@ def readmission_train(*, data: str, output: str, task: str = "discharge", kind: 
         max_length: bert: word pieces per chunk
         batch_size: bert: chunks per step
     """
-    from .recipes.readmission import ReadmissionRun, run_readmission
+    from .readmission.recipe import ReadmissionRun, run_readmission
 
     result = run_readmission(ReadmissionRun(data=data, task=task, kind=kind, init_from=init_from,
                                             name=name or "", output_dir=output, seed=seed, epochs=epochs,
@@ -381,7 +381,7 @@ def readmission_evaluate(*, model: str, data: str, task: str = "discharge", c: f
         max_length: word pieces per chunk
     """
     from .models.heads import BertForSequenceClassification
-    from .recipes.readmission import BertChunkScorer, Chunks, score_admissions
+    from .readmission.recipe import BertChunkScorer, Chunks, score_admissions
     from .tokenization.tokenizer import BertTokenizer
 
     chunks = Chunks.read(Path(data) / task / "test.csv")
@@ -399,7 +399,7 @@ def readmission_report(runs: list[str], *, output: str) -> None:
         runs: run folders (each with results.json and scores.csv), or folders holding them
         output: folder for table4.md, table4.csv and the curve PNGs
     """
-    from .recipes.readmission import write_report
+    from .readmission.recipe import write_report
 
     print(write_report([Path(r) for r in runs], Path(output)))
 
@@ -413,7 +413,7 @@ def readmission_score(notes: list[str], *, model: str, c: float = 2.0) -> None:
         c: the combination's scaling factor
     """
     from .models.heads import BertForSequenceClassification
-    from .recipes.readmission import admission_risk
+    from .readmission.recipe import admission_risk
     from .tokenization.tokenizer import BertTokenizer
 
     texts = [Path(note).read_text(encoding="utf-8") for note in notes]

@@ -25,7 +25,7 @@ from export_drug_reviews import clean_review  # noqa: E402
 
 from bertforge.tasks.ner.conll import read_conll, split_tagged_sentences, write_conll  # noqa: E402
 from bertforge.tasks.classification.tfidf import run_baseline  # noqa: E402
-from bertforge.recipes.finetune import FinetuneRecipe, run_finetuning  # noqa: E402
+from bertforge.tasks.finetune import FinetuneRecipe, run_finetuning  # noqa: E402
 from bertforge.tasks import TaskSettings  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"

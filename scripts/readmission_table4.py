@@ -72,7 +72,7 @@ def main() -> None:
 
     sys.path.insert(0, str(ROOT))
     from bertforge.cli import main as cli
-    from bertforge.recipes.readmission import ReadmissionRun, run_readmission, write_report
+    from bertforge.readmission.recipe import ReadmissionRun, run_readmission, write_report
 
     data = WORK / "data"
     if not (data / "summary.json").exists():

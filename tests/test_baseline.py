@@ -6,7 +6,7 @@ import pytest
 
 from bertforge.tasks.classification.tfidf import C_GRID, join_pair, predict_probabilities, tfidf_logistic_regression
 from bertforge.tasks.classification.reader import LabelSpace, read_rows
-from bertforge.metrics import classification_metrics
+from bertforge.tasks.metrics import classification_metrics
 
 
 @pytest.fixture(scope="module")

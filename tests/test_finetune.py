@@ -14,7 +14,7 @@ from bertforge import BertConfig, BertForSequenceClassification
 from bertforge.cli import main
 from bertforge.train.batches import ShuffledBatches
 from bertforge.tasks.ner.conll import read_conll, split_tagged_sentences, tag_set, write_conll
-from bertforge.recipes.finetune import FinetuneRecipe, load_for_prediction, run_finetuning
+from bertforge.tasks.finetune import FinetuneRecipe, load_for_prediction, run_finetuning
 from bertforge.tasks import TaskSettings, load_task
 from bertforge.tokenization.tokenizer import BertTokenizer
 from bertforge.train.best import best_model_folder

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from bertforge.long_documents import combine, combine_per_document
+from bertforge.tasks.long_documents import combine, combine_per_document
 
 
 def test_clinical_formula_worked_by_hand():

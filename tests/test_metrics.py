@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from bertforge.metrics import (classification_metrics, multilabel_metrics, ner_metrics, ner_report,
+from bertforge.tasks.metrics import (classification_metrics, multilabel_metrics, ner_metrics, ner_report,
                                readmission_metrics, recall_at_precision, regression_metrics)
 
 # The classic four-point case: sorted by score the labels read 1 (0.8), 0 (0.4), 1 (0.35), 0 (0.1).

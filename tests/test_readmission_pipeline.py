@@ -8,9 +8,9 @@ import pytest
 
 from bertforge import BertForSequenceClassification, BertTokenizer
 from bertforge.cli import main
-from bertforge.metrics import readmission_metrics
+from bertforge.tasks.metrics import readmission_metrics
 from bertforge.readmission import chunk_notes, clean_text
-from bertforge.recipes.readmission import Chunks, admission_risk, score_admissions
+from bertforge.readmission.recipe import Chunks, admission_risk, score_admissions
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from sklearn.pipeline import Pipeline
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..long_documents import combine_per_document
+from ..tasks.long_documents import combine_per_document
 
 # Words are runs of letters and digits, lower-cased, for both baselines (Keras' Tokenizer also
 # lower-cased and dropped punctuation). CountVectorizer's default would drop one-character words.

@@ -14,8 +14,8 @@ import torch
 from ...train.batches import predict_rows
 from .reader import LabelSpace, Windows, encode_windows, read_rows
 from ...models.heads import BertForSequenceClassification
-from ...long_documents import combine_per_document
-from ...metrics import classification_metrics, multilabel_metrics, regression_metrics
+from ..long_documents import combine_per_document
+from ..metrics import classification_metrics, multilabel_metrics, regression_metrics
 from .. import TaskSettings
 from ..records import write_records
 

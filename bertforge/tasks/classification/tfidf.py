@@ -20,7 +20,7 @@ from sklearn.multiclass import OneVsRestClassifier
 from sklearn.pipeline import Pipeline
 
 from .. import TaskSettings
-from ...metrics import classification_metrics, multilabel_metrics, regression_metrics
+from ..metrics import classification_metrics, multilabel_metrics, regression_metrics
 from .reader import LabelSpace, read_rows
 
 logger = logging.getLogger(__name__)

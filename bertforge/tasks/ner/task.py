@@ -11,7 +11,7 @@ from ...train.batches import predict_rows
 from .conll import TaggedFeatures, TaggedSentence, encode_for_tagging, pad_batch, read_conll, tag_set, \
     words_from_logits, write_conll
 from ...models.heads import BertForTokenClassification
-from ...metrics import ner_metrics
+from ..metrics import ner_metrics
 from .. import Rows, TaskSettings
 from ..records import write_records
 

@@ -23,7 +23,7 @@ from ...models.heads import IGNORE_INDEX, BertForPreTraining
 from ...tokenization.tokenizer import BertTokenizer
 from ...train.distributed import Topology, barrier, init_distributed, select_device, shutdown
 from ...train.loop import TrainConfig, train
-from ...recipes.settings import build, read_recipe, resolve
+from ...settings import build, read_recipe, resolve
 
 logger = logging.getLogger("bertforge")
 

@@ -25,10 +25,10 @@ import torch
 from ..train.batches import ShuffledBatches, predict_rows
 from ..tasks.classification.reader import Windows, encode_windows, read_rows
 from ..models.heads import BertForSequenceClassification
-from ..long_documents import combine
-from ..metrics import readmission_metrics
-from ..readmission.baselines import admission_scores
-from ..readmission.notes import chunk_notes, clean_text
+from ..tasks.long_documents import combine
+from ..tasks.metrics import readmission_metrics
+from .baselines import admission_scores
+from .notes import chunk_notes, clean_text
 from ..tokenization.tokenizer import BertTokenizer
 from ..train.best import best_model_folder
 from ..train.distributed import select_device
@@ -157,7 +157,7 @@ def train_bert(run: ReadmissionRun, chunks: dict[str, Chunks]) -> np.ndarray:
 
 def run_readmission(run: ReadmissionRun) -> dict:
     """Train one model on one task with one seed; score the test admissions; write results.json and scores.csv."""
-    from ..readmission.baselines import bag_of_words, chunk_probabilities, train_bilstm
+    from .baselines import bag_of_words, chunk_probabilities, train_bilstm
 
     chunks = {split: Chunks.read(run.split_file(split)) for split in SPLIT_FILES}
     logger.warning("readmission %s / %s / seed %d: %s", run.name, run.task, run.seed,
@@ -222,7 +222,7 @@ def admission_risk(model, tokenizer: BertTokenizer, notes: list[str], c: float =
 def write_report(runs: list[Path], output: Path) -> str:
     """Table 4 from every results.json under `runs` (markdown + CSV), and per task the ROC and PR
     curves of each model's first seed; returns the markdown."""
-    from ..readmission.report import TASK_TITLES, plot_curves, table4, table4_csv
+    from .report import TASK_TITLES, plot_curves, table4, table4_csv
 
     found = sorted({path for run in runs for path in ([run / "results.json"] if (run / "results.json").exists()
                                                       else run.rglob("results.json"))})

@@ -20,8 +20,8 @@ from ..tokenization.tokenizer import BertTokenizer
 from ..train.best import best_model_folder
 from ..train.distributed import select_device
 from ..train.loop import TrainConfig, train
-from ..tasks import TASKS, TaskSettings, load_task
-from .settings import build, read_recipe, resolve
+from . import TASKS, TaskSettings, load_task
+from ..settings import build, read_recipe, resolve
 
 logger = logging.getLogger("bertforge")
 RESULTS_FILE = "results.json"
@@ -136,7 +136,7 @@ def load_for_prediction(folder: str | Path):
     for a checkpoint fine-tuned elsewhere, the task follows config.json's architecture."""
     from ..models.checkpoint import resolve_checkpoint
     from ..models.config import BertConfig
-    from ..tasks import TaskSettings
+    from . import TaskSettings
 
     folder = resolve_checkpoint(folder)
     config = BertConfig.from_json_file(folder / "config.json")
