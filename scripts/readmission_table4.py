@@ -71,7 +71,7 @@ def main() -> None:
     args = parser.parse_args()
 
     sys.path.insert(0, str(ROOT))
-    from bertforge.cli import main as cli
+    from bertforge.cli.parser import main as cli
     from bertforge.readmission.recipe import ReadmissionRun, run_readmission, write_report
 
     data = WORK / "data"

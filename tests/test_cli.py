@@ -6,7 +6,7 @@ import sys
 import numpy as np
 
 import bertforge
-from bertforge.cli import build_parser, main
+from bertforge.cli.parser import build_parser, main
 from bertforge.models.summary import parameter_table
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bertforge import BertConfig, BertForSequenceClassification
-from bertforge.cli import main
+from bertforge.cli.parser import main
 from bertforge.train.batches import ShuffledBatches
 from bertforge.tasks.ner.conll import read_conll, split_tagged_sentences, tag_set, write_conll
 from bertforge.tasks.finetune import FinetuneRecipe, load_for_prediction, run_finetuning

@@ -59,7 +59,7 @@ def losses(run_dir: Path) -> dict[int, float]:
 
 
 def test_pretraining_learns_and_writes_a_usable_checkpoint(corpus_files, tmp_path, capsys):
-    from bertforge.cli import main
+    from bertforge.cli.parser import main
 
     recipe = write_recipe(tmp_path, corpus_files, max_steps=40, eval_every=20, learning_rate=2e-3, plot=True)
     assert main(["pretrain", "--config", str(recipe), "training.save_every=20"]) == 0

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bertforge import BertForSequenceClassification, BertTokenizer
-from bertforge.cli import main
+from bertforge.cli.parser import main
 from bertforge.tasks.metrics import readmission_metrics
 from bertforge.readmission import chunk_notes, clean_text
 from bertforge.readmission.recipe import Chunks, admission_risk, score_admissions

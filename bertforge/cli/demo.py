@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .embeddings.embed import embed, word_vector
-from .models.model import BertModel
-from .models.summary import parameter_table
-from .tokenization.tokenizer import BertTokenizer
+from ..embeddings.embed import embed, word_vector
+from ..models.model import BertModel
+from ..models.summary import parameter_table
+from ..tokenization.tokenizer import BertTokenizer
 
 SENTENCE = "After stealing money from the bank vault, the bank robber was seen fishing on the Mississippi river bank."
 SIMILARITY_SENTENCES = [

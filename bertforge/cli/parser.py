@@ -12,7 +12,7 @@ import sys
 import typing
 
 from . import commands
-from .errors import BertforgeError
+from ..errors import BertforgeError
 
 COMMANDS = {
     "demo": commands.demo,
@@ -115,6 +115,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
