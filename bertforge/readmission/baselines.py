@@ -31,6 +31,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..tasks.long_documents import combine_per_document
+from ..tasks.metrics import binary_labels
 
 # Words are runs of letters and digits, lower-cased, for both baselines (Keras' Tokenizer also
 # lower-cased and dropped punctuation). CountVectorizer's default would drop one-character words.
@@ -232,6 +233,4 @@ def _checked_chunks(texts: Sequence[str], labels, split: str) -> tuple[list[str]
         raise ValueError(f"no {split} texts")
     if labels.shape != (len(texts),):
         raise ValueError(f"{len(texts)} {split} texts but labels of shape {labels.shape}; pass one 0/1 label per chunk")
-    if set(np.unique(labels).tolist()) != {0, 1}:
-        raise ValueError(f"{split} labels must be 0 and 1 with both present, got values {np.unique(labels).tolist()}")
-    return texts, labels.astype(np.int64)
+    return texts, binary_labels(labels, what=f"{split} labels")[0]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from ..tokenization.tokenizer import BertTokenizer
 from ..train.best import best_model_folder
 from ..train.distributed import select_device
 from ..train.loop import TrainConfig, train
+from ..train.optim import epoch_schedule
 
 logger = logging.getLogger("bertforge")
 KINDS = ("bert", "bow", "bilstm")
@@ -140,10 +140,10 @@ def train_bert(run: ReadmissionRun, chunks: dict[str, Chunks]) -> np.ndarray:
         init_from, num_labels=2, id2label={0: "not readmitted", 1: "readmitted"},
         label2id={"not readmitted": 0, "readmitted": 1}, problem_type="single_label_classification")
     batches = ShuffledBatches(len(train_windows), run.batch_size, train_windows.collate, seed=run.seed)
-    config = TrainConfig(output_dir=run.output_dir, max_steps=max(1, math.ceil(run.epochs * batches.batches_per_epoch)),
-                         learning_rate=run.learning_rate, warmup=0.1, weight_decay=0.01, seed=run.seed,
-                         eval_every=batches.batches_per_epoch, save_every=batches.batches_per_epoch,
-                         eval_at_start=False, best_metric="auroc", keep_last=1, log_every=10)
+    config = epoch_schedule(
+        TrainConfig(output_dir=run.output_dir, max_steps=0, learning_rate=run.learning_rate, warmup=0.1,
+                    weight_decay=0.01, seed=run.seed, eval_at_start=False, keep_last=1, log_every=10),
+        run.epochs, batches.batches_per_epoch, has_dev=True, default_metric="auroc")
 
     def evaluate(network) -> dict[str, float]:
         return score_admissions(chunks["val"], scorer.probabilities(network, val_windows, device), run.c)["metrics"]

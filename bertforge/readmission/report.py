@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 from sklearn import metrics as sk
 
+from ..tasks.metrics import binary_labels
+
 TASK_TITLES = {"discharge": "Discharge summaries", "early-2": "2 days", "early-3": "3 days"}
 METRIC_TITLES = {"auroc": "AUROC", "auprc": "AUPRC", "rp80": "RP80"}
 
@@ -95,7 +97,7 @@ def plot_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], path_roc: s
 
     if not curves:
         raise ValueError("no curves to plot; pass {model name: (labels, scores)}")
-    checked = {name: _binary(name, labels, scores) for name, (labels, scores) in curves.items()}
+    checked = {name: binary_labels(labels, scores, f"curve {name!r}: labels") for name, (labels, scores) in curves.items()}
 
     roc_figure, pr_figure = Figure(figsize=(5.5, 5)), Figure(figsize=(5.5, 5))
     FigureCanvasAgg(roc_figure), FigureCanvasAgg(pr_figure)
@@ -159,13 +161,3 @@ def _stats(values: list[float]) -> tuple[float, float | None]:
 def _mean_sd(values: list[float]) -> str:
     mean, sd = _stats(values)
     return f"{mean:.3f}" if sd is None else f"{mean:.3f} ± {sd:.3f}"
-
-
-def _binary(name: str, labels, scores) -> tuple[np.ndarray, np.ndarray]:
-    labels = np.asarray(labels).reshape(-1)
-    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
-    if labels.shape != scores.shape:
-        raise ValueError(f"curve {name!r}: {labels.size} labels but {scores.size} scores")
-    if set(np.unique(labels).tolist()) != {0, 1}:
-        raise ValueError(f"curve {name!r}: labels must be 0 and 1 with both present, got {np.unique(labels).tolist()}")
-    return labels.astype(np.int64), scores

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from ..tokenization.tokenizer import BertTokenizer
 from ..train.best import best_model_folder
 from ..train.distributed import select_device
 from ..train.loop import TrainConfig, train
+from ..train.optim import epoch_schedule
 from . import TASKS, TaskSettings, load_task
 from ..settings import build, read_recipe, resolve
 
@@ -83,7 +83,7 @@ def run_finetuning(recipe: FinetuneRecipe, resume: bool = False) -> dict:
 
     rows = task.training_rows()
     batches = ShuffledBatches(len(rows), recipe.batch_size, rows.collate, seed=recipe.training.seed)
-    config = schedule(recipe.training, recipe.epochs, batches.batches_per_epoch, has_dev=bool(recipe.data.dev),
+    config = epoch_schedule(recipe.training, recipe.epochs, batches.batches_per_epoch, has_dev=bool(recipe.data.dev),
                       default_metric=task.default_metric)
     run_dir = Path(config.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -109,22 +109,6 @@ def run_finetuning(recipe: FinetuneRecipe, resume: bool = False) -> dict:
 def task_card(recipe: FinetuneRecipe, init_from: str) -> dict:
     """What `predict` needs besides the HF files: the task and how inputs were read and windowed."""
     return {"task": recipe.task, "init_from": init_from, "data": asdict(recipe.data)}
-
-
-def schedule(training: TrainConfig, epochs: float, batches_per_epoch: int, has_dev: bool,
-             default_metric: str) -> TrainConfig:
-    """Steps from epochs, an evaluation (and checkpoint) every epoch, the task's metric for the best model."""
-    steps_per_epoch = math.ceil(batches_per_epoch / training.grad_accumulation)
-    values = asdict(training)
-    if not values["max_steps"]:
-        values["max_steps"] = max(1, round(epochs * steps_per_epoch))
-    values["eval_every"] = values["eval_every"] or steps_per_epoch
-    values["save_every"] = values["save_every"] or steps_per_epoch
-    if has_dev and not values["best_metric"]:
-        values["best_metric"] = default_metric
-    if not has_dev:
-        values["best_metric"], values["early_stopping_patience"] = "", 0
-    return TrainConfig(**values)
 
 
 ARCHITECTURE_TASKS = {"BertForSequenceClassification": "classification", "BertForTokenClassification": "ner",

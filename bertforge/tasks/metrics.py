@@ -90,6 +90,19 @@ def regression_metrics(targets: Sequence[float] | np.ndarray,
                     "mae": sk.mean_absolute_error(targets, predictions)})
 
 
+def problem_metrics(problem_type: str, targets: np.ndarray, scores: np.ndarray) -> dict[str, float]:
+    """The metrics of a classification problem: `regression`, `multi_label_classification` or single-label.
+
+    targets and scores as the function for that kind takes them (class ids and probabilities,
+    multi-hot rows and probabilities, or values and predictions).
+    """
+    if problem_type == "regression":
+        return regression_metrics(targets, scores)
+    if problem_type == "multi_label_classification":
+        return multilabel_metrics(targets, scores)
+    return classification_metrics(targets, scores)
+
+
 def ner_metrics(true_tags: list[list[str]], predicted_tags: list[list[str]]) -> dict[str, float]:
     """Entity-level precision, recall and f1 (micro average over entities, seqeval's default mode,
     as conlleval scores them) and token_accuracy.
@@ -130,7 +143,7 @@ def recall_at_precision(labels: Sequence[int] | np.ndarray, scores: Sequence[flo
     takes the recall of the first row in curve order (lowest threshold, so the highest recall);
     0.0 when no row qualifies. Raises ValueError unless labels hold both 0 and 1.
     """
-    labels, scores = _binary(labels, scores)
+    labels, scores = binary_labels(labels, scores)
     precisions, recalls, thresholds = sk.precision_recall_curve(labels, scores)
     rows = zip(precisions[:len(thresholds)], recalls[:len(thresholds)])
     return float(next((recall for row_precision, recall in rows if row_precision > precision - 1e-6), 0.0))
@@ -143,7 +156,7 @@ def readmission_metrics(labels: Sequence[int] | np.ndarray, scores: Sequence[flo
     area under the PR curve that ClinicalBERT's code reports (`auc(recall, precision)`, slightly
     optimistic), for comparison with the paper. Raises ValueError unless labels hold both 0 and 1.
     """
-    labels, scores = _binary(labels, scores)
+    labels, scores = binary_labels(labels, scores)
     precisions, recalls, _ = sk.precision_recall_curve(labels, scores)
     return _floats({"auroc": sk.roc_auc_score(labels, scores),
                     "auprc": sk.average_precision_score(labels, scores),
@@ -151,14 +164,20 @@ def readmission_metrics(labels: Sequence[int] | np.ndarray, scores: Sequence[flo
                     "auprc_trapezoid": sk.auc(recalls, precisions)})
 
 
-def _binary(labels, scores) -> tuple[np.ndarray, np.ndarray]:
+def binary_labels(labels, scores=None, what: str = "labels") -> tuple[np.ndarray, np.ndarray | None]:
+    """(labels as int64 0/1, scores as float64), both flat; the one check that both classes are there.
+
+    Raises ValueError naming `what` when the lengths differ or a class is missing (AUROC and
+    precision-recall need positives and negatives; so does training a detector).
+    """
     labels = np.asarray(labels).reshape(-1)
-    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
-    if labels.shape != scores.shape:
-        raise ValueError(f"{labels.size} labels but {scores.size} scores; pass one score per document")
+    if scores is not None:
+        scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+        if labels.shape != scores.shape:
+            raise ValueError(f"{what}: {labels.size} labels but {scores.size} scores; pass one score per document")
     if set(np.unique(labels).tolist()) != {0, 1}:
-        raise ValueError(f"labels must hold both 0 and 1, found {sorted(set(np.unique(labels).tolist()))}; "
-                         "AUROC and precision-recall need positives and negatives")
+        raise ValueError(f"{what} must be 0 and 1 with both present, found {sorted(set(np.unique(labels).tolist()))}; "
+                         "AUROC, precision-recall and training a detector need both 0 and 1")
     return labels.astype(np.int64), scores
 
 

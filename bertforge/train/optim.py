@@ -1,6 +1,9 @@
 """AdamW with BERT's weight-decay exclusions, and the linear warm-up / linear decay schedule."""
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
@@ -34,3 +37,22 @@ def linear_warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, tot
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
     return LambdaLR(optimizer, factor)
+
+
+def epoch_schedule(training, epochs: float, batches_per_epoch: int, has_dev: bool, default_metric: str):
+    """A TrainConfig counted in epochs: steps from epochs, an evaluation and checkpoint every epoch, and
+    the task's metric for the best model (none without a dev set).
+
+    The loop counts optimizer steps (batches / grad_accumulation). Settings given explicitly
+    (max_steps, eval_every, save_every, best_metric) are kept.
+    """
+    steps_per_epoch = math.ceil(batches_per_epoch / training.grad_accumulation)
+    best_metric = (training.best_metric or default_metric) if has_dev else ""
+    return dataclasses.replace(
+        training,
+        max_steps=training.max_steps or max(1, round(epochs * steps_per_epoch)),
+        eval_every=training.eval_every or steps_per_epoch,
+        save_every=training.save_every or steps_per_epoch,
+        best_metric=best_metric,
+        early_stopping_patience=training.early_stopping_patience if has_dev else 0,
+    )

@@ -15,7 +15,7 @@ from ...train.batches import predict_rows
 from .reader import LabelSpace, Windows, encode_windows, read_rows
 from ...models.heads import BertForSequenceClassification
 from ..long_documents import combine_per_document
-from ..metrics import classification_metrics, multilabel_metrics, regression_metrics
+from ..metrics import problem_metrics
 from .. import TaskSettings
 from ..records import write_records
 
@@ -52,12 +52,7 @@ class ClassificationTask:
         """Document-level metrics on data.<split> (windows combined per document first)."""
         windows = self._windows(split)
         scores = self.document_scores(model, windows, batch_size, device)
-        targets = windows.labels.numpy()
-        if self.labels.problem_type == "regression":
-            return regression_metrics(targets, scores)
-        if self.labels.problem_type == "multi_label_classification":
-            return multilabel_metrics(targets, scores)
-        return classification_metrics(targets, scores)
+        return problem_metrics(self.labels.problem_type, windows.labels.numpy(), scores)
 
     def document_scores(self, model, windows: Windows, batch_size: int, device) -> np.ndarray:
         """(documents, classes) probabilities, or (documents,) values for regression."""

@@ -20,7 +20,7 @@ from sklearn.multiclass import OneVsRestClassifier
 from sklearn.pipeline import Pipeline
 
 from .. import TaskSettings
-from ..metrics import classification_metrics, multilabel_metrics, regression_metrics
+from ..metrics import problem_metrics
 from .reader import LabelSpace, read_rows
 
 logger = logging.getLogger(__name__)
@@ -140,10 +140,5 @@ def run_baseline(settings: TaskSettings, seed: int = 0) -> dict:
         rows = read_rows(path, **columns)
         targets = labels.encode(rows.labels, rows.row_numbers).numpy()
         scores = np.asarray(predict_probabilities(pipeline, [join_pair(row) for row in rows.texts]))
-        if labels.problem_type == "regression":
-            results[split] = regression_metrics(targets, scores)
-        elif labels.problem_type == "multi_label_classification":
-            results[split] = multilabel_metrics(targets, scores)
-        else:
-            results[split] = classification_metrics(targets, scores)
+        results[split] = problem_metrics(labels.problem_type, targets, scores)
     return results
