@@ -111,11 +111,14 @@ class BertForPreTraining(BertPreTrainedModel):
         """
         out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
                      output_hidden_states, output_attentions)
-        prediction_logits, loss = masked_lm(self.cls.predictions, out.last_hidden_state, labels, masked_only)
+        prediction_logits, mlm_loss = masked_lm(self.cls.predictions, out.last_hidden_state, labels, masked_only)
         seq_relationship_logits = self.cls.seq_relationship(out.pooler_output)
-        if loss is not None and next_sentence_label is not None:
-            loss = loss + F.cross_entropy(seq_relationship_logits.float(), next_sentence_label.reshape(-1))
-        return PreTrainingOutput(loss, prediction_logits, seq_relationship_logits, out.hidden_states, out.attentions)
+        nsp_loss = None
+        if next_sentence_label is not None:
+            nsp_loss = F.cross_entropy(seq_relationship_logits.float(), next_sentence_label.reshape(-1))
+        loss = mlm_loss + nsp_loss if mlm_loss is not None and nsp_loss is not None else mlm_loss
+        return PreTrainingOutput(loss, prediction_logits, seq_relationship_logits, out.hidden_states, out.attentions,
+                                 mlm_loss=mlm_loss, nsp_loss=nsp_loss)
 
 
 class BertForMaskedLM(BertPreTrainedModel):

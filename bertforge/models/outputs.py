@@ -13,9 +13,13 @@ from torch import Tensor
 Tensors = tuple[Tensor, ...]
 
 
+def hf_fields(output) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(output) if not f.metadata.get("part")]
+
+
 class _Indexable:
     def to_tuple(self) -> tuple:
-        return tuple(v for f in dataclasses.fields(self) if (v := getattr(self, f.name)) is not None)
+        return tuple(v for f in hf_fields(self) if (v := getattr(self, f.name)) is not None)
 
     def __getitem__(self, key: int | slice | str):
         if isinstance(key, str):
@@ -23,7 +27,7 @@ class _Indexable:
         return self.to_tuple()[key]
 
     def keys(self) -> list[str]:
-        return [f.name for f in dataclasses.fields(self) if getattr(self, f.name) is not None]
+        return [f.name for f in hf_fields(self) if getattr(self, f.name) is not None]
 
 
 @dataclass
@@ -41,6 +45,10 @@ class PreTrainingOutput(_Indexable):
     seq_relationship_logits: Tensor  # (batch, 2)
     hidden_states: Tensors | None = None
     attentions: Tensors | None = None
+    # The loss's parts (not in HF's output), so training statistics need not compute them again;
+    # left out of to_tuple() and keys(), which keep HF's fields.
+    mlm_loss: Tensor | None = dataclasses.field(default=None, metadata={"part": True})  # mean over masked tokens
+    nsp_loss: Tensor | None = dataclasses.field(default=None, metadata={"part": True})  # mean over the batch
 
 
 @dataclass

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from ...models.config import BertConfig
@@ -127,7 +126,10 @@ class EndlessBatches:
 
 
 def pretraining_statistics(batch: dict, output) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """(sum, count) pairs for MLM loss and accuracy over masked tokens, and NSP loss and accuracy."""
+    """(sum, count) pairs for MLM loss and accuracy over masked tokens, and NSP loss and accuracy.
+
+    The losses are the head's own (output.mlm_loss / nsp_loss, means), weighted back into sums.
+    """
     labels = batch["labels"]
     selected = labels != IGNORE_INDEX
     logits = output.prediction_logits
@@ -136,13 +138,14 @@ def pretraining_statistics(batch: dict, output) -> dict[str, tuple[torch.Tensor,
     targets = labels[selected]
     count = selected.sum()
     stats = {
-        "mlm_loss": (F.cross_entropy(logits.float(), targets, reduction="sum"), count),
+        "mlm_loss": (output.mlm_loss.detach() * count, count),
         "mlm_accuracy": ((logits.argmax(-1) == targets).sum(), count),
     }
-    if "next_sentence_label" in batch:
-        nsp_logits, nsp_labels = output.seq_relationship_logits.float(), batch["next_sentence_label"]
-        stats["nsp_loss"] = (F.cross_entropy(nsp_logits, nsp_labels, reduction="sum"), torch.tensor(len(nsp_labels)))
-        stats["nsp_accuracy"] = ((nsp_logits.argmax(-1) == nsp_labels).sum(), torch.tensor(len(nsp_labels)))
+    if output.nsp_loss is not None:
+        nsp_labels = batch["next_sentence_label"]
+        size = torch.tensor(len(nsp_labels))
+        stats["nsp_loss"] = (output.nsp_loss.detach() * size, size)
+        stats["nsp_accuracy"] = ((output.seq_relationship_logits.argmax(-1) == nsp_labels).sum(), size)
     return stats
 
 
