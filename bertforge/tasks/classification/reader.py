@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from ...train.collate import pad_rows
 from ..pretraining.corpus import jsonl_objects
 
 logger = logging.getLogger(__name__)
@@ -349,15 +350,11 @@ def pad_batch(windows: Windows, indices: Sequence[int]) -> dict[str, torch.Tenso
     """input_ids, token_type_ids, attention_mask: (batch, longest) int64, padded on the right;
     plus labels (batch, ...) taken from each window's document when `windows.labels` is set."""
     indices = list(indices)
-    longest = max(len(windows.input_ids[index]) for index in indices)
-    batch = {}
-    for name, pad in (("input_ids", windows.pad_token_id), ("token_type_ids", 0), ("attention_mask", 0)):
-        rows = getattr(windows, name)
-        batch[name] = torch.tensor([rows[index] + [pad] * (longest - len(rows[index])) for index in indices],
-                                   dtype=torch.long)
+    rows = {name: [getattr(windows, name)[index] for index in indices] for name in ("input_ids", "token_type_ids")}
+    labels = None
     if windows.labels is not None:
-        batch["labels"] = windows.labels[[windows.document_index[index] for index in indices]]
-    return batch
+        labels = {"labels": windows.labels[[windows.document_index[index] for index in indices]]}
+    return pad_rows(rows, windows.pad_token_id, row_fields=labels)
 
 
 def encode_windows(tokenizer, texts: list[tuple[str, ...]], max_length: int = 128, stride: int = 32,

@@ -18,10 +18,11 @@ import numpy as np
 import torch
 
 from ...atomic import replaced_file
+from ...models.heads import IGNORE_INDEX
+from ...train.collate import pad_rows
 
 logger = logging.getLogger(__name__)
 
-IGNORE_INDEX = -100  # torch.nn.functional.cross_entropy's default ignore_index
 OUTSIDE_TAG = "O"
 DOCSTART = "-DOCSTART-"
 
@@ -306,18 +307,8 @@ def pad_batch(features: TaggedFeatures, indices: Sequence[int]) -> dict[str, tor
     input_ids pad with the tokenizer's [PAD] id, attention_mask and token_type_ids with 0, labels
     (present only when the features have them) with -100.
     """
-    indices = list(indices)
-    length = max(len(features.input_ids[i]) for i in indices)
-
-    def padded(rows, value):
-        return torch.tensor([rows[i] + [value] * (length - len(rows[i])) for i in indices], dtype=torch.long)
-
-    batch = {"input_ids": padded(features.input_ids, features.pad_token_id),
-             "attention_mask": padded(features.attention_mask, 0),
-             "token_type_ids": padded(features.token_type_ids, 0)}
-    if features.labels is not None:
-        batch["labels"] = padded(features.labels, IGNORE_INDEX)
-    return batch
+    names = ("input_ids", "token_type_ids") + (("labels",) if features.labels is not None else ())
+    return pad_rows({name: [getattr(features, name)[i] for i in indices] for name in names}, features.pad_token_id)
 
 
 # ---------------------------------------------------------------- predictions back to words

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .masking import IGNORE_INDEX, check_masking_args, mask_tokens
+from .masking import check_masking_args, mask_tokens
+from ...train.collate import pad_rows
 from .pairs import build_pair, check_pair_args, plan_sentence_pairs
 
 # Stream tags: the same (seed, epoch) feeds independent generators for each kind of choice.
@@ -209,22 +210,8 @@ def collate(instances: list[dict], pad_token_id: int = 0, pad_to: int | None = N
     unmasked positions) and next_sentence_label (batch,) when the instances have one. Raises
     ValueError for an empty batch or an instance longer than pad_to.
     """
-    if not instances:
-        raise ValueError("cannot collate an empty batch")
-    longest = max(len(instance["input_ids"]) for instance in instances)
-    if pad_to is not None and longest > pad_to:
-        raise ValueError(f"an instance has {longest} tokens, more than pad_to={pad_to}; raise pad_to or "
-                         "make instances with a smaller max_seq_length")
-    length = pad_to or longest
-    batch = {"input_ids": torch.full((len(instances), length), pad_token_id, dtype=torch.long),
-             "token_type_ids": torch.zeros((len(instances), length), dtype=torch.long),
-             "attention_mask": torch.zeros((len(instances), length), dtype=torch.long),
-             "labels": torch.full((len(instances), length), IGNORE_INDEX, dtype=torch.long)}
-    for row, instance in enumerate(instances):
-        size = len(instance["input_ids"])
-        for key in ("input_ids", "token_type_ids", "labels"):
-            batch[key][row, :size] = torch.from_numpy(np.asarray(instance[key], dtype=np.int64))
-        batch["attention_mask"][row, :size] = 1
-    if "next_sentence_label" in instances[0]:
-        batch["next_sentence_label"] = torch.tensor([instance["next_sentence_label"] for instance in instances])
-    return batch
+    rows = {name: [instance[name] for instance in instances] for name in ("input_ids", "token_type_ids", "labels")}
+    next_sentence = None
+    if instances and "next_sentence_label" in instances[0]:
+        next_sentence = {"next_sentence_label": [instance["next_sentence_label"] for instance in instances]}
+    return pad_rows(rows, pad_token_id, row_fields=next_sentence, pad_to=pad_to)

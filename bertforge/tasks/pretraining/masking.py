@@ -4,7 +4,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-IGNORE_INDEX = -100  # label of unmasked positions: torch's cross_entropy skips it by default
+from ...models.heads import IGNORE_INDEX  # label of unmasked positions: the losses skip it
 
 
 def check_masking_args(mlm_probability: float, max_predictions_per_seq: int) -> None:

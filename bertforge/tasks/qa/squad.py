@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ...train.collate import pad_rows
+
 logger = logging.getLogger("bertforge")
 
 
@@ -313,21 +315,12 @@ def pad_batch(features: QAFeatures, indices) -> dict[str, torch.Tensor]:
     training features, start_positions and end_positions (batch,). Raises ValueError for no indices.
     """
     indices = [int(index) for index in indices]
-    if not indices:
-        raise ValueError("cannot pad an empty batch; give at least one feature index")
-    longest = max(len(features.input_ids[index]) for index in indices)
-    batch = {"input_ids": torch.full((len(indices), longest), features.pad_token_id, dtype=torch.long),
-             "token_type_ids": torch.zeros((len(indices), longest), dtype=torch.long),
-             "attention_mask": torch.zeros((len(indices), longest), dtype=torch.long)}
-    for row, index in enumerate(indices):
-        size = len(features.input_ids[index])
-        batch["input_ids"][row, :size] = torch.tensor(features.input_ids[index])
-        batch["token_type_ids"][row, :size] = torch.tensor(features.token_type_ids[index])
-        batch["attention_mask"][row, :size] = 1
+    rows = {name: [getattr(features, name)[index] for index in indices] for name in ("input_ids", "token_type_ids")}
+    answers = None
     if features.start_positions is not None:
-        batch["start_positions"] = torch.tensor([features.start_positions[index] for index in indices])
-        batch["end_positions"] = torch.tensor([features.end_positions[index] for index in indices])
-    return batch
+        answers = {name: [getattr(features, name)[index] for index in indices]
+                   for name in ("start_positions", "end_positions")}
+    return pad_rows(rows, features.pad_token_id, row_fields=answers)
 
 
 # ---------------------------------------------------------------- predictions
