@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge.tasks.qa.squad import (Answer, QAExample, context_windows, exact_match_score, f1_score,
-                                  max_context_windows, normalize_answer, pad_batch, postprocess, qa_features,
-                                  read_squad, squad_evaluate, write_squad)
+from bertforge.tasks.qa.answers import postprocess
+from bertforge.tasks.qa.features import context_windows, max_context_windows, pad_batch, qa_features
+from bertforge.tasks.qa.scoring import exact_match_score, f1_score, normalize_answer, squad_evaluate
+from bertforge.tasks.qa.squad import Answer, QAExample, read_squad, write_squad
 from bertforge.tokenization.tokenizer import BertTokenizer
 from squad_from_austen import build_austen_squad
 

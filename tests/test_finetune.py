@@ -251,7 +251,8 @@ def test_shuffled_batches_resume_where_they_stopped():
 def test_question_answering_end_to_end_on_austen_paragraphs(data_dir, cassette_dir, tmp_path):
     from squad_from_austen import build_austen_squad
 
-    from bertforge.tasks.qa.squad import read_squad, squad_evaluate, write_squad
+    from bertforge.tasks.qa.scoring import squad_evaluate
+    from bertforge.tasks.qa.squad import read_squad, write_squad
 
     examples = build_austen_squad(data_dir / "austen", n_questions=360, seed=0)
     write_squad(examples[:300], tmp_path / "train.json")

@@ -8,7 +8,10 @@ from pathlib import Path
 import torch
 
 from ...train.batches import predict_rows
-from .squad import QAExample, QAFeatures, postprocess, qa_features, read_squad, squad_evaluate
+from .answers import postprocess
+from .features import QAFeatures, qa_features
+from .scoring import squad_evaluate
+from .squad import QAExample, read_squad
 from ...models.heads import BertForQuestionAnswering
 from .. import Rows, TaskSettings
 
