@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from bertforge.tasks.classification.tfidf import C_GRID, join_pair, predict_probabilities, tfidf_logistic_regression
-from bertforge.tasks.classification.reader import LabelSpace, read_rows
+from bertforge.tasks.classification.labels import LabelSpace
+from bertforge.tasks.classification.reader import read_rows
 from bertforge.tasks.metrics import classification_metrics
 
 

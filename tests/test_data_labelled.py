@@ -7,7 +7,9 @@ import torch
 
 from bertforge import BertTokenizer
 from bertforge.models.config import BertConfig
-from bertforge.tasks.classification.reader import LabelSpace, encode_windows, pad_batch, read_rows
+from bertforge.tasks.classification.labels import LabelSpace
+from bertforge.tasks.classification.reader import read_rows
+from bertforge.tasks.classification.windows import encode_windows, pad_batch
 
 NUMBERS = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen " \
           "sixteen seventeen eighteen nineteen twenty twentyone"  # one word piece each but the last

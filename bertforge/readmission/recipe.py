@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from ..train.batches import ShuffledBatches, predict_rows
-from ..tasks.classification.reader import Windows, encode_windows, read_rows
+from ..tasks.classification.reader import read_rows
+from ..tasks.classification.windows import Windows, encode_windows
 from ..models.heads import BertForSequenceClassification
 from ..tasks.long_documents import combine
 from ..tasks.metrics import readmission_metrics

@@ -12,7 +12,9 @@ import numpy as np
 import torch
 
 from ...train.batches import predict_rows
-from .reader import LabelSpace, Windows, encode_windows, read_rows
+from .labels import LabelSpace
+from .reader import read_rows
+from .windows import Windows, encode_windows
 from ...models.heads import BertForSequenceClassification
 from ..long_documents import combine_per_document
 from ..metrics import problem_metrics

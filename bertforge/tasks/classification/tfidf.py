@@ -21,7 +21,8 @@ from sklearn.pipeline import Pipeline
 
 from .. import TaskSettings
 from ..metrics import problem_metrics
-from .reader import LabelSpace, read_rows
+from .labels import LabelSpace
+from .reader import read_rows
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,163 @@
+"""The label space of a classification problem: which labels exist, what kind of problem it is (Hugging
+Face's `problem_type` names), and labels to tensors; from training labels or a fine-tuned model's config."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .reader import _MAX_LISTED, PROBLEM_TYPES
+
+
+
+@dataclass
+class LabelSpace:
+    """The labels of a task and how they are scored, with Hugging Face config names.
+
+    labels: the class names, in id order (infer sorts them: numerically when all are integers,
+    else as strings); empty for regression, which has one output. label_separator splits a
+    CSV cell into its labels for multi-label problems.
+    """
+    problem_type: str
+    labels: list[str]
+    label_separator: str = "|"
+
+    def __post_init__(self):
+        if self.problem_type not in PROBLEM_TYPES:
+            raise ValueError(f"unknown problem_type {self.problem_type!r}; use one of {PROBLEM_TYPES}")
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.problem_type == "regression" else len(self.labels)
+
+    @property
+    def id2label(self) -> dict[int, str]:
+        # Regression keeps one named output so that BertConfig.num_labels (len of id2label) is 1.
+        if self.problem_type == "regression":
+            return {0: "LABEL_0"}
+        return dict(enumerate(self.labels))
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {label: index for index, label in self.id2label.items()}
+
+    @classmethod
+    def infer(cls, raw_labels: Sequence, problem_type: str | None = None, label_separator: str = "|") -> LabelSpace:
+        """The label space of training labels (raw values as `read_rows` returns them).
+
+        problem_type None means multi-label when any raw label is a list, else single-label;
+        regression is never guessed. Raises ValueError for an unknown problem_type, a regression
+        value that is not a finite number, no labels, or a single-label column with one class.
+        """
+        if problem_type is not None and problem_type not in PROBLEM_TYPES:
+            raise ValueError(f"unknown problem_type {problem_type!r}; use one of {PROBLEM_TYPES}")
+        raw_labels = list(raw_labels)
+        if not raw_labels:
+            raise ValueError("no labels to infer a label space from; check the label column")
+        if problem_type is None:
+            is_multi = any(isinstance(value, list) for value in raw_labels)
+            problem_type = "multi_label_classification" if is_multi else "single_label_classification"
+        space = cls(problem_type, [], label_separator)
+        if problem_type == "regression":
+            for value in raw_labels:
+                _as_float(value)
+            return space
+        if problem_type == "multi_label_classification":
+            names = {name for value in raw_labels for name in space._label_set(value)}
+        else:
+            names = {_as_name(value) for value in raw_labels}
+        if not names:
+            raise ValueError("every row has an empty label set; a multi-label task needs at least one label")
+        if problem_type == "single_label_classification" and len(names) == 1:
+            raise ValueError(f"label column has one class {next(iter(names))!r}: a classifier needs at least two; "
+                             "check the column or the filter")
+        space.labels = _sorted_labels(names)
+        return space
+
+    @classmethod
+    def from_config(cls, config) -> LabelSpace:
+        """The label space a fine-tuned model was trained with, from its BertConfig (id2label, problem_type).
+
+        problem_type None is read as transformers does: regression when there is one label,
+        else single-label. Raises ValueError when the config has no id2label or its ids are not 0..n-1.
+        """
+        id2label = config.id2label
+        if not id2label:
+            raise ValueError("the model config has no id2label: it was not fine-tuned for classification; "
+                             "fine-tune it first, or give the labels")
+        if sorted(id2label) != list(range(len(id2label))):
+            raise ValueError(f"config id2label has ids {sorted(id2label)}; they must be 0..{len(id2label) - 1}")
+        problem_type = config.problem_type or ("regression" if len(id2label) == 1 else "single_label_classification")
+        labels = [] if problem_type == "regression" else [id2label[index] for index in range(len(id2label))]
+        return cls(problem_type, labels)
+
+    def encode(self, raw_labels: Sequence, row_numbers: Sequence[int] | None = None) -> torch.Tensor:
+        """Raw labels → a tensor: (n,) int64 class ids, (n, num_labels) float multi-hot, or (n,) float values.
+
+        Raises ValueError listing labels outside the space (with their row numbers, when given)
+        and the known labels, or naming a regression value that is not a number.
+        """
+        raw_labels = list(raw_labels)
+        row_numbers = list(row_numbers) if row_numbers is not None else list(range(1, len(raw_labels) + 1))
+        if self.problem_type == "regression":
+            return torch.tensor([_as_float(value, row) for value, row in zip(raw_labels, row_numbers)],
+                                dtype=torch.float32)
+        label2id, unknown = self.label2id, {}
+        if self.problem_type == "multi_label_classification":
+            encoded = torch.zeros(len(raw_labels), self.num_labels)
+            for index, (value, row) in enumerate(zip(raw_labels, row_numbers)):
+                for name in self._label_set(value):
+                    if name in label2id:
+                        encoded[index, label2id[name]] = 1.0
+                    else:
+                        unknown.setdefault(name, []).append(row)
+        else:
+            ids = []
+            for value, row in zip(raw_labels, row_numbers):
+                name = _as_name(value)
+                if name not in label2id:
+                    unknown.setdefault(name, []).append(row)
+                ids.append(label2id.get(name, -1))
+            encoded = torch.tensor(ids, dtype=torch.long)
+        if unknown:
+            listed = "; ".join(f"{name!r} (rows {', '.join(map(str, rows[:5]))}{', ...' if len(rows) > 5 else ''})"
+                               for name, rows in list(unknown.items())[:_MAX_LISTED])
+            raise ValueError(f"{len(unknown)} label(s) the model was not trained on: {listed}; "
+                             f"known labels: {self.labels}")
+        return encoded
+
+    def _label_set(self, value) -> list[str]:
+        """The labels of one multi-label value: a JSON list, or a cell split on label_separator."""
+        if isinstance(value, list):
+            return [_as_name(item) for item in value]
+        return [name.strip() for name in str(value).split(self.label_separator) if name.strip()]
+
+
+def _as_name(value) -> str:
+    """A label value as its class name: CSV strings stripped, JSON scalars as their text."""
+    if isinstance(value, (list, dict)):
+        raise ValueError(f"label {value!r} is a {type(value).__name__}; a single-label task needs one value per "
+                         "row (for several labels per row use problem_type='multi_label_classification')")
+    return value.strip() if isinstance(value, str) else str(value)
+
+
+def _as_float(value, row: int | None = None) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number):
+        where = f" (row {row})" if row is not None else ""
+        raise ValueError(f"regression label {value!r}{where} is not a finite number; fix the value or drop the row")
+    return number
+
+
+def _sorted_labels(names: set[str]) -> list[str]:
+    # "2" before "10": integer labels sort by value so that ids follow the numbers users expect
+    # (the name breaks ties such as "01" and "1", so the order never depends on set order).
+    try:
+        return sorted(names, key=lambda name: (int(name), name))
+    except ValueError:
+        return sorted(names)
