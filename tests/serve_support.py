@@ -14,6 +14,10 @@ from bertforge.embed import Embedder
 from bertforge.serve.index import ExactIndex
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's package; Playwright drives it (no `playwright install` here)
+# Flags for a container: no sandbox (no user namespaces), no GPU, and nothing that calls home.
+CHROMIUM_ARGS = ["--no-sandbox", "--headless=new", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run"]
 
 
 def review_sentences(data_dir: Path, count: int) -> list[str]:

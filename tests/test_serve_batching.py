@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 pytest.importorskip("prometheus_client")
 from bertforge.serve.batching import Batcher, next_batch_size  # noqa: E402
 from bertforge.serve.metrics import ServerMetrics  # noqa: E402
+from bertforge.serve.models import in_length_order  # noqa: E402
 
 
 # --- next_batch_size: the pure rule ----------------------------------------------------------
@@ -51,6 +52,18 @@ def test_batches_are_within_budget_and_maximal(lengths, budget, cap):
         assert taken <= cap
     if taken < len(lengths) and (cap is None or taken < cap):  # one more would break the budget
         assert (taken + 1) * max(lengths[:taken + 1]) > budget
+
+
+def test_a_batch_runs_in_length_sorted_passes_and_answers_in_its_own_order():
+    passes = []
+
+    def run(payloads):
+        passes.append(payloads)
+        return [f"<{p}>" for p in payloads]
+
+    payloads = ["bb", "a", "dddd", "ccc", "eeeee"]
+    assert in_length_order(run, payloads, [len(p) for p in payloads], size=2) == [f"<{p}>" for p in payloads]
+    assert passes == [["eeeee", "dddd"], ["ccc", "bb"], ["a"]]
 
 
 # --- Batcher: concurrency, isolation, cancellation, draining ---------------------------------

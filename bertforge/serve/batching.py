@@ -6,8 +6,10 @@ worker thread, and resolves each input's future with its own result, so every ca
 gets back exactly its answers in its order. While one batch runs, the next one fills.
 
 The budget counts padded tokens (batch size x longest input), as text-embeddings-
-inference does for models that pad: that is what a padded forward pass costs in time
-and memory. The choice of how many inputs to take is the pure `next_batch_size`.
+inference does for models that pad: what the batch would cost as one padded forward
+pass, an upper bound on its time and memory (the models sort a batch by length before
+padding it, see `models.in_length_order`). The choice of how many inputs to take is the
+pure `next_batch_size`.
 """
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ import errno
 import ipaddress
 import logging
 import os
+import signal
 import socket
 
 from .settings import (DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_CLIENT_BATCH_SIZE, DEFAULT_MAX_CONCURRENT_REQUESTS,
@@ -38,9 +39,13 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
         max_client_batch_size: texts per request; more get 413
         max_request_bytes: request body size limit; larger bodies get 413
     """
-    import uvicorn
+    try:
+        import uvicorn
 
-    from .app import create_app
+        from .app import create_app
+    except ImportError as error:
+        raise ValueError(f"bertforge serve needs the serve extra ({error.name} is missing): "
+                         "pip install 'bertforge[serve]'") from None
     from .index import load_index
     from .models import load_models
 
@@ -61,10 +66,20 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
     print(f"bertforge serve: {models.embedding.name} on http://{shown_host}:{address[1]} "
           f"(explorer at /, API docs at /docs); Ctrl-C or SIGTERM stops it", flush=True)
     # uvicorn handles SIGINT/SIGTERM: stop accepting, finish in-flight requests, run the app's shutdown
-    # (which drains the batch queues), then return, so the process exits 0.
+    # (which drains the batch queues). Then it re-raises the signal to the handlers it found, so that
+    # the process would die by it; a graceful stop is a success here, so those handlers ignore it.
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=None)
-    uvicorn.Server(config).run(sockets=[listening])
+    previous = {sig: signal.signal(sig, ignore_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        uvicorn.Server(config).run(sockets=[listening])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print("bertforge serve: stopped", flush=True)
+
+
+def ignore_signal(number, frame) -> None:
+    logger.info("stopped by signal %d after a graceful shutdown", number)
 
 
 def is_loopback(host: str) -> bool:

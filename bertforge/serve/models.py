@@ -28,6 +28,9 @@ logger = logging.getLogger("bertforge.serve")
 MASKED_LM_ARCHITECTURES = ("BertForMaskedLM", "BertForPreTraining")
 # sentence-transformers' Pooling config keys -> our pooling names, in its order of precedence.
 POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max"}
+# Inputs per forward pass inside one batch: the batcher's batch is sorted by length and cut into
+# passes of this many, as `Embedder.encode` does, so short texts are not padded to a long one's length.
+FORWARD_BATCH_SIZE = 32
 # Layer choices the explorer offers for word-in-context vectors (seed 003 averages the last four).
 WORD_LAYER_CHOICES = ("last_four_mean", "last", "second_to_last")
 
@@ -77,6 +80,17 @@ def pad_batch(id_lists: list[list[int]], pad_id: int) -> dict[str, Tensor]:
         input_ids[row, :len(ids)] = torch.tensor(ids)
         attention_mask[row, :len(ids)] = 1
     return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": torch.zeros_like(input_ids)}
+
+
+def in_length_order(run, payloads: list, lengths: list[int], size: int = FORWARD_BATCH_SIZE) -> list:
+    """run(payloads) -> results, called on length-sorted chunks of `size`; results in the payloads' order."""
+    order = sorted(range(len(payloads)), key=lambda i: -lengths[i])
+    results: list = [None] * len(payloads)
+    for start in range(0, len(order), size):
+        rows = order[start:start + size]
+        for row, result in zip(rows, run([payloads[i] for i in rows])):
+            results[row] = result
+    return results
 
 
 class TextChecker:
@@ -133,8 +147,10 @@ class EmbeddingModel:
 
     def run_batch(self, id_lists: list[list[int]]) -> list[np.ndarray]:
         """Token id lists -> pooled, unnormalised float32 vectors (dim,), one per list (model thread)."""
-        vectors = self.embedder.sentence_vectors(pad_batch(id_lists, self.tokenizer.pad_token_id))
-        return list(vectors.numpy())
+        return in_length_order(self.forward, id_lists, [len(ids) for ids in id_lists])
+
+    def forward(self, id_lists: list[list[int]]) -> list[np.ndarray]:
+        return list(self.embedder.sentence_vectors(pad_batch(id_lists, self.tokenizer.pad_token_id)).numpy())
 
 
 class MaskedLanguageModel:
@@ -145,9 +161,12 @@ class MaskedLanguageModel:
         self.model = BertForMaskedLM.from_pretrained(folder)
         self.tokenizer = BertTokenizer.from_pretrained(folder)
 
-    @torch.inference_mode()
     def run_batch(self, payloads: list[tuple[list[int], int]]) -> list[list[list[tuple[int, float]]]]:
         """(ids, top_k) per input -> per [MASK] in order, top_k (token id, probability) pairs (model thread)."""
+        return in_length_order(self.forward, payloads, [len(ids) for ids, _ in payloads])
+
+    @torch.inference_mode()
+    def forward(self, payloads: list[tuple[list[int], int]]) -> list[list[list[tuple[int, float]]]]:
         id_lists = [ids for ids, _ in payloads]
         inputs = pad_batch(id_lists, self.tokenizer.pad_token_id)
         logits = self.model(**inputs).logits  # (batch, seq, vocab)
@@ -175,9 +194,12 @@ class SequenceClassifier:
             if config.id2label else [f"LABEL_{i}" for i in range(config.num_labels)]
         self.problem_type = config.problem_type or "single_label_classification"
 
-    @torch.inference_mode()
     def run_batch(self, id_lists: list[list[int]]) -> list[np.ndarray]:
         """Token id lists -> float32 (num_labels,) per input: softmax, sigmoid (multi-label) or raw (regression)."""
+        return in_length_order(self.forward, id_lists, [len(ids) for ids in id_lists])
+
+    @torch.inference_mode()
+    def forward(self, id_lists: list[list[int]]) -> list[np.ndarray]:
         logits = self.model(**pad_batch(id_lists, self.tokenizer.pad_token_id)).logits.float()
         if self.problem_type == "multi_label_classification":
             scores = logits.sigmoid()

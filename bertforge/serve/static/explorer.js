@@ -66,8 +66,8 @@ async function showTokens(text) {
     const cells = columns.map((column) => column[row] ?? "");
     const tr = element("tr");
     tr.append(element("td", String(row + 1)));
-    const differs = new Set(cells).size > 1;
-    cells.forEach((cell) => tr.append(element("td", cell, differs ? { class: "differs" } : {})));
+    // Marked: a piece that differs from the first vocabulary's piece in the same row.
+    cells.forEach((cell, i) => tr.append(element("td", cell, i > 0 && cell !== cells[0] ? { class: "differs" } : {})));
     body.append(tr);
   }
   const foot = element("tfoot");
