@@ -101,6 +101,9 @@ def test_openai_errors_have_openais_shape(client):
     token_ids = client.post("/v1/embeddings", json={"input": [101, 2023, 102]})
     assert token_ids.status_code == 422 and "token ids" in token_ids.json()["error"]["message"]
     assert client.post("/v1/embeddings", json={"input": []}).status_code == 400
+    too_long = client.post("/v1/embeddings", json={"input": "word " * 300})
+    assert too_long.status_code == 413 and "256" in too_long.json()["error"]["message"]
+    assert client.post("/v1/embeddings", json={"input": "word " * 300, "truncate": True}).status_code == 200
 
 
 # --- tokenize, fill-mask, classify, search -----------------------------------------------------
@@ -315,6 +318,8 @@ def test_docs_and_page_work_offline(client):
     assert {"/embed", "/v1/embeddings", "/tokenize", "/fill-mask", "/classify", "/search", "/health"} <= set(paths)
     page = client.get("/").text
     assert "explorer.js" in page
+    for escape in ("/static/../models.py", "/static/%2e%2e/models.py", "/static/..%2fapp.py"):
+        assert client.get(escape).status_code == 404  # no request path reaches a file outside static/
     for asset in ("/static/explorer.js", "/static/style.css"):
         body = client.get(asset).text
         assert "http://" not in body.replace("http://www.w3.org/2000/svg", "") and "https://" not in body

