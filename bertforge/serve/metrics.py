@@ -37,7 +37,7 @@ class ServerMetrics:
         self.tokens = Counter("bertforge_tokens", "Input tokens run through a model", ["model"], registry=r)
         self.inference_seconds = Histogram("bertforge_inference_seconds", "Time of one batched model call",
                                            ["model"], buckets=LATENCY_BUCKETS, registry=r)
-        self.dropped = Counter("bertforge_inputs_dropped", "Queued inputs dropped because their client went away",
+        self.dropped = Counter("bertforge_inputs_dropped", "Queued inputs dropped unrun: their request was cancelled (client gone, or another of its inputs failed)",
                                ["model"], registry=r)
 
 
