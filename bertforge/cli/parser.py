@@ -13,6 +13,7 @@ import typing
 
 from . import commands
 from ..errors import BertforgeError
+from ..serve import commands as serve_commands
 
 COMMANDS = {
     "demo": commands.demo,
@@ -26,6 +27,7 @@ COMMANDS = {
     "finetune": commands.finetune,
     "predict": commands.predict,
     "baseline": commands.baseline,
+    "serve": serve_commands.serve,
     "readmission": {  # bertforge readmission prepare|train|evaluate|report|score
         "prepare": commands.readmission_prepare,
         "train": commands.readmission_train,

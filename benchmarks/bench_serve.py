@@ -1,0 +1,175 @@
+"""The server under load: N concurrent clients against `bertforge serve`, beside direct `embed` on the same texts.
+
+Starts `bertforge serve --model minilm` in its own process on 127.0.0.1 (a free port), embeds
+the texts directly in this process first (the server idle meanwhile), then sends every text
+through POST /embed from --clients concurrent clients (asyncio + httpx, one connection each),
+--texts-per-request texts per request. Prints one Markdown table: sentences/s both ways and
+batching efficiency = server rate / direct rate, request latency p50/p99, errors, the server's
+RSS at start and its peak, and the mean batch the server formed (from its /metrics). The
+clients run on the same machine, so on a small CPU they take cycles from the server: the
+efficiency is a lower bound for clients elsewhere.
+
+    python benchmarks/bench_serve.py [--n 512] [--clients 32] [--texts-per-request 1 4] [--threads 0]
+
+Bounded: each phase stops after --timeout seconds (an unfinished run is reported as such).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psutil
+import torch
+
+from bench_inference import load_texts, minilm_dir
+
+from bertforge import __version__
+from bertforge.embeddings.embed import Embedder
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+class ServerProcess:
+    """`bertforge serve` in a child process; the base URL once it listens, its RSS sampled in a thread."""
+
+    def __init__(self, threads: int, max_batch_tokens: int):
+        environment = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+        if threads:
+            environment["OMP_NUM_THREADS"] = str(threads)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bertforge.cli", "serve", "--model", str(minilm_dir()), "--port", "0",
+             "--max-batch-tokens", str(max_batch_tokens)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment, cwd=PROJECT_ROOT)
+        banner = self.process.stdout.readline()
+        found = re.search(r"http://\S+:\d+", banner)
+        if not found:
+            self.process.kill()
+            raise SystemExit(f"the server did not start: {banner}{self.process.stdout.read()}")
+        self.base = found.group(0)
+        self.rss = psutil.Process(self.process.pid).memory_info().rss
+        self.peak_rss = self.rss
+        self.sampling = True
+        self.sampler = threading.Thread(target=self.sample, daemon=True)
+        self.sampler.start()
+
+    def sample(self) -> None:
+        watched = psutil.Process(self.process.pid)
+        while self.sampling:
+            self.peak_rss = max(self.peak_rss, watched.memory_info().rss)
+            time.sleep(0.05)
+
+    def metric(self, name: str) -> float:
+        text = httpx.get(f"{self.base}/metrics").text
+        match = re.search(rf"^{re.escape(name)} (\S+)$", text, flags=re.MULTILINE)
+        return float(match.group(1)) if match else 0.0
+
+    def stop(self) -> int:
+        self.sampling = False
+        self.process.terminate()
+        return self.process.wait(timeout=60)
+
+
+async def load(base: str, texts: list[str], clients: int, per_request: int, timeout: float):
+    """Every text once through POST /embed; (vectors by text index, latencies, errors, seconds)."""
+    requests = [list(range(i, min(i + per_request, len(texts)))) for i in range(0, len(texts), per_request)]
+    vectors: dict[int, list[float]] = {}
+    latencies: list[float] = []
+    errors: list[str] = []
+    next_request = iter(requests)
+
+    async def client(http: httpx.AsyncClient):
+        for indices in next_request:  # the clients share one iterator: each request is sent once
+            started = time.perf_counter()
+            response = await http.post("/embed", json={"inputs": [texts[i] for i in indices], "truncate": True})
+            latencies.append(time.perf_counter() - started)
+            if response.status_code != 200:
+                errors.append(f"{response.status_code}: {response.text[:200]}")
+                continue
+            vectors.update(zip(indices, response.json()))
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=timeout) as http:
+        await http.post("/embed", json={"inputs": texts[:8], "truncate": True})  # warm-up, as the direct run has
+        started = time.perf_counter()
+        await asyncio.wait_for(asyncio.gather(*(client(http) for _ in range(clients))), timeout)
+        seconds = time.perf_counter() - started
+    return vectors, latencies, errors, seconds
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=512, help="texts (real: Austen lines and paragraphs, tweets)")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--texts-per-request", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--threads", type=int, default=0, help="torch threads, both sides (0: torch's default)")
+    parser.add_argument("--max-batch-tokens", type=int, default=16384)
+    parser.add_argument("--timeout", type=float, default=240.0, help="seconds per phase")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    texts = load_texts(args.n)
+
+    embedder = Embedder.from_pretrained(minilm_dir(), normalize=True)
+    embedder.encode(texts[:32])  # warm-up
+
+    def direct_run() -> tuple[np.ndarray, float]:
+        started = time.perf_counter()
+        vectors = embedder.encode(texts)
+        return vectors, len(texts) / (time.perf_counter() - started)
+
+    rows = []
+    for per_request in args.texts_per_request:
+        # Direct runs just before and after each server run (the server process not yet started, or
+        # stopped), averaged: on a shared machine the load changes during a run.
+        direct, rate_before = direct_run()
+        server = ServerProcess(args.threads, args.max_batch_tokens)
+        try:
+            vectors, latencies, errors, seconds = asyncio.run(
+                load(server.base, texts, args.clients, per_request, args.timeout))
+            batches = server.metric('bertforge_batch_size_count{model="embed"}')
+            batched = server.metric('bertforge_batch_size_sum{model="embed"}')
+        finally:
+            exit_code = server.stop()
+        direct_rate = (rate_before + direct_run()[1]) / 2
+        served = np.array([vectors[i] for i in range(len(texts)) if i in vectors])
+        difference = float(np.abs(served - direct[:len(served)]).max()) if len(vectors) == len(texts) else float("nan")
+        rate = len(vectors) / seconds
+        rows.append([f"{args.clients} x {per_request}", f"{len(vectors):,}", f"{rate:,.1f}", f"{direct_rate:,.1f}",
+                     f"{rate / direct_rate:.2f}", f"{1000 * percentile(latencies, 50):,.0f}",
+                     f"{1000 * percentile(latencies, 99):,.0f}", str(len(errors)),
+                     f"{server.rss / 2**20:,.0f} / {server.peak_rss / 2**20:,.0f}",
+                     f"{batched / max(batches, 1):.1f}", f"{difference:.1e}", str(exit_code)])
+        for error in errors[:3]:
+            print("error:", error, file=sys.stderr)
+
+    header = ["clients x texts/request", "texts", "server texts/s", "direct embed texts/s", "efficiency",
+              "p50 ms", "p99 ms", "errors", "server RSS MB start / peak", "mean batch", "max |server - direct|",
+              "exit code (SIGTERM)"]
+    print(f"bertforge {__version__} serve vs direct embed, all-MiniLM-L6-v2, {len(texts)} real texts; "
+          f"{datetime.date.today()}; {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
+          f"fastapi {__import__('fastapi').__version__}, uvicorn {__import__('uvicorn').__version__}; "
+          f"load average {os.getloadavg()[0]:.1f} at the end\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()

