@@ -8,11 +8,9 @@ that used to let wrong input through with exit 0.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gzip
 import inspect
-import io
 import json
 import math
 import shutil
@@ -26,32 +24,16 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from bertforge import BertConfig, BertForSequenceClassification, BertTokenizer
 from bertforge.cli.boundary import describe
-from bertforge.cli.parser import COMMANDS, main
+from bertforge.cli.parser import COMMANDS
 from bertforge.readmission.recipe import ReadmissionRun
 from bertforge.settings import apply_overrides, build
 from bertforge.tasks.finetune import FinetuneRecipe
 from bertforge.tasks.pretraining.recipe import PretrainRecipe
 from bertforge.validation import BOUNDS
 
+from cli_run import assert_one_line_error, run_cli
+
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-
-
-def run_cli(*argv: str) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of `bertforge ARGV`; a traceback would raise out of here and fail the test."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
-def assert_one_line_error(code: int, err: str, codes=(1, 2)) -> str:
-    """The run failed cleanly: an expected exit code, and its last stderr line is the one error line."""
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code in codes, err
-    assert "Traceback" not in err
-    assert lines and lines[-1].startswith("bertforge") and ": error: " in lines[-1], err
-    assert sum(": error: " in line for line in lines) == 1, err
-    return lines[-1]
 
 
 # ---------------------------------------------------------------- numbers in recipes and overrides

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import errno
 import io
+import os
+import re
 import sys
 import types
 
@@ -46,6 +48,10 @@ def describe(error: BaseException, command: str) -> tuple[str, int] | None:
         return str(error), FAILED
     if isinstance(error, OSError):
         return os_problem(error, command), FAILED
+    system = re.search(r"os error (\d+)", str(error))
+    if type(error).__name__ == "SafetensorError" and system:  # safetensors' own wrapper of a failed write
+        number = int(system.group(1))
+        return os_problem(OSError(number, os.strerror(number)), command), FAILED
     if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":  # torch's, without importing it
         return "out of memory: lower --batch-size (or the recipe's batch_size / max_length)", FAILED
     return None

@@ -132,17 +132,23 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     try:
-        arguments = vars(parser.parse_args(argv))
+        arguments, extra = parser.parse_known_args(argv)
+        arguments = vars(arguments)
+        function = arguments.pop("_function", None)
+        variadic = [p.name for p in inspect.signature(function).parameters.values()
+                    if p.kind is inspect.Parameter.VAR_POSITIONAL] if function else []
+        # `--resume epochs=2`: argparse takes trailing words only before the first option; overrides
+        # (key=value) after an option are still overrides.
+        if extra and not (variadic and all("=" in word and not word.startswith("-") for word in extra)):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exit:  # argparse: --help (0) or a usage error, already printed
         return exit.code if isinstance(exit.code, int) else USAGE
     debug = arguments.pop("debug")
-    function = arguments.pop("_function", None)
     print_help = arguments.pop("_help", parser.print_help)  # a group's sub-commands inherit it: always drop it
     if function is None:  # no command, or a group without its sub-command: say what there is
         print_help()
         return USAGE
-    variadic = [p.name for p in inspect.signature(function).parameters.values() if p.kind is inspect.Parameter.VAR_POSITIONAL]
-    positional = arguments.pop(variadic[0]) if variadic else []
+    positional = [*arguments.pop(variadic[0]), *extra] if variadic else []
     previous = terminate_as_interrupt()
     try:
         function(*positional, **arguments)

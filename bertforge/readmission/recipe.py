@@ -30,7 +30,7 @@ from ..models.heads import BertForSequenceClassification
 from ..tasks.long_documents import combine
 from ..tasks.metrics import readmission_metrics
 from .baselines import admission_scores
-from .notes import chunk_notes, clean_text
+from .notes import MIN_TAIL_WORDS, chunk_notes, clean_text
 from ..tokenization.tokenizer import BertTokenizer
 from ..train.best import best_model_folder
 from ..train.distributed import select_device
@@ -241,7 +241,9 @@ def admission_risk(model, tokenizer: BertTokenizer, notes: list[str], c: float =
     chunks_per_note = [chunk_notes(clean_text(note)) for note in notes]
     texts = [chunk for chunks in chunks_per_note for chunk in chunks]
     if not texts:
-        raise ValueError("the notes have no words after cleaning; nothing to score")
+        words = sum(len(clean_text(note).split()) for note in notes)
+        raise ValueError(f"the notes have {words} words after cleaning, fewer than the {MIN_TAIL_WORDS + 1} of the "
+                         "shortest chunk a model was trained on; nothing to score")
     probabilities = scorer.probabilities(model, scorer.windows(texts), device)
     risks, seen = [], 0
     for chunks in chunks_per_note:
