@@ -91,16 +91,16 @@ def read_conll(path: str | os.PathLike, problems: list[str] | None = None) -> li
     end_sentence()
 
     skipped = len(problems) - already_reported
-    if skipped * 2 > token_lines:
-        raise ValueError(f"{path} does not look like CoNLL: {skipped} of its {token_lines} token lines are malformed "
-                         f"(first: {problems[already_reported]}); expected `token<TAB>tag` lines (or one token per "
-                         "line, unlabelled) with a blank line between sentences")
     if skipped:
         logger.warning("%s: skipped %d malformed line(s); first: %s", path, skipped, problems[already_reported])
     if not sentences:
         detail = f" ({skipped} malformed line(s) skipped, first: {problems[already_reported]})" if skipped else ""
         raise ValueError(f"CoNLL file {path} holds no sentences{detail}; expected `token<TAB>tag` lines "
                          "with a blank line between sentences")
+    if skipped * 2 > token_lines:
+        raise ValueError(f"{path} does not look like CoNLL: {skipped} of its {token_lines} token lines are malformed "
+                         f"(first: {problems[already_reported]}); expected `token<TAB>tag` lines (or one token per "
+                         "line, unlabelled) with a blank line between sentences")
     return sentences
 
 
