@@ -312,7 +312,9 @@ def test_vocabulary_training_is_the_engines_algorithm_with_fixed_ties(corpus):
         show_progress=False))
     theirs = engine.get_vocab()
     assert len(ours) == len(theirs) == 1000
-    assert len(set(ours) ^ set(theirs)) <= 20  # measured 4-6: ties at the last merges, ## pieces of unused letters
+    # Measured 6-8 (3-4 pieces each way): ties at the last merges, ## pieces of letters that never continue
+    # a word. The engine's own runs differ by 0-2; another algorithm would differ by hundreds.
+    assert len(set(ours) ^ set(theirs)) <= 30
     assert list(ours)[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     assert sorted(ours.values()) == list(range(1000))
 
