@@ -13,7 +13,7 @@ import logging
 import signal
 import typing
 
-from . import commands
+from . import commands, readmission_commands
 from .boundary import USAGE, describe, report
 from ..validation import BOUNDS
 
@@ -30,11 +30,11 @@ COMMANDS = {
     "predict": commands.predict,
     "baseline": commands.baseline,
     "readmission": {  # bertforge readmission prepare|train|evaluate|report|score
-        "prepare": commands.readmission_prepare,
-        "train": commands.readmission_train,
-        "evaluate": commands.readmission_evaluate,
-        "report": commands.readmission_report,
-        "score": commands.readmission_score,
+        "prepare": readmission_commands.readmission_prepare,
+        "train": readmission_commands.readmission_train,
+        "evaluate": readmission_commands.readmission_evaluate,
+        "report": readmission_commands.readmission_report,
+        "score": readmission_commands.readmission_score,
     },
 }
 

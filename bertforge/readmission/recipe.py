@@ -242,8 +242,8 @@ def admission_risk(model, tokenizer: BertTokenizer, notes: list[str], c: float =
     texts = [chunk for chunks in chunks_per_note for chunk in chunks]
     if not texts:
         words = sum(len(clean_text(note).split()) for note in notes)
-        raise ValueError(f"the notes have {words} words after cleaning, fewer than the {MIN_TAIL_WORDS + 1} of the "
-                         "shortest chunk a model was trained on; nothing to score")
+        count = f"{words} words, fewer than the {MIN_TAIL_WORDS + 1} of the shortest chunk" if words else "no words"
+        raise ValueError(f"the notes have {count} after cleaning; nothing to score")
     probabilities = scorer.probabilities(model, scorer.windows(texts), device)
     risks, seen = [], 0
     for chunks in chunks_per_note:
