@@ -31,9 +31,10 @@ from sentence_transformers import SentenceTransformer
 
 from bertforge import BertModel
 from bertforge.embeddings.embed import Embedder
+from bertforge.input_files import open_text
+from bertforge.resources import demo_data
 from bertforge.tokenization.tokenizer import BertTokenizer
 
-DATA_DIR = Path(os.environ.get("BERTFORGE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 MAX_LENGTH = 256  # all-MiniLM-L6-v2's max_seq_length, which SentenceTransformer truncates to
 
 
@@ -46,11 +47,10 @@ def minilm_dir() -> Path:
 
 def load_texts(n: int) -> list[str]:
     """n real texts of mixed length: 40% Emma lines, 10% Persuasion paragraphs, 50% tweets."""
-    austen = DATA_DIR / "austen"
-    lines = [line.strip() for line in (austen / "emma.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
-    paragraphs = [" ".join(block.split()) for block in
-                  (austen / "persuasion.txt").read_text(encoding="utf-8").split("\n\n") if block.strip()]
-    with open(DATA_DIR / "tweets-sentiment" / "tweets.csv", encoding="utf-8", newline="") as f:
+    with open_text(demo_data("austen/emma.txt")) as emma, open_text(demo_data("austen/persuasion.txt")) as persuasion:
+        lines = [line.strip() for line in emma if line.strip()]
+        paragraphs = [" ".join(block.split()) for block in persuasion.read().split("\n\n") if block.strip()]
+    with open(demo_data("tweets-sentiment/tweets.csv"), encoding="utf-8", newline="") as f:
         tweets = [row["text"] for row in csv.DictReader(f)]
     n_lines, n_paragraphs = n * 4 // 10, n // 10
     texts = (lines[::len(lines) // n_lines][:n_lines] + paragraphs[::len(paragraphs) // n_paragraphs][:n_paragraphs]

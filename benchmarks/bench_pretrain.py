@@ -52,11 +52,11 @@ import transformers
 
 from bertforge import BertConfig, BertForPreTraining
 from bertforge.models.config import PRESETS
+from bertforge.resources import demo_data
 from bertforge.tasks.pretraining import PretrainingConfig, PretrainingDataset, collate, prepare_corpus
 from bertforge.tokenization.tokenizer import BertTokenizer
 from bertforge.train.optim import build_optimizer
 
-DATA_DIR = Path(os.environ.get("BERTFORGE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 VOCAB_SIZE = 30522  # bert-base-uncased, the vocabulary of every published English BERT
 # (timed steps, warm-up steps) per preset when --steps / --warmup are not given: a BERT-base fp32 step
 # takes a minute on 2 busy AVX2 cores. bf16 rows take --bf16-steps after at most one warm-up step.
@@ -78,7 +78,7 @@ def make_batches(count: int, batch_size: int, seq_len: int) -> list[dict[str, to
     tokenizer = BertTokenizer.from_pretrained(vocab_dir())
     assert tokenizer.vocab_size == VOCAB_SIZE, tokenizer.vocab_size
     with tempfile.TemporaryDirectory() as folder:
-        corpus = prepare_corpus([DATA_DIR / "austen" / "persuasion.txt"], tokenizer, folder, progress=False)
+        corpus = prepare_corpus([demo_data("austen/persuasion.txt")], tokenizer, folder, progress=False)
         dataset = PretrainingDataset(corpus, PretrainingConfig(max_seq_length=seq_len), seed=0)
         # The dataset is a cursor: each pass over it is the next epoch (new pairs, new masks).
         instances = itertools.islice(itertools.chain.from_iterable(iter(dataset) for _ in itertools.count()),

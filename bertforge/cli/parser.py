@@ -1,19 +1,22 @@
 """`bertforge` on the command line: one sub-command per function in `commands`.
 
 The parser is derived from each function's signature and docstring (as litgpt does),
-so a command's options cannot drift from the code that runs it.
+so a command's options cannot drift from the code that runs it. Numeric options are checked
+against the bounds declared once in `validation.BOUNDS`, and every error a user can cause
+ends as one line and an exit code (`boundary`); `bertforge --debug ...` shows the traceback.
 """
 from __future__ import annotations
 
 import argparse
 import inspect
 import logging
-import sys
+import signal
 import typing
 
-from . import commands
-from ..errors import BertforgeError
 from ..serve import commands as serve_commands
+from ..validation import BOUNDS
+from . import commands, readmission_commands
+from .boundary import USAGE, describe, report
 
 COMMANDS = {
     "demo": commands.demo,
@@ -29,11 +32,11 @@ COMMANDS = {
     "baseline": commands.baseline,
     "serve": serve_commands.serve,
     "readmission": {  # bertforge readmission prepare|train|evaluate|report|score
-        "prepare": commands.readmission_prepare,
-        "train": commands.readmission_train,
-        "evaluate": commands.readmission_evaluate,
-        "report": commands.readmission_report,
-        "score": commands.readmission_score,
+        "prepare": readmission_commands.readmission_prepare,
+        "train": readmission_commands.readmission_train,
+        "evaluate": readmission_commands.readmission_evaluate,
+        "report": readmission_commands.readmission_report,
+        "score": readmission_commands.readmission_score,
     },
 }
 
@@ -51,6 +54,32 @@ def parameter_help(doc: str) -> dict[str, str]:
     return helps
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (what was wrong, where the help is) and exit code 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def bounded(kind: type, name: str):
+    """An argparse type for an int/float option that also checks the bound declared for `name`."""
+    bound = BOUNDS.get(name)
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        problem = bound.problem(value) if bound else None
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
 def add_command(subparsers, name: str, function) -> None:
     doc = inspect.getdoc(function) or ""
     summary = doc.split("\n\n")[0]
@@ -66,11 +95,11 @@ def add_command(subparsers, name: str, function) -> None:
             kind = next(a for a in args if a is not type(None))  # Optional[X] -> X
             origin, args = typing.get_origin(kind), typing.get_args(kind)
         if origin is list:
-            options.update(nargs="+", type=args[0])
+            options.update(nargs="+", type=bounded(args[0], parameter.name) if args[0] in (int, float) else args[0])
         elif kind is bool:
             options["action"] = argparse.BooleanOptionalAction
         else:
-            options["type"] = kind
+            options["type"] = bounded(kind, parameter.name) if kind in (int, float) else kind
         required = parameter.default is inspect.Parameter.empty
         if parameter.kind is inspect.Parameter.VAR_POSITIONAL:  # *overrides: any number of trailing words
             parser.add_argument(parameter.name, nargs="*", type=kind, help=options["help"])
@@ -85,13 +114,14 @@ def add_command(subparsers, name: str, function) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertforge", description="BERT end to end: tokenize, embed, pretrain, fine-tune, predict, readmission.")
-    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    parser = OneLineParser(prog="bertforge", description="BERT end to end: tokenize, embed, pretrain, fine-tune, predict, readmission.")
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=OneLineParser)
     for name, function in COMMANDS.items():
         if isinstance(function, dict):  # a command group: its own sub-commands
             group = subparsers.add_parser(name, help=f"{name}: {', '.join(function)}")
             group.set_defaults(_function=None, _help=group.print_help)
-            inner = group.add_subparsers(title=f"{name} commands", metavar="COMMAND")
+            inner = group.add_subparsers(title=f"{name} commands", metavar="COMMAND", parser_class=OneLineParser)
             for inner_name, inner_function in function.items():
                 add_command(inner, inner_name, inner_function)
         else:
@@ -100,20 +130,52 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit code (0, 1 failed, 2 usage, 130 interrupted)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
-    arguments = vars(parser.parse_args(argv))
-    function = arguments.pop("_function", None)
+    try:
+        arguments, extra = parser.parse_known_args(argv)
+        arguments = vars(arguments)
+        function = arguments.pop("_function", None)
+        variadic = [p.name for p in inspect.signature(function).parameters.values()
+                    if p.kind is inspect.Parameter.VAR_POSITIONAL] if function else []
+        # `--resume epochs=2`: argparse takes trailing words only before the first option; overrides
+        # (key=value) after an option are still overrides.
+        if extra and not (variadic and all("=" in word and not word.startswith("-") for word in extra)):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exit:  # argparse: --help (0) or a usage error, already printed
+        return exit.code if isinstance(exit.code, int) else USAGE
+    debug = arguments.pop("debug")
     print_help = arguments.pop("_help", parser.print_help)  # a group's sub-commands inherit it: always drop it
     if function is None:  # no command, or a group without its sub-command: say what there is
         print_help()
-        return 2
-    variadic = [p.name for p in inspect.signature(function).parameters.values() if p.kind is inspect.Parameter.VAR_POSITIONAL]
-    positional = arguments.pop(variadic[0]) if variadic else []
+        return USAGE
+    positional = [*arguments.pop(variadic[0]), *extra] if variadic else []
+    previous = terminate_as_interrupt()
     try:
         function(*positional, **arguments)
-    except (ValueError, BertforgeError) as error:  # one clear line, no traceback
-        print(f"bertforge: error: {error}", file=sys.stderr)
-        return 2
+    except BaseException as error:
+        described = None if debug or isinstance(error, SystemExit) else describe(error, function.__name__)
+        if described is None:
+            raise
+        return report(*described)
+    finally:
+        restore_terminate(previous)
     return 0
 
+
+def terminate_as_interrupt():
+    """SIGTERM (what `kill`, a scheduler or a container stop sends) ends a command as Ctrl-C does:
+    cleanly, with its one-line message; training saves a checkpoint first (train/interrupt.py)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt("interrupted by SIGTERM")
+
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (the CLI called from a worker thread): leave signals alone
+        return None
+
+
+def restore_terminate(previous) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)

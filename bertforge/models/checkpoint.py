@@ -74,7 +74,8 @@ class BertPreTrainedModel(nn.Module):
         check_vocab_fits(folder, config)
         weights_file, state_dict = read_state_dict(folder)
         model = cls(config)
-        state_dict = match_keys(state_dict, model)
+        state_dict, unused = match_keys(state_dict, model)
+        check_unused(unused, config, cls.__name__, weights_file)
         check_shapes(state_dict, model, weights_file)
         missing, _ = model.load_state_dict(state_dict, strict=False)
         newly_initialised = [k for k in missing if k not in model.tied_keys]
@@ -183,10 +184,14 @@ def read_state_dict(folder: Path) -> tuple[Path, dict[str, Tensor]]:
     raise ValueError(f"{folder} has no {WEIGHTS_SAFETENSORS} or {WEIGHTS_PYTORCH}: is it a checkpoint folder?")
 
 
-def match_keys(state_dict: dict[str, Tensor], model: BertPreTrainedModel) -> dict[str, Tensor]:
-    """Rename checkpoint keys to the model's: old LayerNorm names and the `bert.` prefix."""
+def match_keys(state_dict: dict[str, Tensor], model: BertPreTrainedModel) -> tuple[dict[str, Tensor], list[str]]:
+    """Rename checkpoint keys to the model's (old LayerNorm names, the `bert.` prefix).
+
+    Returns (the matched tensors, the checkpoint keys the model has no place for).
+    """
     wanted = set(model.state_dict())
     matched: dict[str, Tensor] = {}
+    unused: list[str] = []
     for key, tensor in state_dict.items():
         key = key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
         if key.endswith(IGNORED_KEYS) or key in model.tied_keys:
@@ -197,7 +202,44 @@ def match_keys(state_dict: dict[str, Tensor], model: BertPreTrainedModel) -> dic
             if candidate in wanted:
                 matched.setdefault(candidate, tensor)
                 break
-    return matched
+        else:
+            unused.append(key)
+    return matched, unused
+
+
+def check_unused(unused: list[str], config: BertConfig, class_name: str, weights_file: Path) -> None:
+    """Weights the model has no place for: an encoder part is a config that does not fit (an error,
+    e.g. fewer layers than the weights hold, which would silently drop layers); a head the model
+    does not have (loading a pretraining checkpoint as a BertModel) is normal and only said."""
+    encoder = [key for key in unused if key.removeprefix("bert.").startswith(("embeddings.", "encoder."))]
+    if encoder:
+        layers = sorted({int(key.split("encoder.layer.")[1].split(".")[0]) for key in encoder if "encoder.layer." in key})
+        span = f"layer {layers[0]}" if layers and layers[0] == layers[-1] else f"layers {layers[0]}-{layers[-1]}" if layers else ""
+        parts = [f"encoder {span}"] if layers else summarise_keys(encoder)[:3]
+        raise ValueError(
+            f"{weights_file} holds weights its config.json has no place for ({', '.join(parts)}; "
+            f"config.json says num_hidden_layers={config.num_hidden_layers}, hidden_size={config.hidden_size}): "
+            "the config and the weights come from different models; use the config.json saved with the weights"
+        )
+    if unused:
+        logger.warning("%s: %d weights in %s are not used (%s): the checkpoint has parts this model does not.",
+                       class_name, len(unused), weights_file.name, ", ".join(summarise_keys(unused)))
+
+
+def weight_names(folder: Path) -> set[str]:
+    """The names of the tensors a checkpoint folder stores, read without loading the tensors where possible."""
+    from safetensors import SafetensorError, safe_open
+
+    single, index = folder / WEIGHTS_SAFETENSORS, folder / WEIGHTS_SAFETENSORS_INDEX
+    if index.exists() and not single.exists():
+        return set(json.loads(index.read_text())["weight_map"])
+    if single.exists():
+        try:
+            with safe_open(str(single), framework="pt") as weights:
+                return set(weights.keys())
+        except (SafetensorError, OSError) as error:
+            raise ValueError(f"{single} is not a readable safetensors file ({error}); re-download or re-save it") from None
+    return set(read_state_dict(folder)[1])
 
 
 def check_shapes(state_dict: dict[str, Tensor], model: nn.Module, weights_file: Path) -> None:

@@ -18,7 +18,8 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from pathlib import Path
+
+from ..input_files import require_file
 
 ADMISSIONS_COLUMNS = ("SUBJECT_ID", "HADM_ID", "ADMITTIME", "DISCHTIME", "DEATHTIME", "ADMISSION_TYPE")
 NOTEEVENTS_COLUMNS = ("SUBJECT_ID", "HADM_ID", "CHARTDATE", "CHARTTIME", "CATEGORY", "TEXT")
@@ -140,10 +141,7 @@ def stream_notes(path: str | os.PathLike, report: Report) -> Iterator[Note]:
 
 def _records(path: str | os.PathLike, columns: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
     """(row number, values of `columns` in that order) for each data record of a CSV file."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"MIMIC-III file {path} does not exist; check the path "
-                         f"(relative paths start at {Path.cwd()})")
+    path = require_file(path, "MIMIC-III file")
     csv.field_size_limit(max(csv.field_size_limit(), _FIELD_SIZE_LIMIT))
     with open(path, encoding="utf-8", newline="") as file:
         reader = csv.reader(file)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..atomic import replaced_file, write_text
 from .cohort import SPLITS, CohortAdmission, Splits, build_cohort, check_fractions, make_splits
 from .mimic import Report, read_admissions, stream_notes
 from .notes import SelectedNotes, chunk_notes, parse_task, select_notes
@@ -79,15 +80,13 @@ def prepare(admissions_csv: str | os.PathLike, noteevents_csv: str | os.PathLike
 
     summary = {"inputs": {"admissions": str(admissions_csv), "noteevents": str(noteevents_csv)},
                "seed": seed, "tasks": list(tasks), "files": files, **report.to_dict()}
-    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    write_text(output_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     return report
 
 
 def write_chunks(path: str | os.PathLike, rows: list[dict]) -> int:
     """Write chunk rows (dicts with the CHUNK_COLUMNS keys) to a CSV file; return the row count."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="") as file:
+    with replaced_file(path) as temporary, open(temporary, "w", encoding="utf-8", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=CHUNK_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)

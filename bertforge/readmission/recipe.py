@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..atomic import replaced_file, write_text
+from ..errors import UsageError
 from ..train.batches import ShuffledBatches, predict_rows
 from ..tasks.classification.reader import read_rows
 from ..tasks.classification.windows import Windows, encode_windows
@@ -28,12 +30,14 @@ from ..models.heads import BertForSequenceClassification
 from ..tasks.long_documents import combine
 from ..tasks.metrics import readmission_metrics
 from .baselines import admission_scores
-from .notes import chunk_notes, clean_text
+from .notes import MIN_TAIL_WORDS, chunk_notes, clean_text
 from ..tokenization.tokenizer import BertTokenizer
 from ..train.best import best_model_folder
 from ..train.distributed import select_device
 from ..train.loop import TrainConfig, train
 from ..train.optim import epoch_schedule
+from ..train.run_folder import claim_run_folder
+from ..validation import check_fields
 
 logger = logging.getLogger("bertforge")
 KINDS = ("bert", "bow", "bilstm")
@@ -60,7 +64,8 @@ class ReadmissionRun:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"unknown kind {self.kind!r}; use one of {KINDS}")
+            raise UsageError(f"unknown kind {self.kind!r}; use one of {KINDS}")
+        check_fields(self)
         for split, file in SPLIT_FILES.items():
             if not (Path(self.data) / self.task / file).is_file():
                 raise ValueError(f"{Path(self.data) / self.task / file} not found: run `bertforge readmission "
@@ -154,10 +159,39 @@ def train_bert(run: ReadmissionRun, chunks: dict[str, Chunks]) -> np.ndarray:
     return scorer.probabilities(best, scorer.windows(chunks["test"].texts), device)
 
 
+def load_readmission_model(folder: str, device: torch.device) -> tuple[BertForSequenceClassification, BertTokenizer]:
+    """A fine-tuned readmission classifier (folder or packaged short name) and its tokenizer, on `device`.
+
+    Raises ValueError unless it is a 2-label BertForSequenceClassification: a model of another
+    task (or a plain BertModel with a fresh head) would print scores that mean nothing.
+    """
+    from ..models.checkpoint import resolve_checkpoint
+    from ..models.config import BertConfig
+    from ..resources import resolve_model
+
+    folder = resolve_checkpoint(resolve_model(folder))
+    config = BertConfig.from_json_file(folder / "config.json")
+    architecture = (config.architectures or ["BertModel"])[0]
+    if architecture != "BertForSequenceClassification" or config.num_labels != 2:
+        kind = f"{architecture} with {config.num_labels} labels" if architecture == "BertForSequenceClassification" \
+            else architecture
+        raise ValueError(f"{folder} holds a {kind}, not a readmission model; use the best/ folder of "
+                         "`bertforge readmission train --kind bert` (a 2-label BertForSequenceClassification)")
+    return BertForSequenceClassification.from_pretrained(folder).to(device), BertTokenizer.from_pretrained(folder)
+
+
 # ---------------------------------------------------------------- the run
 
-def run_readmission(run: ReadmissionRun) -> dict:
-    """Train one model on one task with one seed; score the test admissions; write results.json and scores.csv."""
+def run_readmission(run: ReadmissionRun, overwrite: bool = False) -> dict:
+    """Train one model on one task with one seed; score the test admissions; write results.json and scores.csv.
+
+    The output folder follows `train.run_folder`: it must not hold another run unless overwrite=True.
+    """
+    with claim_run_folder(run.output_dir, overwrite=overwrite):
+        return train_and_score(run)
+
+
+def train_and_score(run: ReadmissionRun) -> dict:
     from .baselines import bag_of_words, chunk_probabilities, train_bilstm
 
     chunks = {split: Chunks.read(run.split_file(split)) for split in SPLIT_FILES}
@@ -176,15 +210,14 @@ def run_readmission(run: ReadmissionRun) -> dict:
         test_probabilities = chunk_probabilities(model, chunks["test"].texts)
     scored = score_admissions(chunks["test"], test_probabilities, run.c)
     output = Path(run.output_dir)
-    output.mkdir(parents=True, exist_ok=True)
     result = {"model": run.name, "task": run.task, "seed": run.seed, **scored["metrics"],
               "test_admissions": int(len(scored["admissions"])), "test_positives": int(scored["labels"].sum()),
               "run": asdict(run)}
-    (output / "results.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    with open(output / "scores.csv", "w", encoding="utf-8", newline="") as file:
+    with replaced_file(output / "scores.csv") as temporary, open(temporary, "w", encoding="utf-8", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["ID", "Label", "score"])
         writer.writerows(zip(scored["admissions"].tolist(), scored["labels"].tolist(), scored["scores"].tolist()))
+    write_text(output / "results.json", json.dumps(result, indent=2) + "\n")  # last: it marks a finished run
     return result
 
 
@@ -199,7 +232,8 @@ class RiskTrace:
     top_chunk: str  # the chunk with the highest probability: the text to read first
 
 
-def admission_risk(model, tokenizer: BertTokenizer, notes: list[str], c: float = 2.0, max_length: int = 512) -> RiskTrace:
+def admission_risk(model, tokenizer: BertTokenizer, notes: list[str], c: float = 2.0, max_length: int = 512,
+                   device: torch.device = torch.device("cpu")) -> RiskTrace:
     """Score a new admission's notes as they arrive: the risk is recomputed over all notes so far.
 
     Notes are cleaned and chunked as in training; Raises ValueError when no note has any words.
@@ -208,8 +242,10 @@ def admission_risk(model, tokenizer: BertTokenizer, notes: list[str], c: float =
     chunks_per_note = [chunk_notes(clean_text(note)) for note in notes]
     texts = [chunk for chunks in chunks_per_note for chunk in chunks]
     if not texts:
-        raise ValueError("the notes have no words after cleaning; nothing to score")
-    probabilities = scorer.probabilities(model, scorer.windows(texts))
+        words = sum(len(clean_text(note).split()) for note in notes)
+        count = f"{words} words, fewer than the {MIN_TAIL_WORDS + 1} of the shortest chunk" if words else "no words"
+        raise ValueError(f"the notes have {count} after cleaning; nothing to score")
+    probabilities = scorer.probabilities(model, scorer.windows(texts), device)
     risks, seen = [], 0
     for chunks in chunks_per_note:
         seen += len(chunks)
@@ -232,7 +268,7 @@ def write_report(runs: list[Path], output: Path) -> str:
     results = [json.loads(path.read_text(encoding="utf-8")) for path in found]
     output.mkdir(parents=True, exist_ok=True)
     markdown = table4(results)
-    (output / "table4.md").write_text(markdown + "\n", encoding="utf-8")
+    write_text(output / "table4.md", markdown + "\n")
     table4_csv(results, output / "table4.csv")
     for task in TASK_TITLES:
         curves = {}

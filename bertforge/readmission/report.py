@@ -16,6 +16,7 @@ import numpy as np
 from sklearn import metrics as sk
 
 from ..tasks.metrics import binary_labels
+from ..atomic import replaced_file
 
 TASK_TITLES = {"discharge": "Discharge summaries", "early-2": "2 days", "early-3": "3 days"}
 METRIC_TITLES = {"auroc": "AUROC", "auprc": "AUPRC", "rp80": "RP80"}
@@ -67,7 +68,7 @@ def table4_csv(results: Sequence[Mapping], path: str | os.PathLike) -> Path:
     summary = _summarise(results)
     path = Path(path)
     columns = ["model", "task", "seeds"] + [f"{metric}_{stat}" for metric in METRIC_TITLES for stat in ("mean", "sd")]
-    with path.open("w", newline="", encoding="utf-8") as file:
+    with replaced_file(path) as temporary, temporary.open("w", newline="", encoding="utf-8") as file:
         writer = csv.writer(file)
         writer.writerow(columns)
         order = {task: i for i, task in enumerate(TASK_TITLES)}
@@ -123,7 +124,8 @@ def plot_curves(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], path_roc: s
         axes.grid(alpha=0.3)
         axes.legend(loc="lower right" if kind == "ROC" else "lower left", fontsize=8)
         figure.tight_layout()
-        figure.savefig(path, dpi=110)
+        with replaced_file(path) as temporary:  # the temp name keeps .png: savefig picks the format from it
+            figure.savefig(temporary, dpi=110)
     return Path(path_roc), Path(path_pr)
 
 

@@ -42,6 +42,11 @@ class TaskSettings:
     max_answer_length: int = 30
     version_2: bool = False  # SQuAD 2.0: questions may have no answer
 
+    def __post_init__(self) -> None:
+        from ..validation import check_fields
+
+        check_fields(self, "data.")
+
 
 @dataclass
 class Rows:

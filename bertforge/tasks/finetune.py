@@ -20,7 +20,11 @@ from ..train.best import best_model_folder
 from ..train.distributed import select_device
 from ..train.loop import TrainConfig, train
 from ..train.optim import epoch_schedule
+from ..train.run_folder import claim_run_folder
 from . import TASKS, TaskSettings, load_task
+from ..atomic import write_text
+from ..errors import UsageError
+from ..validation import check_fields
 from ..settings import build, read_recipe, resolve
 
 logger = logging.getLogger("bertforge")
@@ -46,7 +50,8 @@ class FinetuneRecipe:
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
-            raise ValueError(f"unknown task {self.task!r}; use one of {', '.join(TASKS)}")
+            raise UsageError(f"unknown task {self.task!r}; use one of {', '.join(TASKS)}")
+        check_fields(self, "recipe.")
 
     @classmethod
     def from_file(cls, path: str | Path, overrides: list[str] = ()) -> "FinetuneRecipe":
@@ -56,7 +61,10 @@ class FinetuneRecipe:
     def from_values(cls, values: dict, base: Path = Path(".")) -> "FinetuneRecipe":
         """A recipe from a (YAML-shaped) mapping; data paths are relative to `base`."""
         values = dict(values)
-        values["training"] = {**asdict(finetuning_defaults()), **values.get("training", {})}
+        training = values.get("training") or {}
+        if not isinstance(training, dict):
+            raise UsageError(f"recipe.training must be a section of key: value settings, got {training!r}")
+        values["training"] = {**asdict(finetuning_defaults()), **training}
         recipe = build(cls, values, "recipe")
         for name in ("train", "dev", "test"):
             if getattr(recipe.data, name):
@@ -64,16 +72,22 @@ class FinetuneRecipe:
         return recipe
 
 
-def run_finetuning(recipe: FinetuneRecipe, resume: bool = False) -> dict:
+def run_finetuning(recipe: FinetuneRecipe, resume: bool = False, overwrite: bool = False) -> dict:
     """Train on data.train, keep the best model on data.dev, score it on data.test.
 
     Returns {"dev": metrics, "test": metrics, ...} and writes it to output_dir/results.json;
-    the best model (HF format, with tokenizer and task.json) is in output_dir/best.
+    the best model (HF format, with tokenizer and task.json) is in output_dir/best. The output
+    folder follows `train.run_folder`: a new run, resume=True, or overwrite=True.
     """
-    from ..resources import resolve_model
-
     if not recipe.data.train:
         raise ValueError("no training file: set data.train (CSV, TSV, JSONL, CoNLL or SQuAD JSON)")
+    with claim_run_folder(recipe.training.output_dir, resume=resume, overwrite=overwrite):
+        return finetune_in(recipe, resume)
+
+
+def finetune_in(recipe: FinetuneRecipe, resume: bool) -> dict:
+    from ..resources import resolve_model
+
     init_from = str(resolve_model(recipe.init_from))
     device = select_device()
     tokenizer = BertTokenizer.from_pretrained(init_from)
@@ -86,7 +100,6 @@ def run_finetuning(recipe: FinetuneRecipe, resume: bool = False) -> dict:
     config = epoch_schedule(recipe.training, recipe.epochs, batches.batches_per_epoch, has_dev=bool(recipe.data.dev),
                       default_metric=task.default_metric)
     run_dir = Path(config.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     logger.warning("fine-tuning %s from %s on %s: %d training rows, %d steps (%g epochs of %d batches)",
                    task.model_class.__name__, init_from, device, len(rows), config.max_steps, recipe.epochs,
                    batches.batches_per_epoch)
@@ -96,13 +109,13 @@ def run_finetuning(recipe: FinetuneRecipe, resume: bool = False) -> dict:
     best = best_model_folder(run_dir)
     if not (best / "config.json").exists():  # no dev split: the last model is the one that ships
         model.save_pretrained(best, tokenizer=tokenizer)
-    (best / TASK_FILE).write_text(json.dumps(task_card(recipe, init_from), indent=2) + "\n", encoding="utf-8")
+    write_text(best / TASK_FILE, json.dumps(task_card(recipe, init_from), indent=2) + "\n")
     final = task.model_class.from_pretrained(best).to(device)
     results = {"task": recipe.task, "init_from": init_from, "train_rows": len(rows), "steps": config.max_steps}
     for split in ("dev", "test"):
         if getattr(recipe.data, split):
             results[split] = task.evaluate(final, split, recipe.eval_batch_size, device)
-    (run_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_text(run_dir / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
     return results
 
 
@@ -116,23 +129,29 @@ ARCHITECTURE_TASKS = {"BertForSequenceClassification": "classification", "BertFo
 
 
 def load_for_prediction(folder: str | Path):
-    """(task, model) for a fine-tuned folder: bertforge's task.json says how inputs were read;
-    for a checkpoint fine-tuned elsewhere, the task follows config.json's architecture."""
+    """(task, model) for a fine-tuned folder (or packaged short name): bertforge's task.json says how
+    inputs were read; for a checkpoint fine-tuned elsewhere, the task follows config.json's architecture.
+
+    Raises ValueError for a model that is not fine-tuned for one of the tasks, or whose task.json
+    and architecture disagree."""
     from ..models.checkpoint import resolve_checkpoint
     from ..models.config import BertConfig
+    from ..resources import resolve_model
     from . import TaskSettings
 
-    folder = resolve_checkpoint(folder)
+    folder = resolve_checkpoint(resolve_model(folder))
     config = BertConfig.from_json_file(folder / "config.json")
+    architecture = (config.architectures or ["BertModel"])[0]
+    if architecture not in ARCHITECTURE_TASKS:
+        raise ValueError(f"{folder} holds a {architecture}, not a fine-tuned model; predict needs one of "
+                         f"{', '.join(ARCHITECTURE_TASKS)} (fine-tune it with `bertforge finetune`)")
+    name, settings = ARCHITECTURE_TASKS[architecture], TaskSettings()
     card_path = folder / TASK_FILE
     if card_path.exists():
         card = json.loads(card_path.read_text(encoding="utf-8"))
-        name, settings = card["task"], build(TaskSettings, card["data"], "task.json data")
-    else:
-        architecture = (config.architectures or ["BertModel"])[0]
-        if architecture not in ARCHITECTURE_TASKS:
-            raise ValueError(f"{folder} holds a {architecture}, not a fine-tuned model; predict needs one of "
-                             f"{', '.join(ARCHITECTURE_TASKS)} (fine-tune it with `bertforge finetune`)")
-        name, settings = ARCHITECTURE_TASKS[architecture], TaskSettings()
+        settings = build(TaskSettings, card["data"], "task.json data")
+        if card["task"] != name:
+            raise ValueError(f"{card_path} says task {card['task']!r} but config.json holds a {architecture} "
+                             f"({name}); the folder mixes two models: fine-tune it again")
     task = load_task(name, settings, BertTokenizer.from_pretrained(folder), config)
     return task, task.model_class.from_pretrained(folder)

@@ -34,7 +34,7 @@ STEP_PATTERN = re.compile(r"^step-(\d+)$")
 def save_checkpoint(run_dir: Path, step: int, model, trainer_state: dict[str, Any], keep_last: int,
                     tokenizer=None) -> Path:
     """Write `run_dir/step-N` atomically, then drop all but the newest `keep_last` checkpoints."""
-    target = run_dir / f"step-{step:06d}"
+    target = checkpoint_folder(run_dir, step)
     with staging_folder(target) as staging:
         model.save_pretrained(staging / "model", tokenizer=tokenizer)
         save_trainer_state(trainer_state, staging)
@@ -44,6 +44,10 @@ def save_checkpoint(run_dir: Path, step: int, model, trainer_state: dict[str, An
     for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def checkpoint_folder(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / f"step-{step:06d}"
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:

@@ -26,6 +26,7 @@ from ..errors import TrainingDiverged
 from .best import BestModel, best_model_folder
 from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_state, save_checkpoint
 from .distributed import Topology, all_reduce_sum, barrier
+from .interrupt import StopRequests
 from .memory import TRIM_EVERY, release_freed_memory
 from .optim import build_optimizer, linear_warmup_decay, warmup_steps_from
 from .run_log import RunLog, plot_curves
@@ -112,6 +113,7 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
     window = Window()
     stream = iter(batches)
     model.train()
+    stop = StopRequests().install()  # Ctrl-C / SIGTERM: finish the step, save, then stop (train/interrupt.py)
     try:
         while step < config.max_steps and not (best and best.should_stop):
             # Dropout noise is a function of (seed, rank, step): a resumed run draws what the original would have.
@@ -145,19 +147,23 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
                 if log:
                     log.write(record)
             end = step == config.max_steps
+            stopping = stop.requested(topology) and not end
             if evaluate is not None and (end or (config.eval_every and step % config.eval_every == 0)):
                 scores = run_evaluation(model, evaluate, step, log, progress, topology)
                 if best is not None:
                     keep_if_best(best, scores, step, model, run_dir, tokenizer, progress, topology)
                     end = end or best.should_stop
-            if end or (config.save_every and step % config.save_every == 0):
+            if end or stopping or (config.save_every and step % config.save_every == 0):
                 if topology.is_main:
                     state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                              "data": batches.state_dict(), "config": asdict(config),
                              "best": best.state_dict() if best else None}
                     save_checkpoint(run_dir, step, model, state, config.keep_last, tokenizer=tokenizer)
                 barrier(topology)
+            if stopping:
+                raise stop.interrupted(step, run_dir)
     finally:
+        stop.uninstall()
         progress.close()
         if log:
             log.close()

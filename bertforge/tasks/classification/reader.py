@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...input_files import require_file
 from ..pretraining.corpus import jsonl_objects
 
 logger = logging.getLogger(__name__)
@@ -64,8 +65,7 @@ def read_rows(path: str | os.PathLike, *, text_columns: list[str], label_column:
     text_columns = list(text_columns)
     if not 1 <= len(text_columns) <= 2:
         raise ValueError(f"text_columns must name 1 or 2 columns (a text, or a text pair), got {text_columns}")
-    if not path.is_file():
-        raise ValueError(f"labelled file {path} does not exist; check the path (relative paths start at {Path.cwd()})")
+    require_file(path, "labelled file")
     suffix = path.suffix.lower()
     if suffix not in (*DELIMITERS, JSONL_SUFFIX):
         raise ValueError(f"{path}: unknown format {path.suffix!r}; use .csv, .tsv or .jsonl")

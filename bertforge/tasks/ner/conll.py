@@ -10,6 +10,7 @@ from the same pieces by `words_from_logits`, so every word of every sentence get
 """
 import logging
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 
 from ...atomic import replaced_file
+from ...input_files import require_file
 from ...models.heads import IGNORE_INDEX
 from ...train.collate import pad_rows
 
@@ -51,15 +53,16 @@ def read_conll(path: str | os.PathLike, problems: list[str] | None = None) -> li
     A malformed line (empty token or tag, a missing tag in a labelled file, extra columns in an
     unlabelled one) is skipped with a message "path:line: what; what to do" appended to
     `problems` when a list is given, and one summary warning is logged; reading goes on.
-    Raises ValueError when the file does not exist, is not UTF-8, or holds no sentence.
+    Raises ValueError when the file does not exist, is not UTF-8, holds no sentence, or has more
+    malformed token lines than good ones (it is not CoNLL: a CSV, say). `check_entity_tags` tells
+    a labelled CoNLL file from plain text, which reads as a token and a "tag" per line.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"CoNLL file {path} does not exist; check the path (relative paths start at {Path.cwd()})")
+    require_file(path, "CoNLL file")
     problems = [] if problems is None else problems
     already_reported = len(problems)
     sentences, words, tags, first_line = [], [], [], 0
-    labelled = None  # decided by the first token line of the file
+    labelled, token_lines = None, 0  # labelled: decided by the first token line of the file
 
     def end_sentence():
         nonlocal words, tags
@@ -77,6 +80,7 @@ def read_conll(path: str | os.PathLike, problems: list[str] | None = None) -> li
             continue
         if labelled is None:
             labelled = len(columns) > 1
+        token_lines += 1
         problem = _line_problem(columns, labelled)
         if problem:
             problems.append(f"{path}:{line_number}: {problem}")
@@ -94,6 +98,10 @@ def read_conll(path: str | os.PathLike, problems: list[str] | None = None) -> li
         detail = f" ({skipped} malformed line(s) skipped, first: {problems[already_reported]})" if skipped else ""
         raise ValueError(f"CoNLL file {path} holds no sentences{detail}; expected `token<TAB>tag` lines "
                          "with a blank line between sentences")
+    if skipped * 2 > token_lines:
+        raise ValueError(f"{path} does not look like CoNLL: {skipped} of its {token_lines} token lines are malformed "
+                         f"(first: {problems[already_reported]}); expected `token<TAB>tag` lines (or one token per "
+                         "line, unlabelled) with a blank line between sentences")
     return sentences
 
 
@@ -121,6 +129,23 @@ def _line_problem(columns: list[str], labelled: bool) -> str | None:
         return (f"{len(columns)} columns in an unlabelled file (its first token line had one); "
                 "give every line a tag or none")
     return None
+
+
+ENTITY_TAG = re.compile(r"O|[BIESLU]-\S+")  # the schemes seqeval scores: IOB1/2, IOE1/2, IOBES, BILOU
+
+
+def check_entity_tags(sentences: Sequence[TaggedSentence], path: str | os.PathLike) -> None:
+    """Raise ValueError at the first tag that is not an entity tag (O, B-TYPE, I-TYPE, ...).
+
+    Entity-level scoring needs such tags; and a plain-text file read as CoNLL has a "tag" on every
+    line (its last word), which this catches before a model is trained or applied to it.
+    """
+    for sentence in sentences:
+        bad = next((tag for tag in sentence.tags or () if not ENTITY_TAG.fullmatch(tag)), None)
+        if bad is not None:
+            raise ValueError(f"{path}: the sentence at line {sentence.line} has the tag {bad!r}, not an entity tag "
+                             "(O, B-TYPE, I-TYPE, ...); is this a CoNLL file (`token<TAB>tag` per line, a blank "
+                             "line between sentences)? Unlabelled input has one token per line")
 
 
 def write_conll(sentences: Sequence[TaggedSentence], path: str | os.PathLike) -> None:

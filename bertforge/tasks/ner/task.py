@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 
 from ...train.batches import predict_rows
-from .conll import TaggedFeatures, TaggedSentence, encode_for_tagging, pad_batch, read_conll, tag_set, \
-    words_from_logits, write_conll
+from .conll import TaggedFeatures, TaggedSentence, check_entity_tags, encode_for_tagging, pad_batch, read_conll, \
+    tag_set, words_from_logits, write_conll
 from ...models.heads import BertForTokenClassification
 from ..metrics import ner_metrics
 from .. import Rows, TaskSettings
@@ -67,6 +67,7 @@ class NerTask:
         Writes CoNLL (word, tag) to a .conll/.txt output, else one record per sentence.
         """
         sentences = read_conll(input_path)
+        check_entity_tags(sentences, input_path)
         tags = self.predict_tags(model, encode_for_tagging(self.tokenizer, sentences, None, self.max_length),
                                  batch_size, device)
         if Path(output_path).suffix in (".conll", ".txt"):
@@ -83,6 +84,7 @@ class NerTask:
         sentences = read_conll(path)
         if any(sentence.tags is None for sentence in sentences):
             raise ValueError(f"{path} has no tag column; training and evaluation need word<TAB>tag lines")
+        check_entity_tags(sentences, path)
         return sentences
 
     def _encode(self, split: str) -> TaggedFeatures:

@@ -12,13 +12,16 @@ Four layouts, picked by file extension and `document_boundary`:
   runs of true continuations, and enough documents to draw random next segments from.
 - JSON Lines (.jsonl): one document per line, its text under `text_field`; blank lines in the
   text separate paragraphs.
-Hard-wrapped lines are joined with spaces before sentence splitting.
+Hard-wrapped lines are joined with spaces before sentence splitting. Any of these may be
+compressed (`.txt.gz`, `.jsonl.xz`): it is read as text on the fly.
 """
 import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+
+from ...input_files import open_text, require_file, text_suffix
 
 DOCUMENT_BOUNDARIES = ("blank_line", "file", "chapter")
 JSONL_SUFFIXES = (".jsonl",)
@@ -60,15 +63,12 @@ def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
     files = []
     for path in map(Path, paths):
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (".txt", *JSONL_SUFFIXES))
+            found = sorted(p for p in path.iterdir() if p.is_file() and text_suffix(p) in (".txt", *JSONL_SUFFIXES))
             if not found:
                 raise ValueError(f"folder {path} has no .txt or .jsonl files; pass the files themselves")
             files.extend(found)
-        elif path.is_file():
-            files.append(path)
         else:
-            raise ValueError(f"corpus file {path} does not exist; check the path "
-                             f"(relative paths start at {Path.cwd()})")
+            files.append(require_file(path, "corpus file"))
     if not files:
         raise ValueError("no corpus files given; pass a file, a folder or a list of them")
     return files
@@ -86,7 +86,7 @@ def read_documents(paths: str | os.PathLike | Iterable[str | os.PathLike], docum
     if document_boundary not in DOCUMENT_BOUNDARIES:
         raise ValueError(f"unknown document_boundary {document_boundary!r}; use one of {DOCUMENT_BOUNDARIES}")
     for path in expand_paths(paths):
-        if path.suffix in JSONL_SUFFIXES:
+        if text_suffix(path) in JSONL_SUFFIXES:
             documents = _jsonl_documents(path, text_field, split_sentences)
         elif document_boundary == "file":
             documents = _file_document(path, split_sentences)
@@ -100,7 +100,7 @@ def read_documents(paths: str | os.PathLike | Iterable[str | os.PathLike], docum
 def _blocks(path: Path) -> Iterator[str]:
     """The blank-line separated blocks of a text file, read line by line (never the whole file)."""
     lines = []
-    with open(path, encoding="utf-8") as file:
+    with open_text(path) as file:
         for line in file:
             if line.strip():
                 lines.append(line)
@@ -133,7 +133,7 @@ def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
 
     Raises ValueError naming file:line for a line that is not JSON or not a JSON object.
     """
-    with open(path, encoding="utf-8-sig") as file:  # -sig: a BOM from a Windows editor is not JSON
+    with open_text(path, encoding="utf-8-sig") as file:  # -sig: a BOM from a Windows editor is not JSON
         for line_number, line in enumerate(file, start=1):
             if not line.strip():
                 continue

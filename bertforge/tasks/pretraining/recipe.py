@@ -6,8 +6,10 @@ under torchrun. The training itself is `train.loop.train`.
 """
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass, field
+import shutil
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +19,21 @@ from torch.utils.data import DataLoader
 
 from ...models.config import BertConfig
 from .dataset import PretrainingConfig, PretrainingDataset
+from ...atomic import staging_folder, write_text
+from ...errors import BertforgeError
+from ...input_files import changed_inputs, fingerprints
+from ...train.run_folder import claim_run_folder
+from .corpus import expand_paths
 from .shards import TokenizedCorpus, prepare_corpus
 from ...models.heads import IGNORE_INDEX, BertForPreTraining
 from ...tokenization.tokenizer import BertTokenizer
 from ...train.distributed import Topology, barrier, init_distributed, select_device, shutdown
 from ...train.loop import TrainConfig, train
 from ...settings import build, read_recipe, resolve
+from ...validation import check_fields
 
 logger = logging.getLogger("bertforge")
+TRAINED_ON = "trained_on.json"  # beside a vocabulary a run trained: its files and settings
 
 
 @dataclass
@@ -61,6 +70,11 @@ class PretrainRecipe:
     batch_size: int = 32  # per process and micro-step
     masked_only_head: bool = True  # run the MLM head on masked positions only (same loss, less compute)
 
+    def __post_init__(self) -> None:
+        check_fields(self, "recipe.")
+        check_fields(self.tokenizer, "recipe.tokenizer.")
+        check_fields(self.data, "recipe.data.")
+
     @classmethod
     def from_file(cls, path: str | Path, overrides: list[str] = ()) -> "PretrainRecipe":
         recipe = build(cls, read_recipe(path, overrides), "recipe")
@@ -70,30 +84,85 @@ class PretrainRecipe:
         return recipe
 
 
-def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Topology) -> BertTokenizer:
-    """The checkpoint's vocabulary, a given one, or (from scratch) one trained on the training files."""
+def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Topology,
+                            resume: bool = False) -> BertTokenizer:
+    """The checkpoint's vocabulary, a given one, or (from scratch) one trained on the training files.
+
+    A vocabulary trained by an earlier run in run_dir is reused when it was trained on the same
+    files with the same settings; otherwise a new run trains it again and a resumed one stops.
+    """
     settings = recipe.tokenizer
     source = recipe.model.init_from or settings.vocab
     if source:
         return BertTokenizer.from_pretrained(source)
-    trained = run_dir / "tokenizer"
-    if topology.is_main and not (trained / "vocab.txt").exists():
-        BertTokenizer.train(recipe.data.train, vocab_size=settings.vocab_size, min_frequency=settings.min_frequency,
-                            lowercase=settings.lowercase).save_pretrained(trained)
+    trained, record = run_dir / "tokenizer", run_dir / "tokenizer" / TRAINED_ON
+    wanted = {"settings": asdict(settings)}
+    if topology.is_main:
+        files = expand_paths(recipe.data.train)
+        change = cache_change(record, files, wanted) if (trained / "vocab.txt").exists() else "not trained yet"
+        if change and (trained / "vocab.txt").exists():
+            change = stale_cache(trained, change, resume, recorded=record.exists())
+        if change:
+            with staging_folder(trained) as staging:
+                BertTokenizer.train(files, vocab_size=settings.vocab_size,
+                                    min_frequency=settings.min_frequency,
+                                    lowercase=settings.lowercase).save_pretrained(staging)
+                write_text(staging / TRAINED_ON, json.dumps(
+                    {**wanted, "source_files": fingerprints(files)}, indent=2) + "\n")
+                shutil.rmtree(trained, ignore_errors=True)
+                staging.rename(trained)
     barrier(topology)
     return BertTokenizer.from_pretrained(trained)
 
 
 def prepared(paths: list[str], tokenizer: BertTokenizer, folder: Path, data: DataSettings,
-             topology: Topology) -> TokenizedCorpus:
-    """Tokenize once into `folder` (rank 0), reuse it on later runs and on the other ranks."""
-    if topology.is_main and not (folder / "meta.json").exists():
-        prepare_corpus(paths, tokenizer, folder, document_boundary=data.document_boundary,
-                       text_field=data.text_field, overwrite=True)
+             topology: Topology, resume: bool = False) -> TokenizedCorpus:
+    """Tokenize once into `folder` (rank 0), reuse it on later runs and on the other ranks.
+
+    Reused only when prepared from the same files, unchanged since; otherwise a new run
+    prepares it again and a resumed one stops (its data position belongs to the old corpus).
+    """
+    meta = folder / "meta.json"
+    if topology.is_main:
+        change = "not prepared yet"
+        if meta.exists():
+            recorded = json.loads(meta.read_text(encoding="utf-8"))
+            change = changed_inputs(recorded.get("source_files"), expand_paths(paths))
+            if change:
+                change = stale_cache(folder, change, resume, recorded="source_files" in recorded)
+        if change:
+            prepare_corpus(paths, tokenizer, folder, document_boundary=data.document_boundary,
+                           text_field=data.text_field, overwrite=True)
     barrier(topology)
     corpus = TokenizedCorpus(folder)
     corpus.check_tokenizer(tokenizer)
     return corpus
+
+
+def cache_change(record: Path, paths: list[Path], wanted: dict) -> str | None:
+    """Why the cache described by `record` (a JSON file) does not fit `paths` and `wanted`; None if it does."""
+    if not record.exists():
+        return "it does not record which files it was made from"
+    recorded = json.loads(record.read_text(encoding="utf-8"))
+    if any(recorded.get(key) != value for key, value in wanted.items()):
+        return f"made with other settings ({recorded.get('settings')})"
+    return changed_inputs(recorded.get("source_files"), paths)
+
+
+def stale_cache(folder: Path, change: str, resume: bool, recorded: bool) -> str | None:
+    """A cache does not fit the recipe: a new run makes it again (returns `change`), a resumed run stops.
+
+    A cache made before bertforge recorded its sources (recorded=False) cannot be checked: a
+    resumed run keeps it, with a warning (returns None).
+    """
+    if resume and not recorded:
+        logger.warning("%s does not record which files it was made from (an older bertforge); resuming with it", folder)
+        return None
+    if resume:
+        raise BertforgeError(f"{folder} was made from other data than the recipe's ({change}); the checkpoints "
+                             "belong to that data, so --resume cannot continue: run with --overwrite to start again")
+    logger.warning("%s does not fit the recipe (%s); making it again", folder, change)
+    return change
 
 
 def build_model(recipe: PretrainRecipe, tokenizer: BertTokenizer) -> BertForPreTraining:
@@ -166,32 +235,42 @@ def evaluate_pretraining(model: BertForPreTraining, dataset: PretrainingDataset,
     return {key: total / count for key, (total, count) in sums.items() if count}
 
 
-def run_pretraining(recipe: PretrainRecipe, resume: bool = False) -> list[dict]:
-    """Prepare data (once), build or load the model, train; returns the logged records (rank 0)."""
+def run_pretraining(recipe: PretrainRecipe, resume: bool = False, overwrite: bool = False) -> list[dict]:
+    """Prepare data (once), build or load the model, train; returns the logged records (rank 0).
+
+    The output folder follows `train.run_folder`: a new run, resume=True, or overwrite=True.
+    """
     if not recipe.data.train:
         raise ValueError("the recipe has no data.train files; list the text files to pretrain on")
     device = select_device()
     topology = init_distributed(device)
     run_dir = Path(recipe.training.output_dir)
     try:
-        tokenizer = load_or_train_tokenizer(recipe, run_dir, topology)
-        train_corpus = prepared(recipe.data.train, tokenizer, run_dir / "data" / "train", recipe.data, topology)
-        dataset = PretrainingDataset(train_corpus, recipe.data.instances, seed=recipe.training.seed,
-                                     rank=topology.rank, world_size=topology.world_size)
-        evaluate = None
-        if recipe.data.heldout:
-            heldout_corpus = prepared(recipe.data.heldout, tokenizer, run_dir / "data" / "heldout", recipe.data, topology)
-            heldout = PretrainingDataset(heldout_corpus, recipe.data.instances, seed=12345)
-            evaluate = lambda model: evaluate_pretraining(model, heldout, recipe.batch_size, recipe.data.eval_batches,
-                                                          device, recipe.masked_only_head)
-        torch.manual_seed(recipe.training.seed)  # the same fresh weights on every rank
-        model = build_model(recipe, tokenizer)
-        if topology.is_main:
-            logger.warning("pretraining %s (%s parameters) on %s: %d documents, %s tokens",
-                           type(model).__name__, f"{model.num_parameters():,}", device,
-                           train_corpus.num_documents, f"{train_corpus.num_tokens:,}")
-        return train(model, EndlessBatches(dataset, recipe.batch_size), recipe.training,
-                     statistics=pretraining_statistics, evaluate=evaluate, tokenizer=tokenizer, topology=topology,
-                     device=device, resume=resume, forward_kwargs={"masked_only": recipe.masked_only_head})
+        with claim_run_folder(run_dir, resume=resume, overwrite=overwrite, enabled=topology.is_main):
+            return pretrain_in(run_dir, recipe, resume, topology, device)
     finally:
         shutdown(topology)
+
+
+def pretrain_in(run_dir: Path, recipe: PretrainRecipe, resume: bool, topology: Topology,
+                device: torch.device) -> list[dict]:
+    tokenizer = load_or_train_tokenizer(recipe, run_dir, topology, resume)
+    train_corpus = prepared(recipe.data.train, tokenizer, run_dir / "data" / "train", recipe.data, topology, resume)
+    dataset = PretrainingDataset(train_corpus, recipe.data.instances, seed=recipe.training.seed,
+                                 rank=topology.rank, world_size=topology.world_size)
+    evaluate = None
+    if recipe.data.heldout:
+        heldout_corpus = prepared(recipe.data.heldout, tokenizer, run_dir / "data" / "heldout", recipe.data, topology,
+                                  resume)
+        heldout = PretrainingDataset(heldout_corpus, recipe.data.instances, seed=12345)
+        evaluate = lambda model: evaluate_pretraining(model, heldout, recipe.batch_size, recipe.data.eval_batches,
+                                                      device, recipe.masked_only_head)
+    torch.manual_seed(recipe.training.seed)  # the same fresh weights on every rank
+    model = build_model(recipe, tokenizer)
+    if topology.is_main:
+        logger.warning("pretraining %s (%s parameters) on %s: %d documents, %s tokens",
+                       type(model).__name__, f"{model.num_parameters():,}", device,
+                       train_corpus.num_documents, f"{train_corpus.num_tokens:,}")
+    return train(model, EndlessBatches(dataset, recipe.batch_size), recipe.training,
+                 statistics=pretraining_statistics, evaluate=evaluate, tokenizer=tokenizer, topology=topology,
+                 device=device, resume=resume, forward_kwargs={"masked_only": recipe.masked_only_head})

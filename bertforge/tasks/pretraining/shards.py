@@ -6,8 +6,9 @@ Folder layout (format 1):
   document_offsets.bin  int64, num_documents + 1, in sentences: document d is sentences
                         [offsets[d], offsets[d + 1])
   vocab.txt             the vocabulary the ids index, so the folder explains itself
-  meta.json             counts, dtype, vocab hash, sources; written last, so its presence marks a
-                        finished folder
+  meta.json             counts, dtype, vocab hash, sources (with their sizes and modification times,
+                        so a cache can tell when they changed); written last, so its presence marks
+                        a finished folder
 Sentences of a document are adjacent in tokens.bin, so any run of sentences is one slice.
 """
 import copy
@@ -21,6 +22,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from ...atomic import staging_folder
+from ...input_files import fingerprints
 from .corpus import DOCUMENT_BOUNDARIES, expand_paths, read_documents, split_sentences
 
 FORMAT_VERSION = 1
@@ -55,9 +58,10 @@ def prepare_corpus(paths, tokenizer, output_dir: str | os.PathLike, document_bou
         raise ValueError(f"batch_size must be a positive int (documents per tokenizer batch), got {batch_size!r}")
     if document_boundary not in DOCUMENT_BOUNDARIES:
         raise ValueError(f"unknown document_boundary {document_boundary!r}; use one of {DOCUMENT_BOUNDARIES}")
-    sources = [str(path) for path in expand_paths(paths)]  # fail on a missing file before any work
+    files = expand_paths(paths)  # fail on a missing file before any work
+    sources = [str(path) for path in files]
     output_dir = Path(output_dir)
-    _clear_output_dir(output_dir, overwrite)
+    _check_output_dir(output_dir, overwrite)
     vocab = tokenizer.vocab
     missing = [token for token in SPECIAL_TOKENS.values() if token not in vocab]
     if missing:
@@ -66,24 +70,22 @@ def prepare_corpus(paths, tokenizer, output_dir: str | os.PathLike, document_bou
     dtype = token_dtype(len(vocab))
     documents = read_documents(sources, document_boundary, text_field, split_sentences)
 
-    try:
-        counts = _write_token_files(documents, tokenizer, dtype, output_dir, batch_size, progress)
-    except BaseException:  # a bad record halfway, Ctrl-C: leave no half-written corpus behind
-        _remove_files(output_dir)
-        raise
-    if counts["tokens"] == 0:
-        _remove_files(output_dir)
-        raise ValueError(f"no text found in {sources}; check the files (and text_field={text_field!r} for JSONL)")
-
-    (output_dir / "vocab.txt").write_text("".join(token + "\n" for token in sorted(vocab, key=vocab.get)),
-                                          encoding="utf-8")
-    meta = {"format_version": FORMAT_VERSION, "dtype": dtype.name, "vocab_size": len(vocab),
-            "vocab_sha256": vocab_fingerprint(vocab), "do_lower_case": getattr(tokenizer, "do_lower_case", None),
-            "special_token_ids": {name: vocab[token] for name, token in SPECIAL_TOKENS.items()},
-            "num_documents": counts["documents"], "num_sentences": counts["sentences"],
-            "num_tokens": counts["tokens"], "sources": sources, "document_boundary": document_boundary,
-            "text_field": text_field}
-    (output_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    # Written in a hidden folder beside output_dir and moved in when complete: a kill at any point
+    # leaves the previous corpus (or nothing), never a half-written one.
+    with staging_folder(output_dir) as staging:
+        counts = _write_token_files(documents, tokenizer, dtype, staging, batch_size, progress)
+        if counts["tokens"] == 0:
+            raise ValueError(f"no text found in {sources}; check the files (and text_field={text_field!r} for JSONL)")
+        (staging / "vocab.txt").write_text("".join(token + "\n" for token in sorted(vocab, key=vocab.get)),
+                                           encoding="utf-8")
+        meta = {"format_version": FORMAT_VERSION, "dtype": dtype.name, "vocab_size": len(vocab),
+                "vocab_sha256": vocab_fingerprint(vocab), "do_lower_case": getattr(tokenizer, "do_lower_case", None),
+                "special_token_ids": {name: vocab[token] for name, token in SPECIAL_TOKENS.items()},
+                "num_documents": counts["documents"], "num_sentences": counts["sentences"],
+                "num_tokens": counts["tokens"], "sources": sources, "source_files": fingerprints(files),
+                "document_boundary": document_boundary, "text_field": text_field}
+        (staging / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        _publish(staging, output_dir)
     return TokenizedCorpus(output_dir)
 
 
@@ -125,23 +127,30 @@ def _tokenize_batch(documents: list[list[str]], tokenizer, dtype: np.dtype):
     return token_ids, lengths[kept], document_sizes[document_sizes > 0]
 
 
-def _clear_output_dir(output_dir: Path, overwrite: bool) -> None:
+def _check_output_dir(output_dir: Path, overwrite: bool) -> None:
+    """Refuse a file, a folder of other files, or (without overwrite) a folder that holds a corpus."""
     if output_dir.exists() and not output_dir.is_dir():
         raise ValueError(f"output_dir {output_dir} is a file; pass a folder path")
-    if output_dir.is_dir() and any(output_dir.iterdir()):
-        if not overwrite:
-            raise ValueError(f"output_dir {output_dir} is not empty; pass overwrite=True to replace a "
-                             "prepared corpus there, or choose an empty folder")
-        if not (output_dir / "meta.json").is_file() and not any((output_dir / name).exists() for name in FILES):
+    if output_dir.is_dir() and any(not entry.name.startswith(".") for entry in output_dir.iterdir()):
+        holds_corpus = any((output_dir / name).exists() for name in FILES)
+        if not holds_corpus:
             raise ValueError(f"output_dir {output_dir} holds other files, not a prepared corpus; "
                              "refusing to overwrite it: choose an empty folder")
-        _remove_files(output_dir)
+        if not overwrite:
+            state = ("a prepared corpus" if (output_dir / "meta.json").is_file()
+                     else "an incomplete corpus (its preparation was stopped)")
+            raise ValueError(f"output_dir {output_dir} is not empty: it holds {state}; pass --overwrite "
+                             "(overwrite=True) to prepare it again, or choose an empty folder")
     output_dir.mkdir(parents=True, exist_ok=True)
 
 
-def _remove_files(output_dir: Path) -> None:
+def _publish(staging: Path, output_dir: Path) -> None:
+    """Move a finished corpus from `staging` into `output_dir`, meta.json (the mark of a whole corpus) last."""
+    (output_dir / "meta.json").unlink(missing_ok=True)  # from here until the end, the folder reads as incomplete
     for name in FILES:
-        (output_dir / name).unlink(missing_ok=True)
+        if name != "meta.json":
+            os.replace(staging / name, output_dir / name)
+    os.replace(staging / "meta.json", output_dir / "meta.json")
 
 
 class TokenizedCorpus:

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...input_files import require_file
+
 logger = logging.getLogger("bertforge")
 
 
@@ -56,8 +58,7 @@ def read_squad(path: str | os.PathLike, training: bool = True) -> SquadExamples:
     structure that is not SQuAD's (the message names the place, e.g. data[0].paragraphs[2]).
     """
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"SQuAD file {path} does not exist; check the path (relative paths start at {Path.cwd()})")
+    require_file(path, "SQuAD file")
     try:
         root = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
@@ -69,7 +70,19 @@ def read_squad(path: str | os.PathLike, training: bool = True) -> SquadExamples:
         examples.problems.append(f"{where}: {message}")
         logger.warning("%s: %s: %s", path, where, message)
 
-    for a, article in enumerate(_field(root, "data", list, f"{path}")):
+    try:
+        _read_examples(root, examples, seen_ids, skip, training)
+    except ValueError as error:  # the structure is not SQuAD's: say which file
+        raise ValueError(f"{path}: {error}") from None
+    return examples
+
+
+_REQUIRED = object()
+
+
+def _read_examples(root, examples: SquadExamples, seen_ids: set, skip, training: bool) -> None:
+    """Walk SQuAD's data -> paragraphs -> qas into `examples`; ValueError naming the place of a wrong structure."""
+    for a, article in enumerate(_field(root, "data", list, "the file")):
         title = _field(article, "title", str, f"data[{a}]", default="")
         for p, paragraph in enumerate(_field(article, "paragraphs", list, f"data[{a}]")):
             where = f"data[{a}].paragraphs[{p}]"
@@ -108,10 +121,6 @@ def read_squad(path: str | os.PathLike, training: bool = True) -> SquadExamples:
                         skip(row, "answerable question without answers; it can be predicted but not scored")
                 seen_ids.add(qid)
                 examples.append(QAExample(qid, question, context, answers, impossible, title))
-    return examples
-
-
-_REQUIRED = object()
 
 
 def _field(record, key: str, kind, where: str, default=_REQUIRED):

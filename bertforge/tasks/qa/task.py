@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from ...atomic import write_text
 from ...train.batches import predict_rows
 from .answers import postprocess
 from .features import QAFeatures, qa_features
@@ -57,10 +58,8 @@ class QuestionAnsweringTask:
                                self.settings.max_query_length, training=False)
         predictions, nbest = self.answers(model, examples, features, batch_size, device, return_nbest=True)
         output = Path(output_path)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(predictions, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        output.with_suffix(".nbest.json").write_text(json.dumps(nbest, indent=2, ensure_ascii=False) + "\n",
-                                                     encoding="utf-8")
+        write_text(output.with_suffix(".nbest.json"), json.dumps(nbest, indent=2, ensure_ascii=False) + "\n")
+        write_text(output, json.dumps(predictions, indent=2, ensure_ascii=False) + "\n")
         return len(predictions)
 
     def _read(self, split: str):

@@ -1,0 +1,99 @@
+"""The CLI's one error boundary: any exception a user's input or machine can cause -> one line and an exit code.
+
+Exit codes: 2 the command line is wrong (argparse, out-of-range option values, unknown settings),
+1 the data or the run failed (bad files, full disk, a model of the wrong kind), 130 interrupted.
+Anything else is a bug in bertforge and keeps its traceback (as does every error under --debug).
+"""
+from __future__ import annotations
+
+import errno
+import io
+import os
+import re
+import sys
+import types
+
+from ..errors import BertforgeError, UsageError
+from ..input_files import utf8_problem
+
+USAGE, FAILED, INTERRUPTED = 2, 1, 130
+TRAINING_COMMANDS = ("pretrain", "finetune", "readmission_train")  # the functions behind them
+
+# What to do about an OSError, by errno; the file name and the system's words come first.
+OS_HINTS = {
+    errno.ENOENT: "check the path",
+    errno.EISDIR: "it is a folder: give a file path",
+    errno.ENOTDIR: "part of the path is a file, not a folder: give a folder path",
+    errno.EEXIST: "it already exists as a file: give a folder path, or move the file",
+    errno.EACCES: "no permission: choose a location you can use, or change its permissions",
+    errno.EPERM: "not permitted: choose a location you can use, or change its permissions",
+    errno.EROFS: "the file system is read-only: choose another output location",
+    errno.ENOSPC: "the disk is full: free some space or choose another location",
+    errno.EDQUOT: "the disk quota is used up: free some space or choose another location",
+    errno.EFBIG: "the file is larger than this file system or the process's file size limit allows",
+    errno.ENAMETOOLONG: "the name is too long for the file system",
+    errno.EMFILE: "too many open files: raise the limit (ulimit -n)",
+}
+
+
+def describe(error: BaseException, command: str) -> tuple[str, int] | None:
+    """(one-line message, exit code) for an error a user can cause; None for a bug (show the traceback)."""
+    if isinstance(error, KeyboardInterrupt):
+        return (str(error) if str(error) else "interrupted"), INTERRUPTED
+    if isinstance(error, UnicodeDecodeError):  # a ValueError too: it must come first
+        return not_utf8(error), FAILED
+    if isinstance(error, UsageError):
+        return str(error), USAGE
+    if isinstance(error, (BertforgeError, ValueError)):
+        return str(error), FAILED
+    if isinstance(error, OSError):
+        return os_problem(error, command), FAILED
+    system = re.search(r"os error (\d+)", str(error))
+    if type(error).__name__ == "SafetensorError" and system:  # safetensors' own wrapper of a failed write
+        number = int(system.group(1))
+        return os_problem(OSError(number, os.strerror(number)), command), FAILED
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":  # torch's, without importing it
+        return "out of memory: lower --batch-size (or the recipe's batch_size / max_length)", FAILED
+    return None
+
+
+def os_problem(error: OSError, command: str) -> str:
+    where = " -> ".join(str(name) for name in (error.filename, error.filename2) if name is not None)
+    what = error.strerror or str(error)
+    hint = OS_HINTS.get(error.errno, "")
+    message = f"{where}: {what}" if where else what
+    if hint:
+        message += f"; {hint}"
+    if command in TRAINING_COMMANDS and error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        message += "; checkpoints already saved are intact: run the same command with --resume to continue"
+    return message
+
+
+def not_utf8(error: UnicodeDecodeError) -> str:
+    """Name the file being read and the line of its first non-UTF-8 byte.
+
+    A UnicodeDecodeError does not know its file; the open file object does, and it is a local of
+    a frame of the traceback (the reader's `for line in file`, pathlib's read_text, csv's reader).
+    """
+    name = file_being_read(error.__traceback__)
+    if name is None:
+        return f"the input is not UTF-8 text ({error.reason}); convert it, e.g. iconv -f latin1 -t utf-8"
+    where = utf8_problem(name) or f"byte {error.start} of a read"
+    return f"{name} is not UTF-8 text ({where}); convert it, e.g. iconv -f latin1 -t utf-8 {name} > new-file"
+
+
+def file_being_read(trace: types.TracebackType | None) -> str | None:
+    frames = []
+    while trace is not None:
+        frames.append(trace.tb_frame)
+        trace = trace.tb_next
+    for frame in reversed(frames):  # innermost first: the file whose bytes failed
+        for value in frame.f_locals.values():
+            if isinstance(value, io.TextIOBase) and isinstance(getattr(value, "name", None), str):
+                return value.name  # a .gz file's text wrapper answers with the GzipFile's name too
+    return None
+
+
+def report(message: str, code: int) -> int:
+    print(f"bertforge: error: {message}" if code != INTERRUPTED else f"bertforge: {message}", file=sys.stderr)
+    return code

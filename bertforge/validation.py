@@ -1,0 +1,81 @@
+"""Bounds on every numeric setting and option, declared once by name.
+
+A setting means the same thing wherever it appears (`batch_size` in a recipe, on the command
+line, in a readmission run), so its valid range is declared once here, keyed by its name, and
+checked at each edge: recipe dataclasses (`settings.build`), command-line options (the parser's
+types) and `__post_init__` of the recipe dataclasses. A numeric setting without an entry is a
+test failure (tests/test_reliability_inputs.py), so new ones get a bound.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class Bound:
+    """minimum <= value (< or <= maximum); `above` makes the minimum exclusive; `meaning` explains special values."""
+
+    minimum: float | None = None
+    maximum: float | None = None
+    above: bool = False
+    meaning: str = ""
+
+    def problem(self, value: float) -> str | None:
+        """Why `value` is out of range (None when it is in range)."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"must be a finite number, got {value!r}"
+        if self.minimum is not None and (value <= self.minimum if self.above else value < self.minimum):
+            rule = f"greater than {self.minimum:g}" if self.above else f"at least {self.minimum:g}"
+        elif self.maximum is not None and value > self.maximum:
+            rule = f"at most {self.maximum:g}"
+        else:
+            return None
+        return f"must be {rule}, got {value!r}" + (f" ({self.meaning})" if self.meaning else "")
+
+
+POSITIVE = Bound(1)
+COUNT = Bound(0)
+PROBABILITY = Bound(0, 1)
+
+BOUNDS: dict[str, Bound] = {
+    # sizes and counts
+    "batch_size": POSITIVE, "eval_batch_size": POSITIVE, "eval_batches": POSITIVE,
+    "grad_accumulation": POSITIVE, "log_every": POSITIVE, "top_k": POSITIVE,
+    "max_query_length": POSITIVE, "n_best_size": POSITIVE, "max_answer_length": POSITIVE,
+    "max_predictions_per_seq": POSITIVE, "shuffle_window": POSITIVE, "dupe_factor": POSITIVE,
+    "max_seq_length": Bound(5, meaning="[CLS] A [SEP] B [SEP] with a token in each segment"),
+    "vocab_size": Bound(6, meaning="the 5 special tokens and at least one piece"),
+    "max_steps": Bound(0, meaning="0 only where a recipe derives the steps from epochs"),
+    "eval_every": Bound(0, meaning="0: only at the end"), "save_every": Bound(0, meaning="0: only at the end"),
+    "keep_last": Bound(0, meaning="0 keeps every checkpoint"),
+    "early_stopping_patience": Bound(0, meaning="0 never stops early"),
+    "max_length": Bound(0, meaning="0: the task's or model's default"),
+    "stride": Bound(-1, meaning="-1: the task's default"), "max_windows": Bound(0, meaning="0: every window"),
+    "min_frequency": COUNT, "num_unused": COUNT, "generate": Bound(0, meaning="0: read MIMIC-III files instead"),
+    "seed": Bound(0, 2**32 - 1),
+    # rates and amounts
+    "epochs": Bound(0, above=True), "learning_rate": Bound(0, 1, above=True), "weight_decay": Bound(0, 1),
+    "warmup": Bound(0, meaning="a fraction of max_steps below 1, else a number of steps"),
+    "max_grad_norm": Bound(0, above=True), "c": Bound(0, above=True), "combine_c": Bound(0, above=True),
+    "short_seq_prob": PROBABILITY, "mlm_probability": Bound(0, 1, above=True),
+}
+
+
+def check_value(name: str, value, where: str = "") -> None:
+    """Raise UsageError naming `where + name` when a numeric value is outside the bounds declared for `name`."""
+    bound = BOUNDS.get(name)
+    if bound is None or value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    problem = bound.problem(value)
+    if problem:
+        raise UsageError(f"{where}{name} {problem}")
+
+
+def check_fields(instance, where: str = "") -> None:
+    """check_value on every field of a dataclass instance (nested dataclasses are checked where they are built)."""
+    for field in dataclasses.fields(instance):
+        check_value(field.name, getattr(instance, field.name), where)
