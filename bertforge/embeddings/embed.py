@@ -16,7 +16,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Literal, Sequence, get_args
 
 import numpy as np
 import torch
@@ -28,8 +28,9 @@ from ..models.model import BertModel
 from ..models.outputs import EncoderOutput
 from ..tokenization.tokenizer import BertTokenizer
 
-POOLINGS = ("cls", "mean", "max", "pooler")
-LAYER_COMBINES = ("mean", "concat")
+Pooling = Literal["cls", "mean", "max", "pooler"]
+LayerCombine = Literal["mean", "concat"]
+POOLINGS, LAYER_COMBINES = get_args(Pooling), get_args(LayerCombine)
 # Readable names for the layer choices people make by hand (Devlin et al. 2018, table 7).
 LAYER_ALIASES: dict[str, tuple[tuple[int, ...], str | None]] = {
     "last": ((-1,), None),

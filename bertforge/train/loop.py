@@ -15,7 +15,7 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Literal, Protocol
 
 import torch
 from safetensors import SafetensorError
@@ -33,6 +33,7 @@ from .run_log import RunLog, plot_curves
 
 logger = logging.getLogger("bertforge")
 
+Precision = Literal["fp32", "bf16"]  # bf16: autocast, on CPU and CUDA
 Statistics = Callable[[dict, Any], dict[str, tuple[torch.Tensor, torch.Tensor]]]
 
 
@@ -55,7 +56,7 @@ class TrainConfig:
     warmup: float = 0.01  # a fraction of max_steps (< 1) or a number of steps
     grad_accumulation: int = 1
     max_grad_norm: float = 1.0
-    precision: str = "fp32"  # fp32 | bf16 (autocast, on CPU and CUDA)
+    precision: Precision = "fp32"
     compile: bool = False
     log_every: int = 10
     eval_every: int = 0  # 0: only at the end
