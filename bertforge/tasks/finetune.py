@@ -75,7 +75,7 @@ def run_finetuning(recipe: FinetuneRecipe, resume: bool = False) -> dict:
     if not recipe.data.train:
         raise ValueError("no training file: set data.train (CSV, TSV, JSONL, CoNLL or SQuAD JSON)")
     init_from = str(resolve_model(recipe.init_from))
-    device = select_device()
+    device = select_device(recipe.training.device)
     tokenizer = BertTokenizer.from_pretrained(init_from)
     task = load_task(recipe.task, recipe.data, tokenizer)
     torch.manual_seed(recipe.training.seed)  # the fresh head's weights
