@@ -50,3 +50,13 @@ def one_thread_per_xdist_worker():
     torch.set_num_threads(max(1, threads // workers))
     yield
     torch.set_num_threads(threads)
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests skip, saying why, where torch sees no GPU (and run where it does)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA: torch sees no GPU on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
