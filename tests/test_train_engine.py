@@ -10,9 +10,9 @@ from bertforge import BertConfig
 from bertforge.errors import BertforgeError
 from bertforge.train import distributed, loop
 from bertforge.train.batches import ShuffledBatches
-from bertforge.train.loop import TrainConfig, accepts_packing, precision_of, prefetched, train
+from bertforge.train.loop import TrainConfig, precision_of, train
 from bertforge.train.optim import build_optimizer
-from bertforge.train.prefetch import Prefetcher
+from bertforge.train.prefetch import Prefetcher, accepts_packing, prefetched
 
 
 def counting_batches(size=40, batch_size=4, seq=6, fail_at=None):
@@ -68,10 +68,10 @@ def test_batches_are_packed_on_the_host_only_for_models_that_take_it():
 
 
 def test_an_error_in_the_thread_reaches_the_loop():
-    stream = Prefetcher(iter(counting_batches(fail_at=3)), lambda: None, prepare=lambda batch: batch)
-    next(stream), next(stream)
+    stream = Prefetcher(counting_batches(fail_at=3))
+    stream.next_batch(), stream.next_batch()
     with pytest.raises(ValueError, match="row 7 has no text"):
-        next(stream)
+        stream.next_batch()
     stream.close()
 
 

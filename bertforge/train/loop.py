@@ -15,7 +15,6 @@ the device in between; AdamW is the fused kernel on CUDA; bf16 is the default th
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import math
 import time
@@ -31,11 +30,10 @@ from tqdm.auto import tqdm
 from ..errors import TrainingDiverged
 from .best import BestModel, best_model_folder
 from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_state, save_checkpoint
-from ..engine.unpadding import packing_if_it_pays
 from .distributed import Topology, all_reduce_sum, barrier
 from .memory import TRIM_EVERY, release_freed_memory
 from .optim import build_optimizer, linear_warmup_decay, warmup_steps_from
-from .prefetch import Prefetcher, to_device
+from .prefetch import Prefetcher, prefetched, to_device
 from .run_log import RunLog, plot_curves
 
 logger = logging.getLogger("bertforge")
@@ -186,42 +184,7 @@ def precision_of(config: TrainConfig, device: torch.device) -> str:
     return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
 
 
-def accepts_packing(model: torch.nn.Module) -> bool:
-    """Whether model.forward takes `packing` (every bertforge model does; a user's may not)."""
-    parameters = inspect.signature(model.forward).parameters.values()
-    return any(p.name == "packing" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-
-
-def prefetched(batches: BatchStream, model: torch.nn.Module, device: torch.device) -> "PrefetchedStream":
-    """The batches made ahead in a thread, each packed on the host when dropping its padding pays."""
-    pack = accepts_packing(model)
-
-    def prepare(batch: dict) -> dict:
-        if pack and "attention_mask" in batch:
-            packing = packing_if_it_pays(batch["attention_mask"], device.type)
-            if packing is not None:
-                batch = {**batch, "packing": packing}
-        return batch
-
-    return PrefetchedStream(batches, prepare, pin=device.type == "cuda")
-
-
-class PrefetchedStream(Prefetcher):
-    """A Prefetcher over a BatchStream whose state_dict() is the position after the last batch handed out."""
-
-    def __init__(self, batches: BatchStream, prepare, pin: bool):
-        super().__init__(batches, batches.state_dict, prepare, pin=pin)
-        self.consumed_position = batches.state_dict()
-
-    def next_batch(self) -> dict:
-        batch, self.consumed_position = next(self)
-        return batch
-
-    def state_dict(self):
-        return self.consumed_position
-
-
-def accumulate_gradients(forward_model, stream: PrefetchedStream, config: TrainConfig, topology: Topology,
+def accumulate_gradients(forward_model, stream: Prefetcher, config: TrainConfig, topology: Topology,
                          device: torch.device, autocast, window: "Window", statistics: Statistics | None,
                          forward_kwargs: dict) -> None:
     """Forward and backward over grad_accumulation micro-batches; DDP all-reduces on the last one only."""

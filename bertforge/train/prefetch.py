@@ -9,39 +9,41 @@ stands, not where the thread has got to, and resuming continues with the very ne
 from __future__ import annotations
 
 import copy
+import inspect
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from ..engine.unpadding import packing_if_it_pays
 
 Batch = dict[str, Any]
 _END = object()
 
 
 class Prefetcher:
-    """Iterate `batches` ahead of the loop: `next()` gives (batch, position after it).
+    """A BatchStream (iterable, with state_dict/load_state_dict) read ahead by a thread.
 
-    prepare: host-side work per batch (e.g. packing from the attention mask), run in the thread.
+    prepare: host-side work per batch (packing from the attention mask), run in the thread.
     pin: page-locked memory, so the loop's `to(device, non_blocking=True)` overlaps the copy.
-    depth: batches kept ready. `waited` accumulates the seconds `next()` spent blocked on the thread.
-    An exception in the thread (bad data, a collate error) is raised by the `next()` that reaches it.
+    depth: batches kept ready. `waited` accumulates the seconds `next_batch()` spent blocked on the
+    thread. state_dict() is the stream's position after the last batch handed out. An exception in
+    the thread (bad data, a collate error) is raised by the `next_batch()` that reaches it.
     """
 
-    def __init__(self, batches: Iterable[Batch], position: Callable[[], Any], prepare: Callable[[Batch], Batch],
-                 pin: bool = False, depth: int = 2):
-        self.batches, self.position, self.prepare, self.pin = batches, position, prepare, pin
+    def __init__(self, batches, prepare: Callable[[Batch], Batch] = lambda batch: batch, pin: bool = False,
+                 depth: int = 2):
+        self.batches, self.prepare, self.pin = batches, prepare, pin
+        self.position = batches.state_dict()  # before anything is read: where a resume left the stream
         self.ready: queue.Queue = queue.Queue(maxsize=depth)
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
         self.waited = 0.0
 
-    def __iter__(self) -> "Prefetcher":
-        return self
-
-    def __next__(self) -> tuple[Batch, Any]:
+    def next_batch(self) -> Batch:
         if self.thread is None:  # started on first use: after a resume has moved the stream
             self.thread = threading.Thread(target=self._produce, name="bertforge-prefetch", daemon=True)
             self.thread.start()
@@ -49,16 +51,20 @@ class Prefetcher:
         item = self.ready.get()
         self.waited += time.perf_counter() - started
         if item is _END:
-            raise StopIteration
+            raise StopIteration("the batch stream ended")
         if isinstance(item, BaseException):
             raise item
-        return item
+        batch, self.position = item
+        return batch
+
+    def state_dict(self) -> Any:
+        return self.position
 
     def _produce(self) -> None:
         try:
             for batch in self.batches:
                 # A deep copy: the stream's own state moves on with the next batch.
-                item = (self._pinned(self.prepare(batch)), copy.deepcopy(self.position()))
+                item = (self._pinned(self.prepare(batch)), copy.deepcopy(self.batches.state_dict()))
                 if not self._put(item):
                     return
             self._put(_END)
@@ -85,6 +91,26 @@ class Prefetcher:
         self.stopping.set()
         if self.thread is not None:
             self.thread.join(timeout=10)
+
+
+def accepts_packing(model: torch.nn.Module) -> bool:
+    """Whether model.forward takes `packing` (every bertforge model does; a user's may not)."""
+    parameters = inspect.signature(model.forward).parameters.values()
+    return any(p.name == "packing" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def prefetched(batches, model: torch.nn.Module, device: torch.device) -> Prefetcher:
+    """`batches` made ahead in a thread, each packed on the host when dropping its padding pays on `device`."""
+    pack = accepts_packing(model)
+
+    def prepare(batch: Batch) -> Batch:
+        if pack and "attention_mask" in batch:
+            packing = packing_if_it_pays(batch["attention_mask"], device.type)
+            if packing is not None:
+                batch = {**batch, "packing": packing}
+        return batch
+
+    return Prefetcher(batches, prepare, pin=device.type == "cuda")
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
