@@ -370,7 +370,8 @@ def main() -> None:
                     if precision == "fp32" and contender.label.startswith("transformers"):
                         peer_fp32 = rates[(precision, contender.label)]
                 for contender in contenders:  # after the peer, whose fp32 rate is the ratios' base
-                    step_seconds, rate = statistics.median(seconds[contender.label]), rates[(precision, contender.label)]
+                    step_seconds = statistics.median(seconds[contender.label])
+                    rate = rates[(precision, contender.label)]
                     ratio = f"{rate / peer_fp32:.2f}" if peer_fp32 else "-"
                     tflops = useful / step_seconds / 1e12
                     busy = "-"

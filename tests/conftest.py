@@ -60,3 +60,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def corpus_files(data_dir, tmp_path_factory):
+    """~400 paragraphs of Northanger Abbey to train on, 80 others held out, and a 1,500-token vocabulary
+    (pretraining tests, CPU and GPU)."""
+    from bertforge import BertTokenizer
+
+    root = tmp_path_factory.mktemp("corpus")
+    paragraphs = [p.strip() for p in (data_dir / "austen" / "northangerabbey.txt").read_text().split("\n\n") if p.strip()]
+    (root / "train.txt").write_text("\n\n".join(paragraphs[200:600]) + "\n")
+    (root / "heldout.txt").write_text("\n\n".join(paragraphs[700:780]) + "\n")
+    BertTokenizer.train([root / "train.txt"], vocab_size=1500).save_pretrained(root / "vocab")
+    return root

@@ -20,7 +20,7 @@ from bertforge.engine.unpadding import Packing, unpad
 from bertforge.models.heads import masked_positions_from
 from bertforge.train.batches import predict_rows
 from bertforge.train.loop import TrainConfig, train
-from test_pretrain import corpus_files, write_recipe  # noqa: F401 (corpus_files is a fixture)
+from test_pretrain import write_recipe
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")

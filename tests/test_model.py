@@ -257,7 +257,7 @@ def test_unpadded_path_equals_padded_path_with_dropout_off():
         model.zero_grad()
         out = model(**inputs, output_hidden_states=True, packing=packing)
         (out.last_hidden_state[valid] @ directions).sum().backward()
-        results[packing is not None] = out, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+        results[packing is not None] = out, gradients(model)
     (padded, padded_grads), (unpadded, unpadded_grads) = results[False], results[True]
     for ours, reference in zip(unpadded.hidden_states, padded.hidden_states, strict=True):
         torch.testing.assert_close(ours[valid], reference[valid], atol=1e-6, rtol=1e-5)

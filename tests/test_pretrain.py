@@ -23,17 +23,6 @@ from bertforge.train.loop import train
 TINY_MODEL = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
 
 
-@pytest.fixture(scope="module")
-def corpus_files(data_dir, tmp_path_factory):
-    """~400 paragraphs of Northanger Abbey to train on, 80 others held out, and a 1,500-token vocabulary."""
-    root = tmp_path_factory.mktemp("corpus")
-    paragraphs = [p.strip() for p in (data_dir / "austen" / "northangerabbey.txt").read_text().split("\n\n") if p.strip()]
-    (root / "train.txt").write_text("\n\n".join(paragraphs[200:600]) + "\n")
-    (root / "heldout.txt").write_text("\n\n".join(paragraphs[700:780]) + "\n")
-    BertTokenizer.train([root / "train.txt"], vocab_size=1500).save_pretrained(root / "vocab")
-    return root
-
-
 def write_recipe(folder: Path, corpus: Path, **training) -> Path:
     recipe = {
         "model": {"preset": "tiny", "overrides": TINY_MODEL},

@@ -79,7 +79,8 @@ def jagged_attention(query: Tensor, key: Tensor, value: Tensor, packing: Packing
     def nested(states: Tensor) -> Tensor:  # (tokens, heads, d) -> (batch, heads, {seq}, d)
         # Contiguous: the fused kernels take nested inputs only when (tokens, heads, d) is dense;
         # q, k and v are strided views into the fused projection's output.
-        return torch.nested.nested_tensor_from_jagged(states.contiguous(), packing.cu_seqlens, max_seqlen=packing.max_seqlen,
+        return torch.nested.nested_tensor_from_jagged(states.contiguous(), packing.cu_seqlens,
+                                                      max_seqlen=packing.max_seqlen,
                                                       min_seqlen=packing.min_seqlen).transpose(1, 2)
 
     context = F.scaled_dot_product_attention(nested(query), nested(key), nested(value), dropout_p=dropout_p)

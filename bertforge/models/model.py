@@ -82,7 +82,8 @@ def checkpoint_names(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
         module, _, kind = name.rpartition(".")
         if module == "qkv" or module.endswith(".qkv"):
             prefix = module[: -len("qkv")]
-            named.update({f"{prefix}{projection}.{kind}": part for projection, part in zip(PROJECTIONS, tensor.chunk(3))})
+            for projection, part in zip(PROJECTIONS, tensor.chunk(3)):
+                named[f"{prefix}{projection}.{kind}"] = part
         else:
             named[name] = tensor
     return named
@@ -93,7 +94,8 @@ def split_fused_projection(module: nn.Module, state_dict: dict, prefix: str, loc
     for kind in ("weight", "bias"):
         key = f"{prefix}qkv.{kind}"
         split = checkpoint_names({key: state_dict.pop(key)})
-        state_dict.update({name: part.clone() for name, part in split.items()})  # own storage: safetensors refuses shared
+        # Each its own storage: safetensors refuses to save tensors that share one.
+        state_dict.update({name: part.clone() for name, part in split.items()})
 
 
 def join_projections(module: nn.Module, state_dict: dict, prefix: str, *_) -> None:

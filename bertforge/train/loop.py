@@ -311,7 +311,7 @@ class Window:
         self.micro_losses = []
 
     def raise_if_diverged(self, topology: Topology, run_dir: Path) -> None:
-        """Raise TrainingDiverged naming the first step, since the last check, whose mean loss (over ranks) is not finite."""
+        """Raise TrainingDiverged at the first step since the last check whose mean loss (over ranks) is not finite."""
         if not self.step_losses:
             return
         reduced = all_reduce_sum(torch.stack(self.step_losses), topology).cpu()  # (steps, 2)
@@ -320,8 +320,9 @@ class Window:
         for offset, (total, count) in enumerate(reduced.tolist()):
             if not math.isfinite(total / count):
                 raise TrainingDiverged(
-                    f"the loss became {total / count} at step {first + offset}; nothing was saved after the last good "
-                    f"checkpoint in {run_dir}. Lower the learning rate, raise warm-up, or check the data, then --resume."
+                    f"the loss became {total / count} at step {first + offset}; nothing was saved after the last "
+                    f"good checkpoint in {run_dir}. Lower the learning rate, raise warm-up, or check the data, "
+                    "then --resume."
                 )
 
     def summary(self, topology: Topology, stream: Prefetcher) -> dict[str, float]:
