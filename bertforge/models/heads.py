@@ -2,6 +2,8 @@
 
 Each head owns a `BertModel` called `bert` (so checkpoint keys read `bert.encoder...`)
 and adds a small module; each computes its loss when labels are given, ignoring -100.
+Every head's forward takes `packing` (see `BertModel.forward`); the MLM heads also take
+`masked_positions`, the flat positions of the labelled tokens, found on the host.
 """
 from __future__ import annotations
 
