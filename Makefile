@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.bertforge-installed
 
-.PHONY: demo test bench install clean
+.PHONY: demo test test-gpu bench install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,3 +34,7 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
+
+# The CUDA paths (tests marked `gpu`); they skip, saying why, on a machine without a GPU.
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -m gpu

@@ -89,7 +89,7 @@ def finetune_in(recipe: FinetuneRecipe, resume: bool) -> dict:
     from ..resources import resolve_model
 
     init_from = str(resolve_model(recipe.init_from))
-    device = select_device()
+    device = select_device(recipe.training.device)
     tokenizer = BertTokenizer.from_pretrained(init_from)
     task = load_task(recipe.task, recipe.data, tokenizer)
     torch.manual_seed(recipe.training.seed)  # the fresh head's weights
