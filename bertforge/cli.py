@@ -13,6 +13,7 @@ import typing
 
 from . import commands
 from .errors import BertforgeError
+from .tasks.retrieval import commands as sbert
 
 COMMANDS = {
     "demo": commands.demo,
@@ -33,6 +34,7 @@ COMMANDS = {
         "report": commands.readmission_report,
         "score": commands.readmission_score,
     },
+    "sbert": {"train": sbert.train, "evaluate": sbert.evaluate, "prepare": sbert.prepare},
 }
 
 
