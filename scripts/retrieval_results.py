@@ -25,7 +25,7 @@ from bertforge.tasks.retrieval.baselines import BASELINES
 from bertforge.tasks.retrieval.bi_encoder import BiEncoder
 from bertforge.tasks.retrieval.evaluation import evaluate_retrieval
 from bertforge.tasks.retrieval.recipe import SbertRecipe, evaluate_held_out, load_held_out, run_sbert_training
-from bertforge.tasks.retrieval.sets import SETS, prepare_set
+from bertforge.tasks.retrieval.sets import SETS, load_split_ids, prepare_set
 from bertforge.tokenizer import BertTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +67,7 @@ def main() -> None:
                      "threads": torch.get_num_threads(), "machine": platform.processor() or platform.machine(),
                      "steps": steps, "batch_size": arguments.batch_size, "sets": {}}
     for name in arguments.sets:
-        ids = json.loads((ROOT / "data" / "retrieval" / f"{name}.json").read_text(encoding="utf-8"))
+        ids = load_split_ids(name)
         folder = runs / "data" / name
         prepare_set(ids, Path(arguments.data), folder)
         recipe_file = ROOT / "recipes" / f"sbert-{name}.yaml"

@@ -163,3 +163,8 @@ def test_scored_losses_refuse_pairs_without_scores():
 def test_objective_rejects_bad_settings(settings, message):
     with pytest.raises(ValueError, match=message):
         Objective(**settings)
+
+
+def test_matryoshka_wider_than_the_model_is_refused():
+    with pytest.raises(ValueError, match="exceed the model's 32 dimensions"):
+        tiny_bi_encoder(Objective(matryoshka_dims=[64, 16]))

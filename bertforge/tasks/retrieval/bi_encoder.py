@@ -96,6 +96,10 @@ class BiEncoder(nn.Module):
         self.bert = bert
         self.pooling, self.normalize, self.max_seq_length = pooling, normalize, max_seq_length
         self.objective = objective or Objective()
+        too_wide = [d for d in self.objective.matryoshka_dims if d > bert.config.hidden_size]
+        if too_wide:
+            raise ValueError(f"matryoshka_dims {too_wide} exceed the model's {bert.config.hidden_size} dimensions; "
+                             "use prefixes no longer than the vector")
 
     @property
     def config(self):

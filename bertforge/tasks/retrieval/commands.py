@@ -72,13 +72,8 @@ def prepare(name: str, *, output: str, data: str = "../shared/data") -> None:
         output: folder for train.jsonl, {dev,test}/ and the scored-pairs files
         data: the shared data folder the texts are read from
     """
-    from .sets import SETS, prepare_set
+    from .sets import load_split_ids, prepare_set
 
-    if name not in SETS:
-        raise ValueError(f"unknown retrieval set {name!r}; use one of {', '.join(SETS)}")
-    ids_file = Path(__file__).resolve().parents[3] / "data" / "retrieval" / f"{name}.json"
-    if not ids_file.is_file():
-        raise ValueError(f"{ids_file} not found: the split ids ship with the repository (data/retrieval/)")
-    counts = prepare_set(json.loads(ids_file.read_text(encoding="utf-8")), Path(data), Path(output))
+    counts = prepare_set(load_split_ids(name), Path(data), Path(output))
     for file, rows in counts.items():
         print(f"{file:<24} {rows:>7,}")

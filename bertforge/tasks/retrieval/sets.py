@@ -32,6 +32,8 @@ from ...data.corpus import read_documents
 from .reader import RetrievalSet, write_retrieval_set
 
 SETS = ("drug-reviews", "austen", "tweets")
+# The committed split ids: data/retrieval/ at the repository root (an editable install, as `make install` does).
+SPLITS_FOLDER = Path(__file__).resolve().parents[3] / "data" / "retrieval"
 SEED = 0
 AUSTEN_NOVELS = {"train": ["emma", "mansfieldpark", "prideprejudice", "sensesensibility"],
                  "dev": ["northangerabbey"], "test": ["persuasion"]}
@@ -206,6 +208,16 @@ def pick(candidates: list[str], rng: np.random.Generator) -> str:
 
 
 # ---------------------------------------------------------------- files
+
+def load_split_ids(name: str) -> dict:
+    """The committed ids of set `name`; raises ValueError for an unknown set or a checkout without data/retrieval/."""
+    if name not in SETS:
+        raise ValueError(f"unknown retrieval set {name!r}; use one of {', '.join(SETS)}")
+    path = SPLITS_FOLDER / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"{path} not found: the split ids ship with the repository's data/retrieval/ folder")
+    return json.loads(path.read_text(encoding="utf-8"))
+
 
 def save_split_ids(split_ids: dict, path: Path) -> None:
     with replaced_file(path) as temporary:
