@@ -100,7 +100,7 @@ def test_a_short_training_run_improves_recall(tmp_path, cassette_dir):
                                BertTokenizer.from_pretrained(cassette_dir), load_held_out(str(tmp_path / "dev")))
     results = run_sbert_training(recipe)
     assert results["steps"] == 40
-    assert results["dev"]["recall@1"] > before["recall@1"] + 0.2, (before, results["dev"])
+    assert results["dev"]["recall@1"] > before["recall@1"] + 0.4, (before, results["dev"])  # measured 0.27 -> 0.89
     reloaded = sentence_transformers.SentenceTransformer(str(tmp_path / "run" / "best"), device="cpu")
     assert reloaded.encode(anchors[:2]).shape == (2, 128)
 
