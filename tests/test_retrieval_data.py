@@ -114,3 +114,23 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
     assert error.startswith("bertforge: error:") and "looks like a pair file" in error and len(error.splitlines()) == 1
     assert main(["sbert", "prepare", "wikipedia", "--output", str(tmp_path)]) == 2
     assert "unknown retrieval set" in capsys.readouterr().err
+
+
+def test_without_dev_the_last_model_ships_even_over_an_earlier_run(tmp_path, cassette_dir):
+    from safetensors.torch import load_file
+
+    from bertforge.tasks.retrieval.recipe import SbertRecipe, run_sbert_training
+
+    write(tmp_path / "pairs.csv", "anchor,positive\nthe cat sat,a cat was sitting\nrain today,it is raining\n")
+    for seed in (0, 1):
+        run_sbert_training(SbertRecipe.from_values({
+            "init_from": str(cassette_dir), "max_length": 16, "batch_size": 2, "data": {"train": "pairs.csv"},
+            "training": {"output_dir": str(tmp_path / "run"), "max_steps": 2, "learning_rate": 1e-3, "seed": seed,
+                         "tensorboard": False, "plot": False}}, base=tmp_path))
+    shipped = load_file(str(tmp_path / "run" / "best" / "model.safetensors"))
+    last = load_file(str(tmp_path / "run" / "step-000002" / "model" / "model.safetensors"))
+    assert shipped.keys() == last.keys() and all(torch_equal(shipped[k], last[k]) for k in shipped)
+
+
+def torch_equal(a, b) -> bool:
+    return bool((a == b).all())

@@ -103,7 +103,7 @@ def run_sbert_training(recipe: SbertRecipe, resume: bool = False) -> dict:
     train(model, batches, config, evaluate=evaluate, tokenizer=tokenizer, device=device, resume=resume)
 
     best = best_model_folder(run_dir)
-    if not (best / "config.json").exists():  # no dev set: the last model is the one that ships
+    if "dev" not in held_out:  # no dev set: the last model is the one that ships (over any earlier run's)
         model.save_pretrained(best, tokenizer=tokenizer)
     final = BiEncoder.from_pretrained(best).to(device)
     results = {"init_from": init_from, "train_rows": len(pairs), "steps": config.max_steps, "loss": recipe.loss.loss}
