@@ -14,6 +14,7 @@ import signal
 import typing
 
 from ..serve import commands as serve_commands
+from ..tasks.retrieval import commands as sbert_commands
 from ..validation import BOUNDS
 from . import commands, readmission_commands
 from .boundary import USAGE, describe, report
@@ -38,6 +39,7 @@ COMMANDS = {
         "report": readmission_commands.readmission_report,
         "score": readmission_commands.readmission_score,
     },
+    "sbert": {"train": sbert_commands.train, "evaluate": sbert_commands.evaluate, "prepare": sbert_commands.prepare},
 }
 
 
