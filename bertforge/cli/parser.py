@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
-    arguments = vars(parser.parse_args(argv))
+    arguments = vars(parser.parse_args(commands.attach_negative_lists(sys.argv[1:] if argv is None else argv)))
     function = arguments.pop("_function", None)
     print_help = arguments.pop("_help", parser.print_help)  # a group's sub-commands inherit it: always drop it
     if function is None:  # no command, or a group without its sub-command: say what there is
