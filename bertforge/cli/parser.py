@@ -11,7 +11,7 @@ import logging
 import sys
 import typing
 
-from . import commands
+from . import commands, export
 from ..errors import BertforgeError
 
 COMMANDS = {
@@ -26,6 +26,7 @@ COMMANDS = {
     "finetune": commands.finetune,
     "predict": commands.predict,
     "baseline": commands.baseline,
+    "export": {"onnx": export.onnx},  # bertforge export onnx
     "readmission": {  # bertforge readmission prepare|train|evaluate|report|score
         "prepare": commands.readmission_prepare,
         "train": commands.readmission_train,
