@@ -132,6 +132,8 @@ def test_in_dtype_copies_unless_inplace_and_refuses_to_undo_int8(tiny_model):
     assert isinstance(quantized.encoder.layer[0].intermediate.dense, Int8Linear)
     with pytest.raises(ValueError, match="cannot be converted back"):
         in_dtype(quantized, torch.float32, inplace=False)
+    with pytest.raises(ValueError, match="int8 runs on the CPU only"):
+        in_dtype(BertModel(tiny_model.config).to("meta"), torch.qint8, inplace=True)  # as on a GPU
     batch = random_batch(2, [9, 4])
     with torch.inference_mode():
         full = packed_forward(tiny_model, batch).last_hidden_state

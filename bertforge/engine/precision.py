@@ -79,6 +79,8 @@ def in_dtype(model: nn.Module, dtype: torch.dtype, inplace: bool) -> nn.Module:
     A copy leaves the caller's model as it was (it may be training in float32). Converting an
     int8 model back is refused (ValueError): the float weights are gone.
     """
+    if dtype == torch.qint8 and next(model.parameters()).device.type != "cpu":
+        raise ValueError("int8 runs on the CPU only; on a GPU use dtype float16 or bfloat16")
     current = model_dtype(model)
     if current == dtype:
         return model
@@ -86,8 +88,6 @@ def in_dtype(model: nn.Module, dtype: torch.dtype, inplace: bool) -> nn.Module:
         raise ValueError("this model was quantised to int8 and cannot be converted back; load it again")
     target = model if inplace else copy.deepcopy(model)
     if dtype == torch.qint8:
-        if next(model.parameters()).device.type != "cpu":
-            raise ValueError("int8 runs on the CPU only; on a GPU use dtype float16 or bfloat16")
         return quantize_linear_layers(target.float())
     return target.to(dtype)
 
