@@ -110,11 +110,12 @@ def test_packed_forward_on_minilm_matches_transformers(minilm_dir):
 
 # ---------------------------------------------------------------- precision
 
-def test_int8_linear_is_close_to_float_and_per_token_scales_survive_outliers():
+def test_int8_linear_is_close_to_float_with_outlier_tokens_and_outlier_channels():
     torch.manual_seed(0)
     linear = torch.nn.Linear(64, 48)
     states = torch.randn(2, 9, 64)
-    states[0, 3] *= 100  # one outlier token: a per-tensor scale would flatten every other token to 0
+    states[0, 3] *= 100  # an outlier token: one scale per tensor would flatten every other token to 0
+    states[..., 5] *= 80  # an outlier channel: one scale per token would leave the others a few levels
     quantized = Int8Linear(linear)
     with torch.no_grad():
         expected, actual = linear(states), quantized(states)
@@ -142,7 +143,7 @@ def test_in_dtype_copies_unless_inplace_and_refuses_to_undo_int8(tiny_model):
     assert cosine.min() > 0.99
 
 
-def test_int8_sentence_vectors_stay_within_cosine_099_of_sentence_transformers(minilm_dir, data_dir):
+def test_int8_sentence_vectors_stay_close_to_sentence_transformers_on_real_texts(minilm_dir, data_dir):
     sentence_transformers = pytest.importorskip("sentence_transformers")
     import csv
     with open(data_dir / "tweets-sentiment" / "tweets.csv", encoding="utf-8", newline="") as f:
@@ -154,7 +155,7 @@ def test_int8_sentence_vectors_stay_within_cosine_099_of_sentence_transformers(m
     expected = reference.encode(texts, normalize_embeddings=True)
     actual = Embedder.from_pretrained(minilm_dir, normalize=True, dtype="int8").encode(texts)
     cosines = (actual * expected).sum(axis=1)
-    assert cosines.min() >= 0.99 and cosines.mean() > 0.995
+    assert cosines.min() >= 0.995 and cosines.mean() > 0.998  # per-token scales alone: 0.9885 at worst
 
 
 # ---------------------------------------------------------------- the pipeline
