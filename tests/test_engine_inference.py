@@ -232,3 +232,20 @@ def test_embedder_warns_and_truncates_a_text_longer_than_the_budget(minilm_dir):
         vectors = embedder.encode(["short text", long_text])
     cut = Embedder.from_pretrained(minilm_dir, max_length=16).encode([long_text])
     np.testing.assert_allclose(vectors[1], cut[0], rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- on a GPU (skipped without one)
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_pinned_async_path_gives_cpu_vectors_and_fp16_stays_within_0999_of_st(minilm_dir, data_dir):
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    lines = [line for line in (data_dir / "austen" / "emma.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = lines[::50][:300] + ["", "x"]
+    on_cpu = Embedder.from_pretrained(minilm_dir, normalize=True).encode(texts)
+    on_gpu = Embedder.from_pretrained(minilm_dir, normalize=True, device="cuda", max_batch_tokens=512).encode(texts)
+    np.testing.assert_allclose(on_gpu, on_cpu, atol=1e-4)  # pinned copies, events and lag keep every row in place
+    reference = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cuda")
+    truth = reference.encode(texts, normalize_embeddings=True)
+    half = Embedder.from_pretrained(minilm_dir, normalize=True, device="cuda", dtype="fp16").encode(texts)
+    assert (half * truth).sum(axis=1).min() >= 0.999

@@ -49,11 +49,15 @@ class Int8Linear(nn.Module):
         """(..., in) float32 -> (..., out) float32."""
         leading = states.shape[:-1]
         states = states.reshape(-1, self.in_features)
+        magnitude = states.abs()
         # Reading which channels are outliers is a host sync on a GPU; int8 runs on the CPU only.
-        outliers = (states.abs().amax(dim=0) > OUTLIER_THRESHOLD).nonzero().squeeze(1)  # (k,)
-        inliers = states.index_fill(1, outliers, 0.0) if len(outliers) else states
-        scale = inliers.abs().amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(127)  # (tokens, 1)
-        quantized = (inliers / scale).round_().to(torch.int8)
+        outliers = (magnitude.amax(dim=0) > OUTLIER_THRESHOLD).nonzero().squeeze(1)  # (k,)
+        if len(outliers):
+            magnitude.index_fill_(1, outliers, 0.0)  # k columns: the token scales ignore the outliers
+        scale = magnitude.amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(127)  # (tokens, 1)
+        quantized = (states / scale).round_().to(torch.int8)
+        if len(outliers):
+            quantized.index_fill_(1, outliers, 0)  # out of int8's range there; the float product below replaces them
         # int8 x int8 -> int32 on VNNI / AVX2; rescaled in place to spare a (tokens, out) temporary.
         output = torch._int_mm(quantized, self.weight_t).to(torch.float32)
         output.mul_(scale).mul_(self.weight_scale)
