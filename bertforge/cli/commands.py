@@ -77,7 +77,7 @@ def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", la
     import torch
 
     from ..embeddings.embed import Embedder
-    from ..embeddings.files import embed_file
+    from ..embeddings.files import embed_file, vector_settings
     from ..train.distributed import init_distributed, select_device, shutdown
 
     source = Path(input)
@@ -92,11 +92,7 @@ def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", la
                                             pooling=pooling, normalize=normalize, batch_size=batch_size,
                                             max_length=max_length, dtype=dtype, max_batch_tokens=max_batch_tokens,
                                             device=chosen, progress=False)
-        stat = source.stat()
-        settings = {"input": str(source.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-                    "text_field": text_field, "model": str(Path(folder).resolve()), "layers": list(embedder.layers),
-                    "layer_combine": embedder.layer_combine, "pooling": pooling, "normalize": normalize,
-                    "max_length": embedder.max_length, "dtype": str(embedder.dtype)}
+        settings = vector_settings(source, text_field, folder, embedder)
         written, reused = embed_file(texts, output, embedder, settings, topology)
     finally:
         shutdown(topology)

@@ -38,6 +38,15 @@ def part_file(folder: Path, index: int) -> Path:
     return folder / f"part-{index:06d}.npy"
 
 
+def vector_settings(source: Path, text_field: str, model_folder: str | Path, embedder: Embedder) -> dict:
+    """What the vectors of a file depend on: the input as it is on disk, the model and every vector choice."""
+    stat = source.stat()
+    return {"input": str(source.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+            "text_field": text_field, "model": str(Path(model_folder).resolve()), "layers": list(embedder.layers),
+            "layer_combine": embedder.layer_combine, "pooling": embedder.pooling, "normalize": embedder.normalize,
+            "max_length": embedder.max_length, "dtype": str(embedder.dtype)}
+
+
 def embed_file(texts: list[str], output: str | Path, embedder: Embedder, settings: dict,
                topology: Topology = Topology(), part_texts: int | None = None) -> tuple[Path, int]:
     """Embed texts into the .npy file at output (in input order); returns (the path written, parts reused).
