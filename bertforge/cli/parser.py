@@ -11,12 +11,13 @@ import argparse
 import inspect
 import logging
 import signal
+import sys
 import typing
 
 from ..serve import commands as serve_commands
 from ..tasks.retrieval import commands as sbert_commands
 from ..validation import BOUNDS
-from . import commands, readmission_commands
+from . import commands, export, readmission_commands
 from .boundary import USAGE, describe, report
 
 COMMANDS = {
@@ -32,6 +33,7 @@ COMMANDS = {
     "predict": commands.predict,
     "baseline": commands.baseline,
     "serve": serve_commands.serve,
+    "export": {"onnx": export.onnx},  # bertforge export onnx
     "readmission": {  # bertforge readmission prepare|train|evaluate|report|score
         "prepare": readmission_commands.readmission_prepare,
         "train": readmission_commands.readmission_train,
@@ -136,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     try:
-        arguments, extra = parser.parse_known_args(argv)
+        # `--layers -4,-3,-2,-1`: a negative-number list is the option's value, not an option of its own.
+        arguments, extra = parser.parse_known_args(commands.attach_negative_lists(sys.argv[1:] if argv is None else argv))
         arguments = vars(arguments)
         function = arguments.pop("_function", None)
         variadic = [p.name for p in inspect.signature(function).parameters.values()
