@@ -12,6 +12,7 @@ import sys
 import typing
 
 from . import commands
+from .search import commands as search_commands
 from .errors import BertforgeError
 
 COMMANDS = {
@@ -33,6 +34,9 @@ COMMANDS = {
         "report": commands.readmission_report,
         "score": commands.readmission_score,
     },
+    "index": {"build": search_commands.index_build, "add": search_commands.index_add},
+    "search": search_commands.search,
+    "senses": search_commands.senses,
 }
 
 

@@ -1,0 +1,1 @@
+"""Vectors from a BERT encoder: sentence, word and token embeddings, any mix of layers."""

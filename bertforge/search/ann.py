@@ -1,0 +1,150 @@
+"""The FAISS index underneath: which kind for which size, its search effort, and its recall against exact search.
+
+Kinds (all by inner product; with normalised vectors that is cosine similarity):
+- "flat": exact search, every stored vector scored (faiss IndexFlatIP).
+- "ivf": vectors bucketed by k-means into `ivf_lists(n)` lists; a query scans `nprobe` lists
+  (IndexIVFFlat). Fast to build and to append to; the choice above EXACT_UP_TO vectors.
+- "hnsw": a navigable graph (IndexHNSWFlat, 32 links per vector): the fastest queries for a
+  given recall, but slow to build and about 260 bytes per vector more memory.
+"auto" is flat up to EXACT_UP_TO vectors, ivf above. The approximate kinds' effort (nprobe,
+efSearch) is tuned at build to the smallest value whose recall@10 against exact search, on
+a sample of stored vectors, reaches RECALL_TARGET.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import BertforgeError
+
+try:
+    import faiss
+except ImportError:  # an optional extra: say how to get it instead of a traceback
+    raise BertforgeError("vector search needs FAISS: pip install 'bertforge[search]' (or pip install faiss-cpu)") from None
+
+KINDS = ("auto", "flat", "ivf", "hnsw")
+# Below this many vectors exact search costs a few milliseconds a query on one core
+# (benchmarks/bench_search.py), and it needs no training and has perfect recall.
+EXACT_UP_TO = 100_000
+RECALL_TARGET = 0.95
+RECALL_QUERIES = 1000
+HNSW_LINKS = 32
+HNSW_BUILD_EFFORT = 80
+# Efforts tried in order when tuning: nprobe (lists scanned) for ivf, efSearch for hnsw.
+EFFORT_STEPS = {"ivf": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
+                "hnsw": (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024)}
+# faiss's k-means wants at least 39 training vectors per list; 64 gives steadier centroids.
+TRAINING_PER_LIST = 64
+
+
+def resolve_kind(kind: str, count: int) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"index kind {kind!r} is not one of {KINDS}")
+    if kind == "auto":
+        return "flat" if count <= EXACT_UP_TO else "ivf"
+    if kind != "flat" and count < 2 * 39:
+        raise ValueError(f"a {kind} index needs more vectors to learn from than {count}; use --kind flat "
+                         f"(exact, and the right choice below {EXACT_UP_TO:,} vectors)")
+    return kind
+
+
+def ivf_lists(count: int) -> int:
+    """k-means lists for `count` vectors: 4 * sqrt(n), the low end of faiss's guideline (4 to 16 * sqrt(n)),
+    so that training stays minutes on a laptop at 1M vectors; never fewer than 39 vectors a list."""
+    return max(1, min(int(4 * math.sqrt(count)), count // 39))
+
+
+def new_faiss_index(kind: str, dim: int, count: int) -> faiss.Index:
+    """An empty index of a resolved kind ("flat", "ivf", "hnsw") for about `count` vectors of size `dim`."""
+    if kind == "flat":
+        return faiss.IndexFlatIP(dim)
+    if kind == "ivf":
+        quantizer = faiss.IndexFlatIP(dim)
+        # faiss's Python wrapper keeps a reference to the quantizer inside the index.
+        return faiss.IndexIVFFlat(quantizer, dim, ivf_lists(count), faiss.METRIC_INNER_PRODUCT)
+    index = faiss.IndexHNSWFlat(dim, HNSW_LINKS, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = HNSW_BUILD_EFFORT
+    return index
+
+
+def training_rows(index: faiss.Index, count: int, rng: np.random.Generator) -> np.ndarray | None:
+    """Rows to train an ivf index on (sorted, so chunked files are read in order); None when no training is needed."""
+    if index.is_trained:
+        return None
+    wanted = min(count, TRAINING_PER_LIST * faiss.extract_index_ivf(index).nlist)
+    return np.sort(rng.choice(count, size=wanted, replace=False))
+
+
+def get_effort(index: faiss.Index, kind: str) -> int | None:
+    if kind == "ivf":
+        return int(faiss.extract_index_ivf(index).nprobe)
+    if kind == "hnsw":
+        return int(index.hnsw.efSearch)
+    return None
+
+
+def set_effort(index: faiss.Index, kind: str, effort: int | None) -> None:
+    if kind == "ivf" and effort is not None:
+        faiss.extract_index_ivf(index).nprobe = int(effort)
+    elif kind == "hnsw" and effort is not None:
+        index.hnsw.efSearch = int(effort)
+
+
+@dataclass
+class Neighbours:
+    """Top-k of several queries: scores and rows, float32 / int64 (queries, k), best first; row -1 = none."""
+    scores: np.ndarray
+    rows: np.ndarray
+
+
+def exact_neighbours(queries: np.ndarray, vector_chunks, k: int) -> Neighbours:
+    """Exact inner-product top-k of queries over vectors given chunk by chunk (never all in memory at once)."""
+    best = Neighbours(np.full((len(queries), 0), -np.inf, np.float32), np.zeros((len(queries), 0), np.int64))
+    start = 0
+    for chunk in vector_chunks:
+        scores, rows = faiss.knn(queries, chunk, min(k, len(chunk)), metric=faiss.METRIC_INNER_PRODUCT)
+        merged_scores = np.concatenate([best.scores, scores], axis=1)
+        merged_rows = np.concatenate([best.rows, rows + start], axis=1)
+        order = np.argsort(-merged_scores, axis=1, kind="stable")[:, :k]
+        best = Neighbours(np.take_along_axis(merged_scores, order, 1), np.take_along_axis(merged_rows, order, 1))
+        start += len(chunk)
+    return best
+
+
+def recall_at_k(found: Neighbours, truth: Neighbours, query_rows: np.ndarray, k: int) -> float:
+    """Share of the exact top-k that the index found, for queries that are stored vectors.
+
+    Both lists were searched with k + 1 and the query's own row is dropped from each, so a
+    vector finding itself earns nothing. A found row that ties the exact k-th score counts
+    as a hit: with duplicate texts the exact top-k is one of several equally right answers.
+    """
+    hits = 0
+    for query, row in enumerate(query_rows):
+        exact_rows = [r for r in truth.rows[query] if r != row][:k]
+        exact_scores = [s for r, s in zip(truth.rows[query], truth.scores[query]) if r != row][:k]
+        kth_score = exact_scores[-1] if exact_scores else np.inf
+        found_pairs = [(r, s) for r, s in zip(found.rows[query], found.scores[query]) if r != row and r >= 0][:k]
+        hits += sum(1 for r, s in found_pairs if r in exact_rows or s >= kth_score - 1e-5)
+    return hits / (k * len(query_rows))
+
+
+def tune_effort(index: faiss.Index, kind: str, queries: np.ndarray, query_rows: np.ndarray, truth: Neighbours,
+                k: int = 10, target: float = RECALL_TARGET) -> list[tuple[int, float]]:
+    """Try EFFORT_STEPS in order, stop at the first whose recall@k reaches target; leave the index set to it.
+
+    Returns [(effort, recall@k), ...] for each effort tried (the last one is the one set).
+    """
+    steps = EFFORT_STEPS[kind]
+    if kind == "ivf":  # scanning every list is the most an ivf index can do
+        nlist = faiss.extract_index_ivf(index).nlist
+        steps = [step for step in steps if step < nlist] + [nlist]
+    tried = []
+    for effort in steps:
+        set_effort(index, kind, effort)
+        scores, rows = index.search(queries, k + 1)
+        tried.append((effort, recall_at_k(Neighbours(scores, rows), truth, query_rows, k)))
+        if tried[-1][1] >= target:
+            break
+    return tried
