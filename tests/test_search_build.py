@@ -86,6 +86,10 @@ def test_jsonl_corpus_keeps_its_ids_and_ivf_is_tuned_at_build(tmp_path, corpus_l
     meta = build_index(corpus, tmp_path / "index", cassette_dir, kind="ivf", chunk_size=64, text_field="body",
                        id_field="doc")
     assert meta["kind"] == "ivf" and meta["recall_at_10"] >= 0.95 and meta["recall_queries"] == 230
+    queries = write_lines(tmp_path / "queries.txt", ["a letter from her brother", "the Abbey at night"])
+    tuned = build_index(corpus, tmp_path / "tuned", cassette_dir, kind="ivf", text_field="body", id_field="doc",
+                        tune_queries=queries)
+    assert tuned["recall_on"] == "given queries" and tuned["recall_queries"] == 2 and tuned["recall_at_10"] >= 0.95
     index = Index.load(tmp_path / "index")
     assert index.meta["effort"] == meta["effort"]
     hits = index.search(corpus_lines[7], top_k=3)
@@ -122,6 +126,8 @@ def test_bad_corpora_fail_before_any_embedding(tmp_path, monkeypatch, cassette_d
         build_index(tmp_path / "ok.txt", tmp_path / "index", cassette_dir, kind="annoy")
     with pytest.raises(ValueError, match="not a checkpoint folder"):
         build_index(tmp_path / "ok.txt", tmp_path / "index", tmp_path)
+    with pytest.raises(ValueError, match="tune-queries file .* holds no text"):
+        build_index(tmp_path / "ok.txt", tmp_path / "index", cassette_dir, tune_queries=empty)
     assert calls.calls == 0 and not (tmp_path / "index").exists()
 
 

@@ -34,6 +34,13 @@ def cassette_vectors(sentences, cassette_dir):
     return spec, embedder.encode(sentences[:1500])
 
 
+@pytest.fixture(scope="module")
+def held_out_vectors(sentences, cassette_dir):
+    """The 200 sentences after the indexed 1500: queries the index never saw."""
+    _, embedder = open_model(cassette_dir, progress=False)
+    return embedder.encode(sentences[1500:1700])
+
+
 def passages(texts, first=0):
     return [Passage(first + i, text) for i, text in enumerate(texts)]
 
@@ -57,22 +64,47 @@ def test_flat_search_equals_brute_force_inner_product(cassette_vectors, sentence
         np.testing.assert_allclose([hit.score for hit in hits], scores, rtol=1e-5, atol=1e-5)
         assert [hit.text for hit in hits] == [sentences[row] for row in rows]
     assert index.meta["recall_at_10"] == 1.0 and index.kind == "flat"
+    with pytest.raises(ValueError, match="no effort to set"):
+        index.set_effort(8)
 
 
 @pytest.mark.parametrize("kind", ["ivf", "hnsw"])
-def test_approximate_kinds_reach_their_recall_on_unseen_queries(cassette_vectors, sentences, cassette_dir, kind):
+def test_approximate_kinds_reach_their_recall_on_unseen_queries(cassette_vectors, sentences, held_out_vectors, kind):
     """The build-time recall is tuned on stored vectors; check it holds for queries that are not stored."""
     spec, vectors = cassette_vectors
     index = Index.from_vectors(spec, vectors, passages(sentences[:1500]), kind=kind)
     assert index.kind == kind and index.meta["recall_at_10"] >= 0.95 and index.meta["effort"] >= 1
     efforts = [step[0] for step in index.meta["tuning"]]
     assert efforts == sorted(efforts) and index.meta["recall_queries"] == 1000
-    _, embedder = open_model(cassette_dir, progress=False)
-    queries = embedder.encode(sentences[1500:1700])  # the next 200 sentences: never indexed
+    assert index.meta["recall_on"] == "stored vectors"
+    queries = held_out_vectors
     _, truth = brute_force(vectors, queries, 10)
-    found = np.array([[hit.row for hit in hits] for hits in index.search(queries, top_k=10)])
-    recall = np.mean([len(set(f) & set(t)) / 10 for f, t in zip(found, truth)])
-    assert recall >= 0.9
+
+    def held_out_recall():
+        found = np.array([[hit.row for hit in hits] for hits in index.search(queries, top_k=10)])
+        return np.mean([len(set(f) & set(t)) / 10 for f, t in zip(found, truth)])
+
+    tuned = held_out_recall()
+    assert tuned >= 0.9
+    index.set_effort(1500 if kind == "ivf" else 1024)  # every list / a wide beam: exact or nearly
+    assert held_out_recall() >= max(tuned, 0.995)
+    with pytest.raises(ValueError, match="must be a positive int"):
+        index.set_effort(0)
+
+
+@pytest.mark.parametrize("kind", ["ivf", "hnsw"])
+def test_tuning_on_given_queries_reaches_the_target_on_them(cassette_vectors, sentences, held_out_vectors, kind):
+    spec, vectors = cassette_vectors
+    tuning, unseen = held_out_vectors[:100], held_out_vectors[100:]
+    index = Index.from_vectors(spec, vectors, passages(sentences[:1500]), kind=kind, tune_queries=tuning)
+    assert index.meta["recall_on"] == "given queries" and index.meta["recall_queries"] == 100
+    for queries, floor in ((tuning, 0.95), (unseen, 0.9)):
+        _, truth = brute_force(vectors, queries, 10)
+        found = [[hit.row for hit in hits] for hits in index.search(queries, top_k=10)]
+        recall = np.mean([len(set(f) & set(t)) / 10 for f, t in zip(found, truth)])
+        assert recall >= floor
+        if floor == 0.95:  # the tuner's own count, ties aside, is the brute-force one
+            assert recall == pytest.approx(index.meta["recall_at_10"], abs=0.01)
 
 
 def test_auto_kind_is_exact_up_to_the_threshold_then_ivf(monkeypatch, cassette_vectors, sentences):

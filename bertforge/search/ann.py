@@ -34,7 +34,7 @@ HNSW_LINKS = 32
 HNSW_BUILD_EFFORT = 80
 # Efforts tried in order when tuning: nprobe (lists scanned) for ivf, efSearch for hnsw.
 EFFORT_STEPS = {"ivf": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
-                "hnsw": (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024)}
+                "hnsw": (32, 48, 64, 96, 128, 192, 256, 384, 512, 1024)}
 # faiss's k-means wants at least 39 training vectors per list; 64 gives steadier centroids.
 TRAINING_PER_LIST = 64
 
@@ -85,6 +85,15 @@ def get_effort(index: faiss.Index, kind: str) -> int | None:
     return None
 
 
+def check_effort(kind: str, effort) -> int:
+    """A user's effort (nprobe / efSearch), or ValueError saying why it does not apply."""
+    if kind == "flat":
+        raise ValueError("a flat index searches exactly; it has no effort to set (leave out --effort)")
+    if not isinstance(effort, int) or isinstance(effort, bool) or effort < 1:
+        raise ValueError(f"effort={effort!r} must be a positive int ({'nprobe' if kind == 'ivf' else 'efSearch'})")
+    return effort
+
+
 def set_effort(index: faiss.Index, kind: str, effort: int | None) -> None:
     if kind == "ivf" and effort is not None:
         faiss.extract_index_ivf(index).nprobe = int(effort)
@@ -113,24 +122,27 @@ def exact_neighbours(queries: np.ndarray, vector_chunks, k: int) -> Neighbours:
     return best
 
 
-def recall_at_k(found: Neighbours, truth: Neighbours, query_rows: np.ndarray, k: int) -> float:
-    """Share of the exact top-k that the index found, for queries that are stored vectors.
+def recall_at_k(found: Neighbours, truth: Neighbours, query_rows: np.ndarray | None, k: int) -> float:
+    """Share of the exact top-k that the index found.
 
-    Both lists were searched with k + 1 and the query's own row is dropped from each, so a
-    vector finding itself earns nothing. A found row that ties the exact k-th score counts
-    as a hit: with duplicate texts the exact top-k is one of several equally right answers.
+    Both lists were searched with k + 1. For queries that are stored vectors (query_rows
+    their rows), each query's own row is dropped from both, so a vector finding itself earns
+    nothing; other queries (query_rows None) keep their first k. A found row that ties the
+    exact k-th score counts as a hit: with duplicate texts the exact top-k is one of several
+    equally right answers.
     """
+    own_rows = query_rows if query_rows is not None else np.full(len(found.rows), -2)  # -2: never a row
     hits = 0
-    for query, row in enumerate(query_rows):
+    for query, row in enumerate(own_rows):
         exact_rows = [r for r in truth.rows[query] if r != row][:k]
         exact_scores = [s for r, s in zip(truth.rows[query], truth.scores[query]) if r != row][:k]
         kth_score = exact_scores[-1] if exact_scores else np.inf
         found_pairs = [(r, s) for r, s in zip(found.rows[query], found.scores[query]) if r != row and r >= 0][:k]
         hits += sum(1 for r, s in found_pairs if r in exact_rows or s >= kth_score - 1e-5)
-    return hits / (k * len(query_rows))
+    return hits / (k * len(own_rows))
 
 
-def tune_effort(index: faiss.Index, kind: str, queries: np.ndarray, query_rows: np.ndarray, truth: Neighbours,
+def tune_effort(index: faiss.Index, kind: str, queries: np.ndarray, query_rows: np.ndarray | None, truth: Neighbours,
                 k: int = 10, target: float = RECALL_TARGET) -> list[tuple[int, float]]:
     """Try EFFORT_STEPS in order, stop at the first whose recall@k reaches target; leave the index set to it.
 
@@ -148,3 +160,16 @@ def tune_effort(index: faiss.Index, kind: str, queries: np.ndarray, query_rows: 
         if tried[-1][1] >= target:
             break
     return tried
+
+
+def gpu_replica(index: faiss.Index, kind: str) -> faiss.Index | None:
+    """A copy of a flat or ivf index on GPU 0 to search with, where FAISS was built with GPU support
+    (faiss-gpu) and sees a GPU; None otherwise (faiss-cpu, no GPU, or hnsw, which FAISS keeps on CPU).
+    The CPU index stays the one that is added to and saved. Not exercised on a GPU yet."""
+    if kind == "hnsw" or not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() == 0:
+        return None
+    resources = faiss.StandardGpuResources()
+    replica = faiss.index_cpu_to_gpu(resources, 0, index)  # copies the vectors and nprobe
+    replica.referenced_objects = [resources]  # the GPU memory lives as long as the replica
+    return replica
+

@@ -93,11 +93,14 @@ def checked_total(corpus: Path) -> int:
 
 def build_index(corpus: str | Path, output: str | Path, model: str | Path = "minilm", *, kind: str = "auto",
                 chunk_size: int = CHUNK_SIZE, pooling: str | None = None, normalize: bool = True,
-                batch_size: int = 32, text_field: str = "text", id_field: str = "id", seed: int = 0) -> dict:
+                batch_size: int = 32, text_field: str = "text", id_field: str = "id", seed: int = 0,
+                tune_queries: str | Path | None = None) -> dict:
     """Embed a corpus file into a new index folder at `output`; returns its meta (kind, count, recall...).
 
-    Raises ValueError for an existing output, a missing or empty corpus, a bad record, a
-    duplicate id, or an unknown kind. Chunks embedded before a kill are reused (see module doc).
+    tune_queries: a text file of typical queries, one a line, to tune an approximate index's
+    effort on (default: sampled stored vectors stand in for queries). Raises ValueError for an
+    existing output, a missing or empty corpus or queries file, a bad record, a duplicate id,
+    or an unknown kind. Chunks embedded before a kill are reused (see module doc).
     """
     corpus, output = check_corpus_file(corpus), Path(output)
     if output.exists():
@@ -106,6 +109,9 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
     if kind not in ann.KINDS:
         raise ValueError(f"index kind {kind!r} is not one of {ann.KINDS}")
     total = checked_total(corpus)
+    query_texts = [p.text for p in read_passages(tune_queries)] if tune_queries is not None else None
+    if query_texts is not None and not query_texts:
+        raise ValueError(f"tune-queries file {tune_queries} holds no text; give one query per line")
     spec, embedder = open_model(model, pooling=pooling, normalize=normalize, batch_size=batch_size, progress=False)
     chunks = ChunkFiles(output.with_name(output.name + ".partial"),
                         corpus_job(corpus, spec, chunk_size, text_field, id_field), chunk_size)
@@ -122,7 +128,8 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
     for vectors in chunks.vectors():
         faiss_index.add(np.ascontiguousarray(vectors))
     meta = {"vectors": spec.to_json(), "kind": kind, "corpus": str(corpus.resolve()),
-            **measure_recall(faiss_index, kind, chunks.vectors, rng)}
+            **measure_recall(faiss_index, kind, chunks.vectors, rng,
+                             queries=embedder.encode(query_texts) if query_texts and kind != "flat" else None)}
     meta = write_new_folder(output, meta, faiss_index, read_passages(corpus, text_field, id_field))
     chunks.remove()
     return meta

@@ -9,7 +9,7 @@ import json
 
 def index_build(corpus: str, *, output: str, model: str = "minilm", kind: str = "auto", chunk_size: int = 10_000,
                 pooling: str | None = None, normalize: bool = True, batch_size: int = 32, text_field: str = "text",
-                id_field: str = "id") -> None:
+                id_field: str = "id", tune_queries: str | None = None) -> None:
     """Embed a corpus into a new vector index folder; a killed build resumes from the chunks it finished.
 
     Args:
@@ -23,11 +23,12 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: str = 
         batch_size: texts per forward pass
         text_field: the JSONL field that holds the text
         id_field: the JSONL field that holds the id (default ids: FILE:LINE)
+        tune_queries: a file of typical queries, one a line, to tune ivf/hnsw effort on (default: stored vectors)
     """
     from .build import build_index
 
     meta = build_index(corpus, output, model, kind=kind, chunk_size=chunk_size, pooling=pooling, normalize=normalize,
-                       batch_size=batch_size, text_field=text_field, id_field=id_field)
+                       batch_size=batch_size, text_field=text_field, id_field=id_field, tune_queries=tune_queries)
     print(f"indexed {meta['count']:,} passages ({meta['kind']}, vectors of size {meta['vectors']['dim']}) in {output}")
     print_recall(meta)
 
@@ -53,7 +54,7 @@ def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int
 
 
 def search(index: str, query: str, top_k: int = 10, model: str | None = None, rerank: str | None = None,
-           as_json: bool = False) -> None:
+           effort: int | None = None, as_json: bool = False) -> None:
     """Find the passages of an index nearest a query, best first.
 
     Args:
@@ -62,11 +63,14 @@ def search(index: str, query: str, top_k: int = 10, model: str | None = None, re
         top_k: how many passages to return (all of them if the index holds fewer)
         model: the index's model, if its folder moved (another model is refused)
         rerank: a cross-encoder folder (a pair classifier from `bertforge finetune`) to re-order the top_k
+        effort: ivf nprobe / hnsw efSearch, to search harder than tuned at build (see meta.json's tuning)
         as_json: print one JSON object per hit instead of a table
     """
     from .index import Index
 
     searcher = Index.load(index, model=model)
+    if effort is not None:
+        searcher.set_effort(effort)
     hits = searcher.search(query, top_k=top_k)
     if top_k > len(searcher):
         print(f"note: the index holds {len(searcher)} passages, fewer than top_k={top_k}; showing all")
@@ -130,5 +134,5 @@ def print_recall(meta: dict) -> None:
         return
     effort = "nprobe" if meta["kind"] == "ivf" else "efSearch"
     steps = ", ".join(f"{effort}={e}: {r:.3f}" for e, r in meta["tuning"])
-    print(f"recall@10 vs exact search on {meta['recall_queries']:,} stored vectors: {meta['recall_at_10']:.3f} "
+    print(f"recall@10 vs exact search on {meta['recall_queries']:,} {meta['recall_on']}: {meta['recall_at_10']:.3f} "
           f"with {effort}={meta['effort']} (tried {steps})")

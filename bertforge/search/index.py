@@ -51,6 +51,7 @@ class Index:
         self.pending: list[Passage] = []
         self._embedder = None
         self._ids: UniqueIds | None = None
+        self._gpu: faiss.Index | None | bool = False  # False: not made yet; None: no GPU to use
 
     def __len__(self) -> int:
         return int(self.faiss_index.ntotal)
@@ -60,11 +61,12 @@ class Index:
     @classmethod
     def build(cls, texts: Sequence[str], model: str | Path = "minilm", *, ids: Sequence[PassageId] | None = None,
               kind: str = "auto", pooling: str | None = None, normalize: bool = True, batch_size: int = 32,
-              progress: bool | None = None) -> "Index":
+              progress: bool | None = None, tune_queries: Sequence[str] | None = None) -> "Index":
         """Embed texts with `model` (a checkpoint folder or packaged name) and index them.
 
         ids: one per text (str or int), default the row numbers. kind: auto, flat, ivf or hnsw
         (see ann.py). pooling: None takes a sentence-transformers folder's choice, else mean.
+        tune_queries: typical query texts to tune an approximate index's effort on.
         Raises ValueError for no texts, a non-str text, ids of the wrong length or repeated.
         """
         texts = check_texts(texts)
@@ -72,16 +74,19 @@ class Index:
             raise ValueError("no texts to index; pass a non-empty list of texts")
         spec, embedder = open_model(model, pooling=pooling, normalize=normalize, batch_size=batch_size,
                                     progress=progress)
-        index = cls.from_vectors(spec, embedder.encode(texts), make_passages(texts, ids, first_row=0), kind)
+        query_vectors = embedder.encode(check_texts(tune_queries)) if tune_queries else None
+        index = cls.from_vectors(spec, embedder.encode(texts), make_passages(texts, ids, first_row=0), kind,
+                                 tune_queries=query_vectors)
         index._embedder = embedder
         return index
 
     @classmethod
     def from_vectors(cls, spec: VectorSpec, vectors: np.ndarray, passages: Sequence[Passage],
-                     kind: str = "auto", seed: int = 0) -> "Index":
+                     kind: str = "auto", seed: int = 0, tune_queries: np.ndarray | None = None) -> "Index":
         """An index over precomputed vectors (n, spec.dim), one passage per row.
 
-        For an approximate kind the search effort is tuned here to RECALL_TARGET (meta["recall"]).
+        For an approximate kind the search effort is tuned here to recall@10 >= RECALL_TARGET,
+        on tune_queries (vectors (m, dim) of typical queries) or else on sampled stored vectors.
         """
         vectors = check_vectors(vectors, spec.dim)
         if len(passages) != len(vectors):
@@ -99,7 +104,9 @@ class Index:
         index.ids.check(passages, "the passages given")
         index.ids.remember(passages)
         index.pending = list(passages)
-        index.meta.update(measure_recall(faiss_index, kind, [vectors], rng))
+        if tune_queries is not None:
+            tune_queries = check_vectors(tune_queries, spec.dim)
+        index.meta.update(measure_recall(faiss_index, kind, [vectors], rng, queries=tune_queries))
         return index
 
     @classmethod
@@ -149,6 +156,7 @@ class Index:
             raise ValueError(f"{len(passages)} passages for {len(vectors)} vectors; give one per vector")
         self.ids.check(passages, "the passages added")
         self.faiss_index.add(vectors)
+        self._gpu = False  # the replica is stale
         self.ids.remember(passages)
         self.pending.extend(passages)
 
@@ -173,6 +181,21 @@ class Index:
 
     # --- searching ---------------------------------------------------------------------------
 
+    def set_effort(self, effort: int) -> None:
+        """Search harder (or faster) than tuned at build: nprobe for ivf, efSearch for hnsw.
+
+        The build tunes on stored vectors as queries; queries unlike the passages (short
+        questions, say) may need more. Raises ValueError for a flat index or effort < 1.
+        """
+        ann.set_effort(self.faiss_index, self.kind, ann.check_effort(self.kind, effort))
+        self._gpu = False
+
+    def searcher(self) -> faiss.Index:
+        """The index to search: a GPU replica where FAISS has a GPU (ann.gpu_replica), else the CPU index."""
+        if self._gpu is False:
+            self._gpu = ann.gpu_replica(self.faiss_index, self.kind)
+        return self._gpu if self._gpu is not None else self.faiss_index
+
     @property
     def embedder(self):
         if self._embedder is None:
@@ -191,7 +214,7 @@ class Index:
             raise ValueError(f"top_k={top_k!r} must be a positive int")
         single = isinstance(queries, str) or (isinstance(queries, np.ndarray) and queries.ndim == 1)
         vectors = self.query_vectors([queries] if isinstance(queries, str) else queries)
-        scores, rows = self.faiss_index.search(vectors, min(top_k, len(self)))
+        scores, rows = self.searcher().search(vectors, min(top_k, len(self)))
         wanted = sorted({int(row) for row in rows.ravel() if row >= 0})
         passages = dict(zip(wanted, self.passages(wanted)))
         results = [[Hit(passages[int(row)].id, passages[int(row)].text, float(score), int(row))
@@ -241,21 +264,26 @@ def check_vectors(vectors, dim: int) -> np.ndarray:
 
 
 def measure_recall(faiss_index: faiss.Index, kind: str, vector_chunks, rng: np.random.Generator,
-                   k: int = 10) -> dict:
-    """Tune an approximate index's effort on stored vectors as queries; {} for exact kinds.
+                   k: int = 10, queries: np.ndarray | None = None) -> dict:
+    """Tune an approximate index's effort to recall@k >= RECALL_TARGET; for flat, recall is 1.
 
     vector_chunks: a list of (rows, dim) arrays holding every stored vector in row order
     (or a callable returning a fresh iterator of them, for chunks read from files).
+    queries: vectors of queries like the ones the index will get (the truest tuning); by
+    default RECALL_QUERIES stored vectors sampled with rng stand in for them.
     """
     if kind == "flat":
         return {"effort": None, "recall_at_10": 1.0, "recall_queries": 0}
     chunks = vector_chunks if callable(vector_chunks) else (lambda: iter(vector_chunks))
-    count = int(faiss_index.ntotal)
-    query_rows = np.sort(rng.choice(count, size=min(ann.RECALL_QUERIES, count), replace=False))
-    queries = gather_rows(chunks(), query_rows)
+    query_rows = None
+    if queries is None:
+        count = int(faiss_index.ntotal)
+        query_rows = np.sort(rng.choice(count, size=min(ann.RECALL_QUERIES, count), replace=False))
+        queries = gather_rows(chunks(), query_rows)
     truth = ann.exact_neighbours(queries, chunks(), k + 1)
     tried = ann.tune_effort(faiss_index, kind, queries, query_rows, truth, k)
-    return {"effort": tried[-1][0], "recall_at_10": tried[-1][1], "recall_queries": len(query_rows),
+    return {"effort": tried[-1][0], "recall_at_10": tried[-1][1], "recall_queries": len(queries),
+            "recall_on": "stored vectors" if query_rows is not None else "given queries",
             "tuning": [list(step) for step in tried]}
 
 
