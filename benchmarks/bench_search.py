@@ -169,7 +169,7 @@ def main() -> None:
         bare = bare_faiss_build(kind, base, index)
         folder = Path(tempfile.mkdtemp()) / "index"
         index.save(folder)
-        del index
+        index = None  # free its memory before loading the saved copy
         loaded = Index.load(folder)
         ours1 = latencies(lambda q: loaded.search(q, top_k=10), single)
         bare1 = latencies(lambda q: loaded.faiss_index.search(q, 10), single)
@@ -191,7 +191,7 @@ def main() -> None:
             latency = latencies(lambda q: loaded.search(q, top_k=10), single)
             tuned_rows.append(f"| {kind} | {effort} {tuned['effort']} | {tuned['recall_at_10']:.3f} "
                               f"| {tuned_recall:.3f} | {latency[0]:.2f}/{latency[1]:.2f} |")
-        del loaded
+        loaded = None
         shutil.rmtree(folder.parent)
     if tuned_rows:
         print(f"\nTuned on {len(tune_queries)} held-out queries instead (`--tune-queries`), measured on the other "

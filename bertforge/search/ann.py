@@ -44,8 +44,8 @@ def resolve_kind(kind: str, count: int) -> str:
         raise ValueError(f"index kind {kind!r} is not one of {KINDS}")
     if kind == "auto":
         return "flat" if count <= EXACT_UP_TO else "ivf"
-    if kind != "flat" and count < 2 * 39:
-        raise ValueError(f"a {kind} index needs more vectors to learn from than {count}; use --kind flat "
+    if kind == "ivf" and count < 2 * 39:  # k-means into at least 2 lists of 39
+        raise ValueError(f"an ivf index needs more vectors to learn its lists from than {count}; use --kind flat "
                          f"(exact, and the right choice below {EXACT_UP_TO:,} vectors)")
     return kind
 

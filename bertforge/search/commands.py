@@ -136,3 +136,6 @@ def print_recall(meta: dict) -> None:
     steps = ", ".join(f"{effort}={e}: {r:.3f}" for e, r in meta["tuning"])
     print(f"recall@10 vs exact search on {meta['recall_queries']:,} {meta['recall_on']}: {meta['recall_at_10']:.3f} "
           f"with {effort}={meta['effort']} (tried {steps})")
+    if meta["recall_on"] == "stored vectors":
+        print("queries unlike the passages may see less: tune on real ones with --tune-queries, "
+              "or search harder with --effort")
