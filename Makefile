@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,hub,train,serve,retrieval,export]'
+	$(BIN)/pip install -q -e '.[test,hub,train,serve,retrieval,export,search]'
 	# The explorer page's browser test drives Debian's Chromium; where it cannot be installed (not root,
 	# no apt), that test skips and says why.
 	-if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \

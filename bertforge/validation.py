@@ -57,6 +57,9 @@ BOUNDS: dict[str, Bound] = {
     "stride": Bound(-1, meaning="-1: the task's default"), "max_windows": Bound(0, meaning="0: every window"),
     "min_frequency": COUNT, "num_unused": COUNT, "generate": Bound(0, meaning="0: read MIMIC-III files instead"),
     "seed": Bound(0, 2**32 - 1),
+    # search and word senses
+    "chunk_size": POSITIVE, "effort": POSITIVE, "examples": COUNT, "max_occurrences": Bound(2),
+    "max_senses": Bound(2, meaning="one sense needs no clustering"),
     # serving
     "port": Bound(0, 65535, meaning="0 picks a free port"), "max_batch_tokens": POSITIVE,
     "max_concurrent_requests": POSITIVE, "max_input_length": POSITIVE, "max_client_batch_size": POSITIVE,

@@ -14,6 +14,7 @@ import signal
 import sys
 import typing
 
+from ..search import commands as search_commands
 from ..serve import commands as serve_commands
 from ..tasks.retrieval import commands as sbert_commands
 from ..validation import BOUNDS
@@ -32,6 +33,9 @@ COMMANDS = {
     "finetune": commands.finetune,
     "predict": commands.predict,
     "baseline": commands.baseline,
+    "index": {"build": search_commands.index_build, "add": search_commands.index_add},
+    "search": search_commands.search,
+    "senses": search_commands.senses,
     "serve": serve_commands.serve,
     "export": {"onnx": export.onnx},  # bertforge export onnx
     "readmission": {  # bertforge readmission prepare|train|evaluate|report|score

@@ -142,25 +142,29 @@ def stream_notes(path: str | os.PathLike, report: Report) -> Iterator[Note]:
 def _records(path: str | os.PathLike, columns: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
     """(row number, values of `columns` in that order) for each data record of a CSV file."""
     path = require_file(path, "MIMIC-III file")
-    csv.field_size_limit(max(csv.field_size_limit(), _FIELD_SIZE_LIMIT))
-    with open(path, encoding="utf-8", newline="") as file:
-        reader = csv.reader(file)
-        header = next(reader, None)
-        if header is None:
-            raise ValueError(f"{path} is empty; expected a CSV header with columns {list(columns)}")
-        positions = {name.strip().upper(): index for index, name in enumerate(header)}
-        missing = [name for name in columns if name not in positions]
-        if missing:
-            raise ValueError(f"{path}: missing columns {missing}; found {header}. "
-                             f"A MIMIC-III {path.stem.split('.')[0].upper()} table needs {list(columns)}")
-        indices = [positions[name] for name in columns]
-        width = max(indices) + 1
-        for row, record in enumerate(reader, start=1):
-            if not record:  # a blank line is no record (csv gives [] for it)
-                continue
-            if len(record) < width:  # a short row reads as empty fields and is counted by its caller
-                record = record + [""] * (width - len(record))
-            yield row, [record[index] for index in indices]
+    # The limit is process-wide: raise it while this file is read, then give other readers theirs back.
+    previous = csv.field_size_limit(max(csv.field_size_limit(), _FIELD_SIZE_LIMIT))
+    try:
+        with open(path, encoding="utf-8", newline="") as file:
+            reader = csv.reader(file)
+            header = next(reader, None)
+            if header is None:
+                raise ValueError(f"{path} is empty; expected a CSV header with columns {list(columns)}")
+            positions = {name.strip().upper(): index for index, name in enumerate(header)}
+            missing = [name for name in columns if name not in positions]
+            if missing:
+                raise ValueError(f"{path}: missing columns {missing}; found {header}. "
+                                 f"A MIMIC-III {path.stem.split('.')[0].upper()} table needs {list(columns)}")
+            indices = [positions[name] for name in columns]
+            width = max(indices) + 1
+            for row, record in enumerate(reader, start=1):
+                if not record:  # a blank line is no record (csv gives [] for it)
+                    continue
+                if len(record) < width:  # a short row reads as empty fields and is counted by its caller
+                    record = record + [""] * (width - len(record))
+                yield row, [record[index] for index in indices]
+    finally:
+        csv.field_size_limit(previous)
 
 
 def _integer(text: str) -> int | None:
