@@ -64,16 +64,16 @@ def evaluate(*, model: str, data: str, output: str | None = None, batch_size: in
         Path(output).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
 
 
-def prepare(name: str, *, output: str, data: str = "../shared/data") -> None:
-    """Write a committed retrieval set's files (training rows, dev/test in BEIR layout) from the shared data.
+def prepare(name: str, *, output: str, data: str | None = None) -> None:
+    """Write a committed retrieval set's files (training rows, dev/test in BEIR layout) from the demo data.
 
     Args:
         name: drug-reviews, austen or tweets (the ids are in data/retrieval/NAME.json)
         output: folder for train.jsonl, {dev,test}/ and the scored-pairs files
-        data: the shared data folder the texts are read from
+        data: the data folder the texts are read from (default: $BERTFORGE_DATA, the project's data/, ../shared/data)
     """
     from .sets import load_split_ids, prepare_set
 
-    counts = prepare_set(load_split_ids(name), Path(data), Path(output))
+    counts = prepare_set(load_split_ids(name), Path(data) if data else None, Path(output))
     for file, rows in counts.items():
         print(f"{file:<24} {rows:>7,}")

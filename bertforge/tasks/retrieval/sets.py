@@ -29,6 +29,7 @@ import numpy as np
 
 from ...atomic import replaced_file
 from ...errors import UsageError
+from ...resources import demo_data
 from ..pretraining.corpus import read_documents
 from .reader import RetrievalSet, write_retrieval_set
 
@@ -67,8 +68,7 @@ def drug_review_rows(data_dir: Path) -> list[tuple[str, str, str, str]]:
     """(id, review, drug, condition) of train.tsv then test.tsv; HTML entities and quoting undone."""
     rows = []
     for split in ("train", "test"):
-        path = Path(data_dir) / "drug-reviews" / f"{split}.tsv"
-        check_exists(path)
+        path = data_file(data_dir, f"drug-reviews/{split}.tsv")
         with open(path, encoding="utf-8", newline="") as file:
             for row in csv.DictReader(file, delimiter="\t"):
                 review = html.unescape(row["review"]).strip().strip('"').strip()
@@ -80,23 +80,27 @@ def austen_sentences(data_dir: Path) -> list[tuple[str, str, str]]:
     """(id "novel:paragraph:sentence", text, novel) for every sentence of the six novels, in order."""
     sentences = []
     for novel in (novel for names in AUSTEN_NOVELS.values() for novel in names):
-        path = Path(data_dir) / "austen" / f"{novel}.txt"
-        check_exists(path)
+        path = data_file(data_dir, f"austen/{novel}.txt")
         for paragraph, document in enumerate(read_documents(path, document_boundary="blank_line")):
             sentences.extend((f"{novel}:{paragraph}:{index}", text, novel) for index, text in enumerate(document))
     return sentences
 
 
 def tweet_rows(data_dir: Path) -> list[tuple[str, str]]:
-    path = Path(data_dir) / "tweets-sentiment" / "tweets.csv"
-    check_exists(path)
+    path = data_file(data_dir, "tweets-sentiment/tweets.csv")
     with open(path, encoding="utf-8", newline="") as file:
         return [(f"tweet-{index}", row["text"]) for index, row in enumerate(csv.DictReader(file))]
 
 
-def check_exists(path: Path) -> None:
-    if not path.is_file():
-        raise ValueError(f"{path} not found: pass the shared data folder (its README lists the files) with --data")
+def data_file(data_dir: Path | None, relative: str) -> Path:
+    """A demo data file: under data_dir when given (plain or .gz), else where bertforge finds its demo data."""
+    if data_dir is None:
+        return demo_data(relative)  # $BERTFORGE_DATA, the project's data/, ../shared/data; says how to fetch it
+    for candidate in (Path(data_dir) / relative, Path(data_dir) / f"{relative}.gz"):
+        if candidate.is_file():
+            return candidate
+    raise ValueError(f"{Path(data_dir) / relative} not found: pass the data folder with --data (the project's data/ "
+                     "after `python scripts/fetch_data.py`, or ../shared/data)")
 
 
 # ---------------------------------------------------------------- drawing the ids
@@ -228,12 +232,12 @@ def save_split_ids(split_ids: dict, path: Path) -> None:
         temporary.write_text(json.dumps(split_ids, separators=(",", ":")) + "\n", encoding="utf-8")
 
 
-def prepare_set(split_ids: dict, data_dir: Path, output: Path) -> dict[str, int]:
+def prepare_set(split_ids: dict, data_dir: Path | None, output: Path) -> dict[str, int]:
     """Write the set's files (see the module docstring) into `output`; returns rows per file.
 
     Raises ValueError when an id of the split is not in the shared data (a different copy of it).
     """
-    texts = source_texts(split_ids["name"], Path(data_dir))
+    texts = source_texts(split_ids["name"], Path(data_dir) if data_dir is not None else None)
 
     def text(text_id: str) -> str:
         if text_id not in texts:
