@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from ...train.batches import ShuffledBatches
 from ...train.optim import epoch_schedule
-from ...settings import build, read_recipe, resolve
+from ...settings import build, over_defaults, read_recipe, resolve
 from ...resources import resolve_model
 from ...tokenization.tokenizer import BertTokenizer
 from ...train.best import best_model_folder
@@ -64,9 +64,7 @@ class SbertRecipe:
     @classmethod
     def from_values(cls, values: dict, base: Path = Path(".")) -> "SbertRecipe":
         """A recipe from a (YAML-shaped) mapping; data paths are relative to `base`."""
-        values = dict(values)
-        values["training"] = {**asdict(sbert_defaults()), **values.get("training", {})}
-        recipe = build(cls, values, "recipe")
+        recipe = build(cls, over_defaults(values, "training", sbert_defaults()), "recipe")
         for name in ("train", "dev", "test"):
             if getattr(recipe.data, name):
                 setattr(recipe.data, name, resolve(base, getattr(recipe.data, name)))
