@@ -6,13 +6,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.bertforge-installed
 
-.PHONY: demo test bench install clean
+.PHONY: demo test test-gpu bench install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,hub,train,serve]'
+	$(BIN)/pip install -q -e '.[test,hub,train,serve,retrieval,export,search]'
 	# The explorer page's browser test drives Debian's Chromium; where it cannot be installed (not root,
 	# no apt), that test skips and says why.
 	-if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
@@ -34,3 +34,7 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
+
+# The CUDA paths (tests marked `gpu`); they skip, saying why, on a machine without a GPU.
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -m gpu

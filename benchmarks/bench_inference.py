@@ -1,39 +1,47 @@
-"""Inference speed of bertforge against its peers, on the same real texts and MiniLM weights.
+"""Sentence-vector speed of `bertforge` (Embedder.encode) against SentenceTransformer.encode.
 
-Prints one Markdown table:
-  - BertModel forward, bertforge vs transformers: the same length-sorted batches, fp32 and
-    bf16 autocast;
-  - sentence vectors, `bertforge.embed` vs `SentenceTransformer.encode` (mean pooling,
-    normalised), fp32 and bf16 autocast;
-  - tokenization of the whole list, bertforge's BertTokenizer vs transformers' pure-Python
-    BertTokenizerLegacy and its Rust-backed BertTokenizer.
-ratio = bertforge rate / peer rate (above 1: bertforge is faster). Each cell is the median
-of --repeats timed runs after a one-batch warm-up; ours and the peer's runs alternate, so
-load from other processes falls on both alike. bf16 rows use --bf16-n of the texts: on
-CPUs without AVX512-BF16/AMX, bf16 matmuls are emulated and several times slower than fp32.
+Same real texts (Emma lines, Persuasion paragraphs, tweets), same all-MiniLM-L6-v2 weights,
+same batch size (texts per forward pass), both normalising. For each precision of ours:
+  - CPU: fp32, int8 (ours; sentence-transformers has none) and, where the CPU has native
+    bf16 (AVX512-BF16 / AMX), bf16 weights, all against SentenceTransformer in fp32;
+  - CUDA: fp32 against fp32, and fp16 against SentenceTransformer in fp16 (`.half()`).
+Each row gives texts/s of both, the ratio (ours / peer; above 1 we are faster) as the median
+and the range over the repeats, the lowest cosine over all texts between our vectors and
+SentenceTransformer's fp32 ones, useful TFLOP/s (real tokens only, see device_measures), the
+share of the device's peak, and (CUDA) the share of the time a kernel was running.
+A repeat times the peer and then each of ours in turn, so load from other processes on a
+shared machine falls on all alike; ratios are taken within a repeat.
 
-    python benchmarks/bench_inference.py [--n 1000] [--bf16-n 32] [--batch-size 32] [--repeats 3]
+    python benchmarks/bench_inference.py [--device cpu|cuda] [--n 500] [--batch-size 32] [--repeats 3] [--threads N]
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
-import csv
-import importlib.util
 import os
-import statistics
-import time
-from pathlib import Path
 
-import torch
-import transformers
-from sentence_transformers import SentenceTransformer
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: spinning OpenMP workers distort a shared CPU
 
-from bertforge import BertModel
-from bertforge.embeddings.embed import Embedder
-from bertforge.input_files import open_text
-from bertforge.resources import demo_data
-from bertforge.tokenization.tokenizer import BertTokenizer
+import argparse  # noqa: E402
+import csv  # noqa: E402
+import datetime  # noqa: E402
+import importlib.util  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import sentence_transformers  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from sentence_transformers import SentenceTransformer  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bertforge  # noqa: E402
+from bertforge.embeddings.embed import Embedder  # noqa: E402
+from bertforge.input_files import open_text  # noqa: E402
+from bertforge.resources import demo_data  # noqa: E402
+from device_measures import encoder_flops, gpu_busy_share, peak_tflops  # noqa: E402
 
 MAX_LENGTH = 256  # all-MiniLM-L6-v2's max_seq_length, which SentenceTransformer truncates to
 
@@ -48,7 +56,7 @@ def minilm_dir() -> Path:
 def load_texts(n: int) -> list[str]:
     """n real texts of mixed length: 40% Emma lines, 10% Persuasion paragraphs, 50% tweets."""
     with open_text(demo_data("austen/emma.txt")) as emma, open_text(demo_data("austen/persuasion.txt")) as persuasion:
-        lines = [line.strip() for line in emma if line.strip()]
+        lines = [line.strip() for line in emma.read().splitlines() if line.strip()]
         paragraphs = [" ".join(block.split()) for block in persuasion.read().split("\n\n") if block.strip()]
     with open(demo_data("tweets-sentiment/tweets.csv"), encoding="utf-8", newline="") as f:
         tweets = [row["text"] for row in csv.DictReader(f)]
@@ -59,107 +67,108 @@ def load_texts(n: int) -> list[str]:
     return texts
 
 
-def median_seconds(ours, peer, repeats: int) -> tuple[float, float]:
-    """Median wall time of two callables over `repeats` runs, their runs alternating."""
-    times: dict[object, list[float]] = {ours: [], peer: []}
-    for _ in range(repeats):
-        for fn in (ours, peer):
-            start = time.perf_counter()
-            fn()
-            times[fn].append(time.perf_counter() - start)
-    return statistics.median(times[ours]), statistics.median(times[peer])
+def cpu_has_native_bf16() -> bool:
+    try:
+        flags = open("/proc/cpuinfo", encoding="utf-8").read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def autocast(dtype: torch.dtype | None):
-    return torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
-
-
-def row(what: str, precision: str, count: int, seconds: tuple[float, float], peer: str) -> list[str]:
-    ours_rate, peer_rate = count / seconds[0], count / seconds[1]
-    return [what, precision, f"{count:,}", f"{ours_rate:,.1f}", peer, f"{peer_rate:,.1f}", f"{ours_rate / peer_rate:.2f}"]
-
-
-def forward_row(folder: Path, texts: list[str], batch_size: int, repeats: int, dtype: torch.dtype | None) -> list[str]:
-    """BertModel forward, sequences/s, on identical batches (length-sorted as embed makes them)."""
-    ours = BertModel.from_pretrained(folder)
-    peer = transformers.BertModel.from_pretrained(folder).eval()
-    embedder = Embedder(ours, BertTokenizer.from_pretrained(folder), batch_size=batch_size, max_length=MAX_LENGTH)
-    batches = [batch for _, batch in embedder.length_sorted_batches(texts)]
-
-    def run(model, batches=batches):
-        with torch.inference_mode(), autocast(dtype):
-            for batch in batches:
-                model(batch["input_ids"], attention_mask=batch["attention_mask"], token_type_ids=batch["token_type_ids"])
-
-    run(ours, batches[:1]), run(peer, batches[:1])  # warm-up: first calls pay for allocation and kernel choice
-    seconds = median_seconds(lambda: run(ours), lambda: run(peer), repeats)
-    return row("BertModel forward", precision_name(dtype), len(texts), seconds,
-               f"transformers.BertModel ({peer.config._attn_implementation})")
-
-
-def embed_row(folder: Path, texts: list[str], batch_size: int, repeats: int, dtype: torch.dtype | None) -> list[str]:
-    """Normalised mean-pooled sentence vectors, sentences/s, tokenization included."""
-    embedder = Embedder.from_pretrained(folder, normalize=True, batch_size=batch_size, dtype=dtype, progress=False)
-    peer = SentenceTransformer(str(folder), device="cpu")
-
-    def run_peer(texts=texts):
-        with autocast(dtype):  # sentence-transformers has no autocast option of its own
-            peer.encode(texts, batch_size=batch_size, normalize_embeddings=True)
-
-    embedder.encode(texts[:batch_size]), run_peer(texts[:batch_size])  # warm-up
-    seconds = median_seconds(lambda: embedder.encode(texts), run_peer, repeats)
-    return row("sentence vectors (embed)", precision_name(dtype), len(texts), seconds, "SentenceTransformer.encode")
-
-
-def tokenizer_row(folder: Path, texts: list[str], repeats: int, peer_name: str) -> list[str]:
-    """Tokenizing the whole list into padded, truncated tensors, texts/s."""
-    tokenizers = BertTokenizer.from_pretrained(folder), getattr(transformers, peer_name).from_pretrained(folder)
-    calls = [lambda tokenizer=tokenizer: tokenizer(texts, truncation=True, max_length=MAX_LENGTH, padding=True,
-                                                   return_tensors="pt") for tokenizer in tokenizers]
-    for call in calls:
-        call()  # warm-up
-    kind = "pure Python" if peer_name == "BertTokenizerLegacy" else "Rust"
-    return row("tokenizer", "-", len(texts), median_seconds(*calls, repeats), f"transformers.{peer_name} ({kind})")
-
-
-def precision_name(dtype: torch.dtype | None) -> str:
-    return "fp32" if dtype is None else "bf16 autocast"
-
-
-def markdown_row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
+def timed(run, device: torch.device) -> tuple[float, np.ndarray]:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    vectors = run()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, vectors
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=1000, help="number of texts (default 1000)")
-    parser.add_argument("--bf16-n", type=int, default=32, help="texts for the bf16 rows (default 32)")
-    parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default 32)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per cell; the median is shown (default 3)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument("--n", type=int, default=500, help="number of texts (default 500)")
+    parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass, both sides (default 32)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats (default 3)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     args = parser.parse_args()
-    if args.n < 10 or args.bf16_n < 1 or args.batch_size < 1 or args.repeats < 1:
-        parser.error("--n must be at least 10; --bf16-n, --batch-size and --repeats at least 1")
-
-    transformers.logging.set_verbosity_error()  # the peers' load reports and bars would break up the table
+    if args.n < 10 or args.batch_size < 1 or args.repeats < 1:
+        parser.error("--n must be at least 10; --batch-size and --repeats at least 1")
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here")
+    transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+
     folder, texts = minilm_dir(), load_texts(args.n)
-    tokens = sum(len(ids) for ids in BertTokenizer.from_pretrained(folder)(texts, truncation=True,
-                                                                          max_length=MAX_LENGTH)["input_ids"])
-    print(f"all-MiniLM-L6-v2, {len(texts)} texts ({tokens:,} tokens), batch size {args.batch_size}, "
-          f"{torch.get_num_threads()} threads, torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"median of {args.repeats}\n")
-    print(markdown_row(["what", "precision", "texts", "bertforge /s", "peer", "peer /s", "ratio"]))
-    print(markdown_row(["---"] * 7))
-    bf16_texts = texts[::max(1, len(texts) // args.bf16_n)][:args.bf16_n]  # the same mix of lengths
-    rows = [lambda: forward_row(folder, texts, args.batch_size, args.repeats, None),
-            lambda: forward_row(folder, bf16_texts, args.batch_size, args.repeats, torch.bfloat16),
-            lambda: embed_row(folder, texts, args.batch_size, args.repeats, None),
-            lambda: embed_row(folder, bf16_texts, args.batch_size, args.repeats, torch.bfloat16),
-            lambda: tokenizer_row(folder, texts, args.repeats, "BertTokenizerLegacy"),
-            lambda: tokenizer_row(folder, texts, args.repeats, "BertTokenizer")]
-    for make_row in rows:
-        print(markdown_row(make_row()), flush=True)  # row by row: the whole table takes minutes
+    reference = SentenceTransformer(str(folder), device=str(device))
+    truth = reference.encode(texts, batch_size=args.batch_size, normalize_embeddings=True)  # fp32: the yardstick
+    config = reference[0].auto_model.config
+    lengths = [len(ids) for ids in bertforge.BertTokenizer.from_pretrained(folder)(
+        texts, truncation=True, max_length=MAX_LENGTH)["input_ids"]]
+    flops = encoder_flops(lengths, config.hidden_size, config.intermediate_size, config.num_hidden_layers)
+
+    if device.type == "cuda":
+        peer_fp16 = SentenceTransformer(str(folder), device=str(device)).half()
+        plan = [("fp32", "fp32", reference), ("fp16", "fp16", peer_fp16)]
+    else:
+        plan = [("fp32", "fp32", reference), ("int8", "fp32", reference)]
+        if cpu_has_native_bf16():
+            plan.append(("bf16", "fp32", reference))
+    ours = {precision: Embedder.from_pretrained(folder, normalize=True, batch_size=args.batch_size, dtype=precision,
+                                                device=device, progress=False) for precision, _, _ in plan}
+
+    def run_peer(peer):
+        return lambda: peer.encode(texts, batch_size=args.batch_size, normalize_embeddings=True)
+
+    for precision, _, peer in plan:  # warm-up: allocation, kernel choice
+        ours[precision].encode(texts[:args.batch_size])
+        run_peer(peer)()
+    seconds = {key: [] for key in [f"ours-{p}" for p, _, _ in plan] + [f"peer-{q}" for _, q, _ in plan]}
+    vectors = {}
+    for _ in range(args.repeats):
+        for peer_precision in dict.fromkeys(q for _, q, _ in plan):
+            peer = next(p for _, q, p in plan if q == peer_precision)
+            seconds[f"peer-{peer_precision}"].append(timed(run_peer(peer), device)[0])
+        for precision, _, _ in plan:
+            elapsed, vectors[precision] = timed(lambda: ours[precision].encode(texts), device)
+            seconds[f"ours-{precision}"].append(elapsed)
+
+    real_tokens = sum(lengths)
+    print(f"all-MiniLM-L6-v2, {len(texts)} texts ({real_tokens:,} real tokens), batch size {args.batch_size}, "
+          f"{device_name(device)}, {torch.get_num_threads()} thread(s); bertforge {bertforge.__version__}, "
+          f"torch {torch.__version__}, sentence-transformers {sentence_transformers.__version__}, "
+          f"transformers {transformers.__version__}, Python {platform.python_version()}; "
+          f"{datetime.date.today().isoformat()}; median of {args.repeats} (range in brackets); "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}\n")
+    header = ["ours", "texts/s", "peer (SentenceTransformer)", "texts/s", "ratio [range]", "min cosine to ST fp32",
+              "useful TFLOP/s", "share of peak", "GPU busy"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + " --- |" * len(header))
+    for precision, peer_precision, peer in plan:
+        ours_times, peer_times = seconds[f"ours-{precision}"], seconds[f"peer-{peer_precision}"]
+        ratios = [p / o for o, p in zip(ours_times, peer_times)]
+        median = statistics.median(ours_times)
+        cosine = float((vectors[precision] * truth).sum(axis=1).min())
+        tflops = flops / median / 1e12
+        peak, source = peak_tflops(device, precision)
+        busy = gpu_busy_share(lambda: ours[precision].encode(texts)) if device.type == "cuda" else None
+        print("| " + " | ".join([
+            f"Embedder {precision}", f"{len(texts) / median:,.1f}", f"encode {peer_precision}",
+            f"{len(texts) / statistics.median(peer_times):,.1f}",
+            f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]", f"{cosine:.5f}",
+            f"{tflops:.3f}", f"{tflops / peak:.1%} ({source})" if peak else source,
+            f"{busy:.0%}" if busy is not None else "-"]) + " |", flush=True)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="utf-8")
+                  if line.startswith("model name")), platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
+    return f"CPU {model}"
 
 
 if __name__ == "__main__":

@@ -4,13 +4,19 @@ For each config (BERT-mini, BERT-base; vocabulary 30522) and precision (fp32, bf
 times a training step, forward + MLM/NSP loss + backward + AdamW step + zero_grad, of
   - bertforge, full MLM head (every position scored against the whole vocabulary),
   - bertforge, masked-only MLM head (only the ~15% labelled positions are scored),
-  - the same with unpadding off (the encoder then runs on padded (batch, seq) tensors; by default
-    it drops the padding in training when more than 5% of the batch is padding),
+  - the same with unpadding off (the encoder then runs on padded (batch, seq) tensors; the
+    training loop packs a batch, as this does, when more than 5% of it is padding on CPU and
+    whenever any is on CUDA),
+  - with --compile, the masked-only row under torch.compile (its warm-up printed),
   - transformers.BertForPreTraining, its default attention implementation (sdpa),
-and prints one Markdown table: median step time, tokens/s (non-pad tokens), steps/s, and the
-ratio to transformers fp32 of the same config. Before the table, the share of forward FLOPs
-spent in the MLM head, computed from the config and the batches, shows where a speed-up can
-come from.
+and prints one Markdown table: median step time, tokens/s (non-pad tokens), steps/s, the ratio
+to transformers fp32 of the same config, useful TFLOP/s, their share of the device's peak and,
+on CUDA, the share of the step the GPU is busy. Useful FLOPs are those no implementation can
+skip: the encoder on the real tokens and the MLM head on the masked ones, forward + backward
+(3x forward); every row is credited the same useful FLOPs, so the column ranks like tokens/s.
+GPU-busy share: the union of CUDA kernel time over the wall time of --profile-steps profiled
+steps (torch.profiler; its own host overhead makes it a slight under-estimate). Before the table,
+the share of forward FLOPs spent in the MLM head shows where a speed-up can come from.
 
 All the models start from one set of random weights (bertforge's `save_pretrained`, loaded
 back by each) and train on the same batches in the same order: real pretraining instances
@@ -29,20 +35,25 @@ shared with another job, OpenMP workers that spin between parallel regions take 
 working threads need. With 2 threads on 2 busy cores, spinning made BERT-mini steps ~4x slower for
 bertforge and ~1.7x for transformers, so the table measured the scheduler more than the models.
 
-    python benchmarks/bench_pretrain.py [--configs mini,base] [--precisions fp32,bf16]
+On CUDA, AdamW is the fused kernel for every row (transformers' Trainer uses it too), and each
+timed step ends with torch.cuda.synchronize().
+
+    python benchmarks/bench_pretrain.py [--device cpu|cuda] [--configs mini,base] [--precisions fp32,bf16]
         [--batch-size 32] [--seq-len 128] [--steps N] [--warmup N] [--bf16-steps 1] [--threads N]
+        [--compile] [--profile-steps 3] [--peak-tflops X]
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import importlib.util
 import itertools
 import os
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch starts OpenMP: before `import torch`
@@ -51,7 +62,9 @@ import torch
 import transformers
 
 from bertforge import BertConfig, BertForPreTraining
+from bertforge.engine.unpadding import packing_if_it_pays
 from bertforge.models.config import PRESETS
+from bertforge.models.heads import masked_positions_from
 from bertforge.resources import demo_data
 from bertforge.tasks.pretraining import PretrainingConfig, PretrainingDataset, collate, prepare_corpus
 from bertforge.tokenization.tokenizer import BertTokenizer
@@ -63,6 +76,10 @@ VOCAB_SIZE = 30522  # bert-base-uncased, the vocabulary of every published Engli
 DEFAULT_STEPS = {"base": (3, 1), "large": (2, 1)}
 SMALL_DEFAULT = (10, 2)
 LEARNING_RATE = 1e-4
+# Dense peak TFLOP/s by GPU name and precision (vendor data sheets; SXM parts). fp32 is without TF32,
+# which torch leaves off for matmuls by default.
+PEAK_TFLOPS = {"H100": {"bf16": 989.0, "fp32": 67.0}, "H200": {"bf16": 989.0, "fp32": 67.0},
+               "A100": {"bf16": 312.0, "fp32": 19.5}, "L4": {"bf16": 121.0, "fp32": 30.3}}
 
 
 def vocab_dir() -> Path:
@@ -125,6 +142,21 @@ def flops_line(name: str, config: BertConfig, batches: list[dict[str, torch.Tens
             f"{full / unpadded:.2f}x unpadded too.")
 
 
+def useful_step_flops(config: BertConfig, batches: list[dict[str, torch.Tensor]]) -> float:
+    """Forward + backward FLOPs of the work every implementation must do: 3x the unpadded, masked-only forward."""
+    flops = forward_flops(config, batches)
+    return 3 * (flops["encoder_unpadded"] + flops["head_masked"])
+
+
+def peak_tflops(device: torch.device, precision: str, override: float | None) -> float | None:
+    if override:
+        return override
+    if device.type != "cuda":
+        return None  # CPUs publish no dense-matmul peak worth quoting; pass --peak-tflops
+    name = torch.cuda.get_device_name(device)
+    return next((peaks[precision] for key, peaks in PEAK_TFLOPS.items() if key in name), None)
+
+
 # ---- timing -----------------------------------------------------------------------------------
 
 @dataclass
@@ -132,62 +164,116 @@ class Contender:
     label: str
     model: torch.nn.Module
     forward_kwargs: dict
+    packed: bool = False  # give the model each batch's Packing and masked positions, as the training loop does
     optimizer: torch.optim.Optimizer | None = None
+    inputs: list = field(default_factory=list)  # per batch, on the device
 
-    def step(self, batch: dict[str, torch.Tensor], dtype: torch.dtype | None) -> float:
-        """One training step on `batch`; returns its loss."""
-        with autocast(dtype):
-            loss = self.model(**batch, **self.forward_kwargs).loss
+    def step(self, index: int, device: torch.device, dtype: torch.dtype | None) -> float:
+        """One training step on batch `index`; returns its loss (read only after the step is queued)."""
+        with autocast(device, dtype):
+            loss = self.model(**self.inputs[index], **self.forward_kwargs).loss
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())
+        return loss.detach()
 
 
-def autocast(dtype: torch.dtype | None):
-    return torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
+def autocast(device: torch.device, dtype: torch.dtype | None):
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
-def load_contenders(folder: Path) -> list[Contender]:
+def device_inputs(batches: list[dict[str, torch.Tensor]], device: torch.device, packed: bool) -> list[dict]:
+    """The batches on the device; for packed rows with the host-made Packing and masked positions."""
+    inputs = []
+    for batch in batches:
+        extra = {}
+        if packed:
+            packing = packing_if_it_pays(batch["attention_mask"], device.type)
+            extra = {"masked_positions": masked_positions_from(batch["labels"])}
+            if packing is not None:
+                extra["packing"] = packing
+        inputs.append({k: v.to(device) for k, v in {**batch, **extra}.items()})
+    return inputs
+
+
+def load_contenders(folder: Path, device: torch.device, batches: list[dict[str, torch.Tensor]],
+                    compiled: bool) -> list[Contender]:
     """The models with the weights saved in `folder`, each with BERT's AdamW (decay skips LayerNorm, biases)."""
     peer = transformers.BertForPreTraining.from_pretrained(folder)
-    padded = BertForPreTraining.from_pretrained(folder)
-    padded.bert.encoder.unpad_above = None  # the layers see (batch, seq, hidden), padding included
-    contenders = [Contender("bertforge, full head", BertForPreTraining.from_pretrained(folder), {}),
+    contenders = [Contender("bertforge, full head", BertForPreTraining.from_pretrained(folder), {}, packed=True),
                   Contender("bertforge, masked-only head", BertForPreTraining.from_pretrained(folder),
-                            {"masked_only": True}),
-                  Contender("bertforge, masked-only head, unpadding off", padded, {"masked_only": True}),
-                  Contender(f"transformers ({peer.config._attn_implementation})", peer, {})]
+                            {"masked_only": True}, packed=True),
+                  Contender("bertforge, masked-only head, unpadding off", BertForPreTraining.from_pretrained(folder),
+                            {"masked_only": True})]
+    if compiled:
+        model = BertForPreTraining.from_pretrained(folder)
+        contenders.append(Contender("bertforge, masked-only head, torch.compile", model, {"masked_only": True},
+                                    packed=True))
+    contenders.append(Contender(f"transformers ({peer.config._attn_implementation})", peer, {}))
     for contender in contenders:
-        contender.model.train()  # dropout on, as in pretraining
-        contender.optimizer = build_optimizer(contender.model, LEARNING_RATE)
+        contender.model.to(device).train()  # dropout on, as in pretraining
+        contender.optimizer = build_optimizer(contender.model, LEARNING_RATE, fused=device.type == "cuda")
+        contender.inputs = device_inputs(batches, device, contender.packed)
+        if "torch.compile" in contender.label:
+            contender.model = torch.compile(contender.model)
     return contenders
 
 
-def check_same_loss(contenders: list[Contender], batch: dict[str, torch.Tensor]) -> list[float]:
+def check_same_loss(contenders: list[Contender]) -> list[float]:
     """Eval-mode losses of all of them on one batch: equal weights and equal work must give one loss."""
     losses = []
     with torch.no_grad():
         for contender in contenders:
             contender.model.eval()
-            losses.append(float(contender.model(**batch, **contender.forward_kwargs).loss))
+            losses.append(float(contender.model(**contender.inputs[0], **contender.forward_kwargs).loss))
             contender.model.train()
     if max(losses) - min(losses) > 1e-3 * abs(losses[0]):
         raise SystemExit(f"the models disagree on the loss of the same batch ({losses}): not the same weights")
     return losses
 
 
-def time_steps(contenders: list[Contender], batches: list[dict[str, torch.Tensor]], warmup: int,
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_steps(contenders: list[Contender], steps: int, warmup: int, device: torch.device,
                dtype: torch.dtype | None) -> dict[str, list[float]]:
     """Per-step seconds of each contender, steps interleaved (batch i for everyone, then batch i + 1)."""
     seconds: dict[str, list[float]] = {c.label: [] for c in contenders}
-    for index, batch in enumerate(batches):
+    for index in range(warmup + steps):
         for contender in contenders:
+            synchronize(device)
             start = time.perf_counter()
-            contender.step(batch, dtype)
-            if index >= warmup:  # first steps pay for allocation, kernel choice and optimizer state
-                seconds[contender.label].append(time.perf_counter() - start)
+            contender.step(index, device, dtype)
+            synchronize(device)
+            elapsed = time.perf_counter() - start
+            if index >= warmup:  # first steps pay for allocation, kernel choice, compiling and optimizer state
+                seconds[contender.label].append(elapsed)
+            elif index == 0 and "torch.compile" in contender.label:
+                print(f"({contender.label}: first step {elapsed:.1f} s, compiling)", flush=True)
     return seconds
+
+
+def gpu_busy_share(contender: Contender, steps: int, device: torch.device, dtype: torch.dtype | None) -> float:
+    """Share of the wall time of `steps` steps during which a CUDA kernel runs (union over streams)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        start = time.perf_counter()
+        for index in range(steps):
+            contender.step(index % len(contender.inputs), device, dtype)
+        synchronize(device)
+        wall_us = (time.perf_counter() - start) * 1e6
+    intervals = sorted((e.time_range.start, e.time_range.end) for e in profiler.events()
+                       if e.device_type.name == "CUDA" and e.time_range.end > e.time_range.start)
+    busy, reach = 0.0, float("-inf")
+    for begin, end in intervals:
+        if end > reach:
+            busy += end - max(begin, reach)
+            reach = end
+    return min(1.0, busy / wall_us)
 
 
 def markdown_row(cells: list[str]) -> str:
@@ -196,6 +282,12 @@ def markdown_row(cells: list[str]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where to train (default cpu)")
+    parser.add_argument("--compile", action="store_true", help="add a torch.compile'd masked-only row")
+    parser.add_argument("--profile-steps", type=int, default=3,
+                        help="steps profiled per row for the GPU-busy share (CUDA; default 3, 0: skip)")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="the device's dense peak for the precision timed (default: known GPUs; CPU: none)")
     parser.add_argument("--configs", default="mini,base", help="comma-separated presets (default mini,base)")
     parser.add_argument("--precisions", default="fp32,bf16", help="fp32 and/or bf16 (autocast) (default both)")
     parser.add_argument("--batch-size", type=int, default=32, help="sequences per step (default 32)")
@@ -219,6 +311,9 @@ def main() -> None:
             or args.bf16_steps < 1:
         parser.error("need --batch-size >= 1, 8 <= --seq-len <= 512, --warmup >= 0, --steps and --bf16-steps >= 1")
 
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda, but torch sees no GPU")
     transformers.logging.set_verbosity_error()  # load reports would break up the table
     transformers.logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
@@ -232,11 +327,12 @@ def main() -> None:
     tokens = [int(batch["attention_mask"].sum()) for batch in batches]
     padding = 1 - sum(tokens) / (len(batches) * args.batch_size * args.seq_len)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"BertForPreTraining training step (fwd + loss + bwd + AdamW + zero_grad), batch {args.batch_size} x "
-          f"{args.seq_len}, {statistics.mean(tokens):,.0f} non-pad tokens/batch ({padding:.0%} padding), "
-          f"{torch.get_num_threads()} threads, torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"CPU {torch.backends.cpu.get_cpu_capability()}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, "
-          f"load average {load:.2f} at start; "
+    where = (f"GPU {torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda}" if device.type == "cuda"
+             else f"CPU {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads")
+    print(f"{datetime.date.today()}: BertForPreTraining training step (fwd + loss + bwd + AdamW + zero_grad), batch "
+          f"{args.batch_size} x {args.seq_len}, {statistics.mean(tokens):,.0f} non-pad tokens/batch ({padding:.0%} "
+          f"padding), {where}, torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, load average {load:.2f} at start; "
           "median over timed steps (warm-up + timed: "
           + ", ".join(f"{n} {p} {plan[n][p][0]}+{plan[n][p][1]}" for n in configs for p in precisions) + ")\n")
 
@@ -246,7 +342,8 @@ def main() -> None:
         print(flops_line(name, config, batches))
     print()
 
-    header = ["config", "precision", "model", "s/step", "tokens/s", "steps/s", "x transformers fp32"]
+    header = ["config", "precision", "model", "s/step", "tokens/s", "steps/s", "x transformers fp32",
+              "useful TFLOP/s", "% of peak", "GPU busy"]
     print(markdown_row(header))
     print(markdown_row(["---"] * len(header)))
     goals = []
@@ -257,12 +354,15 @@ def main() -> None:
             peer_fp32, rates = None, {}
             for precision in precisions:
                 dtype = torch.bfloat16 if precision == "bf16" else None
-                contenders = load_contenders(Path(folder))  # fresh weights and optimizer state per precision
+                # Fresh weights and optimizer state per precision.
+                contenders = load_contenders(Path(folder), device, batches, args.compile)
                 if precision == precisions[0]:
-                    check_same_loss(contenders, batches[0])
+                    check_same_loss(contenders)
                 torch.manual_seed(0)
                 warmup, steps = plan[name][precision]
-                seconds = time_steps(contenders, batches[:warmup + steps], warmup, dtype)
+                seconds = time_steps(contenders, steps, warmup, device, dtype)
+                useful = useful_step_flops(config, batches[warmup:warmup + steps])
+                peak = peak_tflops(device, precision, args.peak_tflops)
                 timed_tokens = tokens[warmup:warmup + steps]
                 for contender in contenders:
                     rates[(precision, contender.label)] = statistics.median(
@@ -270,10 +370,16 @@ def main() -> None:
                     if precision == "fp32" and contender.label.startswith("transformers"):
                         peer_fp32 = rates[(precision, contender.label)]
                 for contender in contenders:  # after the peer, whose fp32 rate is the ratios' base
-                    step_seconds, rate = statistics.median(seconds[contender.label]), rates[(precision, contender.label)]
+                    step_seconds = statistics.median(seconds[contender.label])
+                    rate = rates[(precision, contender.label)]
                     ratio = f"{rate / peer_fp32:.2f}" if peer_fp32 else "-"
+                    tflops = useful / step_seconds / 1e12
+                    busy = "-"
+                    if device.type == "cuda" and args.profile_steps:
+                        busy = f"{gpu_busy_share(contender, args.profile_steps, device, dtype):.0%}"
                     print(markdown_row([name, precision if dtype is None else "bf16 autocast", contender.label,
-                                        f"{step_seconds:.3f}", f"{rate:,.0f}", f"{1 / step_seconds:.2f}", ratio]),
+                                        f"{step_seconds:.3f}", f"{rate:,.0f}", f"{1 / step_seconds:.2f}", ratio,
+                                        f"{tflops:.3g}", f"{tflops / peak:.1%}" if peak else "-", busy]),
                           flush=True)
                 del contenders
             if peer_fp32:

@@ -109,6 +109,15 @@ def resolve(base: Path, path: str) -> str:
     return path if Path(path).is_absolute() else str((base / path).resolve())
 
 
+def over_defaults(values: dict[str, Any], section: str, defaults) -> dict[str, Any]:
+    """`values` with its `section` laid over the dataclass instance `defaults` (e.g. a recipe's
+    training settings over the task's defaults); raises UsageError when the section is not a mapping."""
+    given = values.get(section) or {}
+    if not isinstance(given, dict):
+        raise UsageError(f"recipe.{section} must be a section of key: value settings, got {given!r}")
+    return {**values, section: {**dataclasses.asdict(defaults), **given}}
+
+
 def build(cls, values: dict[str, Any] | None, where: str):
     """Instantiate a (nested) dataclass from a mapping.
 

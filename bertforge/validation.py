@@ -62,6 +62,13 @@ BOUNDS: dict[str, Bound] = {
     "stride": Bound(-1, meaning="-1: the task's default"), "max_windows": Bound(0, meaning="0: every window"),
     "min_frequency": COUNT, "num_unused": COUNT, "generate": Bound(0, meaning="0: read MIMIC-III files instead"),
     "seed": Bound(0, 2**32 - 1),
+    # search and word senses
+    "chunk_size": POSITIVE, "effort": POSITIVE, "examples": COUNT, "max_occurrences": Bound(2),
+    "max_senses": Bound(2, meaning="one sense needs no clustering"),
+    # serving
+    "port": Bound(0, 65535, meaning="0 picks a free port"), "max_batch_tokens": POSITIVE,
+    "max_concurrent_requests": POSITIVE, "max_input_length": POSITIVE, "max_client_batch_size": POSITIVE,
+    "max_request_bytes": Bound(1024, meaning="room for one JSON request"),
     # rates and amounts
     "epochs": Bound(0, above=True), "learning_rate": Bound(0, 1, above=True), "weight_decay": Bound(0, 1),
     "warmup": Bound(0, meaning="a fraction of max_steps below 1, else a number of steps"),

@@ -50,3 +50,27 @@ def one_thread_per_xdist_worker():
     torch.set_num_threads(max(1, threads // workers))
     yield
     torch.set_num_threads(threads)
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests skip, saying why, where torch sees no GPU (and run where it does)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA: torch sees no GPU on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def corpus_files(data_dir, tmp_path_factory):
+    """~400 paragraphs of Northanger Abbey to train on, 80 others held out, and a 1,500-token vocabulary
+    (pretraining tests, CPU and GPU)."""
+    from bertforge import BertTokenizer
+
+    root = tmp_path_factory.mktemp("corpus")
+    paragraphs = [p.strip() for p in (data_dir / "austen" / "northangerabbey.txt").read_text().split("\n\n") if p.strip()]
+    (root / "train.txt").write_text("\n\n".join(paragraphs[200:600]) + "\n")
+    (root / "heldout.txt").write_text("\n\n".join(paragraphs[700:780]) + "\n")
+    BertTokenizer.train([root / "train.txt"], vocab_size=1500).save_pretrained(root / "vocab")
+    return root

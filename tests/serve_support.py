@@ -10,8 +10,7 @@ from pathlib import Path
 import torch
 
 from bertforge import BertConfig, BertForSequenceClassification, BertTokenizer
-from bertforge.embeddings.embed import Embedder
-from bertforge.serve.index import ExactIndex
+from bertforge.search import Index
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's package; Playwright drives it (no `playwright install` here)
@@ -53,7 +52,6 @@ def trained_vocabulary(folder: Path, sentences: list[str], vocab_size: int = 600
     return folder
 
 
-def sentence_index(model_dir: Path, sentences: list[str]) -> ExactIndex:
-    """Exact inner-product search over normalised MiniLM vectors (so scores are cosines)."""
-    embedder = Embedder.from_pretrained(model_dir, normalize=True)
-    return ExactIndex(sentences, embedder.encode)
+def sentence_index(model_dir: Path, sentences: list[str]) -> Index:
+    """The real vector index over normalised vectors (exact inner product at this size, so scores are cosines)."""
+    return Index.build(sentences, model_dir, kind="flat", progress=False)

@@ -186,6 +186,9 @@ def readme_commands() -> list[str]:
 def test_every_readme_command_parses_as_written(line):
     import shlex
 
-    words = shlex.split(line, comments=True)[1:]
-    parsed = build_parser().parse_args(words)  # a usage error would exit (SystemExit) and fail the test
-    assert parsed.subcommand == words[0]
+    words = shlex.split(line, comments=True)
+    while words:  # `bertforge a && bertforge b`: each command on its own
+        command = words[1:words.index("&&")] if "&&" in words else words[1:]
+        words = words[words.index("&&") + 1:] if "&&" in words else []
+        parsed = build_parser().parse_args(command)  # a usage error would exit (SystemExit) and fail the test
+        assert parsed.subcommand == command[0]

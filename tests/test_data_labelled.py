@@ -86,7 +86,7 @@ def test_file_errors(tmp_path):
     latin1.write_bytes("text\ncaf\u00e9\n".encode("latin-1"))
     with pytest.raises(ValueError, match="latin1.csv: not UTF-8 .*re-save the file as UTF-8"):
         read_rows(latin1, text_columns=["text"])
-    with pytest.raises(ValueError, match="1 or 2 columns"):
+    with pytest.raises(ValueError, match="1 to 2 columns"):
         read_rows(write(tmp_path / "b.csv", "a,b,c\n1,2,3\n"), text_columns=["a", "b", "c"])
 
 

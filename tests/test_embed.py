@@ -151,27 +151,30 @@ def test_train_mode_is_left_as_found_and_dropout_is_off(ours, mixed_texts):
     np.testing.assert_array_equal(actual, expected)
 
 
-def test_hidden_states_are_requested_only_when_another_layer_is_chosen(ours):
+def test_hidden_states_are_requested_only_when_another_layer_is_chosen(ours, monkeypatch):
+    import bertforge.embeddings.embed as embed_module
+
     model, tokenizer = ours
-    requested = []
-    hook = model.register_forward_pre_hook(
-        lambda module, args, kwargs: requested.append(kwargs["output_hidden_states"]), with_kwargs=True)
-    try:
-        embed(model, ["one text"], tokenizer=tokenizer, layers=-1)
-        embed(model, ["one text"], tokenizer=tokenizer, layers=6)  # the last layer by its absolute index
-        embed(model, ["one text"], tokenizer=tokenizer, layers=-2)
-    finally:
-        hook.remove()
+    requested, forward = [], embed_module.packed_forward
+    monkeypatch.setattr(embed_module, "packed_forward", lambda model, batch, output_hidden_states:
+                        requested.append(output_hidden_states) or forward(model, batch, output_hidden_states))
+    embed(model, ["one text"], tokenizer=tokenizer, layers=-1)
+    embed(model, ["one text"], tokenizer=tokenizer, layers=6)  # the last layer by its absolute index
+    embed(model, ["one text"], tokenizer=tokenizer, layers=-2)
     assert requested == [False, False, True]
 
 
-def test_bfloat16_autocast_stays_close_to_float32(ours, mixed_texts):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, "bf16"])
+def test_bfloat16_weights_stay_close_to_float32_and_leave_the_callers_model_alone(ours, mixed_texts, dtype):
     model, tokenizer = ours
     texts = mixed_texts[:16]  # bf16 is emulated (slow) on CPUs without AVX512-BF16/AMX
     full = embed(model, texts, tokenizer=tokenizer)
-    half = embed(model, texts, tokenizer=tokenizer, dtype=torch.bfloat16)
+    embedder = Embedder(model, tokenizer, dtype=dtype)
+    assert embedder.model.embeddings.word_embeddings.weight.dtype == torch.bfloat16  # weights, not autocast
+    assert model.embeddings.word_embeddings.weight.dtype == torch.float32  # converted as a copy
+    half = embedder.encode(texts)
     assert half.dtype == np.float32
-    assert not np.array_equal(half, full)  # autocast really ran in bf16
+    assert not np.array_equal(half, full)  # it really ran in bf16
     assert min(cosine(a, b) for a, b in zip(half, full)) > 0.99
 
 
@@ -271,7 +274,10 @@ def test_an_empty_list_gives_an_empty_array_of_the_right_width(ours):
     (["a"], {"pooling": "pooler", "layers": -2}, "use it with layers=-1"),
     (["a"], {"batch_size": 0}, "batch_size=0 must be a positive int"),
     (["a"], {"max_length": 1000}, "to 512, the model's max_position_embeddings"),
-    (["a"], {"dtype": torch.float64}, "use torch.bfloat16"),
+    (["a"], {"dtype": torch.float64}, "torch.bfloat16 or torch.qint8"),
+    (["a"], {"dtype": "int4"}, "their names fp32, fp16, bf16, int8"),
+    (["a"], {"max_batch_tokens": 1}, "max_batch_tokens must be at least 2"),
+    (["a"], {"max_batch_tokens": 0}, "max_batch_tokens=0 must be a positive int"),
 ])
 def test_invalid_input_raises_a_value_error_that_says_what_to_do(ours, texts, options, message):
     model, tokenizer = ours

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge import BertConfig, BertForSequenceClassification
+from bertforge import BertForSequenceClassification
 from bertforge.cli.parser import main
-from bertforge.train.batches import ShuffledBatches
 from bertforge.tasks.ner.conll import read_conll, split_tagged_sentences, tag_set, write_conll
 from bertforge.tasks.finetune import FinetuneRecipe, load_for_prediction, run_finetuning
 from bertforge.tasks import TaskSettings, load_task
@@ -23,6 +22,7 @@ from bertforge.train.loop import TrainConfig, train
 
 transformers = pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).parent))  # the SQuAD-from-Austen builder lives beside the tests
+from tiny_training import random_batches, tiny_classifier  # noqa: E402
 
 
 def write_csv(path, rows, columns):
@@ -190,23 +190,6 @@ class Scripted:
     def __call__(self, model):
         self.seen.append({k: v.clone() for k, v in model.state_dict().items()})
         return {"macro_f1": self.scores[len(self.seen) - 1]}
-
-
-def tiny_classifier(dropout: float = 0.1):
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, id2label={0: "no", 1: "yes"}, hidden_dropout_prob=dropout,
-                        attention_probs_dropout_prob=dropout)
-    return BertForSequenceClassification(config)
-
-
-def random_batches():
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, 50, (64, 8), generator=generator)
-    labels = (ids[:, 0] > 25).long()
-    collate = lambda idx: {"input_ids": ids[idx], "attention_mask": torch.ones(len(idx), 8, dtype=torch.long),
-                           "labels": labels[idx]}
-    return ShuffledBatches(64, 16, collate)
 
 
 def test_best_model_is_kept_and_training_stops_after_patience(tmp_path):

@@ -10,6 +10,8 @@ import transformers
 
 import bertforge
 from bertforge import BertConfig
+from bertforge.engine.unpadding import Packing
+from bertforge.models.model import checkpoint_names
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
             max_position_embeddings=512, type_vocab_size=16, initializer_range=0.02)
@@ -45,6 +47,11 @@ def labels_for(name, g, num_labels):
         return dict(start_positions=torch.randint(0, SEQ, (BATCH,), generator=g),
                     end_positions=torch.randint(0, SEQ + 3, (BATCH,), generator=g))  # some out of window
     return dict(labels=torch.randint(0, num_labels, (BATCH,), generator=g))
+
+
+def gradients(model) -> dict:
+    """Parameter gradients under checkpoint (transformers) names: the fused QKV gradient split in three."""
+    return checkpoint_names({k: p.grad for k, p in model.named_parameters() if p.grad is not None})
 
 
 def pair(name, tmp_path, **config_extra):
@@ -94,7 +101,7 @@ def test_outputs_loss_and_gradients_match_transformers(name, tmp_path):
     scalar(ref_out).backward()
     scalar(our_out).backward()
     ref_grads = {k: p.grad for k, p in reference.named_parameters() if p.grad is not None}
-    our_grads = {k: p.grad for k, p in ours.named_parameters() if p.grad is not None}
+    our_grads = gradients(ours)
     assert set(our_grads) == set(ref_grads)
     for key, grad in ref_grads.items():
         torch.testing.assert_close(our_grads[key], grad, atol=1e-5, rtol=1e-4, msg=key)
@@ -133,7 +140,7 @@ def test_initialisation_follows_bert():
     assert torch.all(words[config.pad_token_id] == 0)
     assert abs(words[1:].std().item() - config.initializer_range) < 0.002
     layer = model.bert.encoder.layer[0]
-    assert torch.all(layer.attention.self.query.bias == 0)
+    assert torch.all(layer.attention.self.qkv.bias == 0)
     assert torch.all(layer.output.LayerNorm.weight == 1) and torch.all(layer.output.LayerNorm.bias == 0)
     assert torch.all(model.cls.predictions.bias == 0)
     assert model.cls.predictions.decoder.weight is words  # MLM decoder tied to the word embeddings
@@ -209,17 +216,16 @@ NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 @pytest.mark.parametrize("masked_only", [False, True])
 def test_unpadded_training_path_matches_transformers(masked_only, tmp_path):
-    """In training the encoder drops padding once and restores it once: same loss, logits, states, gradients."""
+    """Packed, the encoder drops padding once and restores it once: same loss, logits, states, gradients."""
     reference, ours = pair("BertForPreTraining", tmp_path, **NO_DROPOUT)
     reference.train(), ours.train()
-    ours.bert.encoder.unpad_above = 0.0  # unpad whenever anything is padded
     inputs, g = tiny_inputs(seed=6)
     inputs.update(labels_for("BertForPreTraining", g, num_labels=2))
     valid = inputs["attention_mask"].bool()
     inputs["labels"][~valid] = -100  # as in real pretraining data: padding is never a prediction target
-    assert ours.bert.encoder.real_token_indices(valid[:, None, None, :], output_attentions=False) is not None
     ref_out = reference(**inputs, output_hidden_states=True)
-    our_out = ours(**inputs, output_hidden_states=True, masked_only=masked_only)
+    our_out = ours(**inputs, output_hidden_states=True, masked_only=masked_only,
+                   packing=Packing.from_attention_mask(inputs["attention_mask"]))
 
     torch.testing.assert_close(our_out.loss, ref_out.loss, atol=1e-5, rtol=1e-4)
     selected = inputs["labels"] != -100
@@ -233,28 +239,26 @@ def test_unpadded_training_path_matches_transformers(masked_only, tmp_path):
     ref_out.loss.backward()
     our_out.loss.backward()
     ref_grads = {k: p.grad for k, p in reference.named_parameters() if p.grad is not None}
-    our_grads = {k: p.grad for k, p in ours.named_parameters() if p.grad is not None}
+    our_grads = gradients(ours)
     assert set(our_grads) == set(ref_grads)
     for key, grad in ref_grads.items():
         torch.testing.assert_close(our_grads[key], grad, atol=1e-5, rtol=1e-4, msg=key)
 
 
 def test_unpadded_path_equals_padded_path_with_dropout_off():
-    """Switching unpadding on changes nothing but speed; asking for attentions falls back to the padded path."""
+    """Packing changes nothing but speed; asking for attentions falls back to the padded path."""
     torch.manual_seed(0)
     model = bertforge.BertModel(BertConfig(**TINY, **NO_DROPOUT)).train()
     inputs, g = tiny_inputs(seed=7)
     valid = inputs["attention_mask"].bool()
     directions = torch.randn(TINY["hidden_size"], generator=g)
     results = {}
-    for unpad_above in (None, 0.0):
-        model.encoder.unpad_above = unpad_above
+    for packing in (None, Packing.from_attention_mask(inputs["attention_mask"])):
         model.zero_grad()
-        out = model(**inputs, output_hidden_states=True)
+        out = model(**inputs, output_hidden_states=True, packing=packing)
         (out.last_hidden_state[valid] @ directions).sum().backward()
-        grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
-        results[unpad_above] = out, grads
-    (padded, padded_grads), (unpadded, unpadded_grads) = results[None], results[0.0]
+        results[packing is not None] = out, gradients(model)
+    (padded, padded_grads), (unpadded, unpadded_grads) = results[False], results[True]
     for ours, reference in zip(unpadded.hidden_states, padded.hidden_states, strict=True):
         torch.testing.assert_close(ours[valid], reference[valid], atol=1e-6, rtol=1e-5)
     assert torch.all(unpadded.last_hidden_state[~valid] == 0)  # padding comes back as zeros
@@ -262,29 +266,11 @@ def test_unpadded_path_equals_padded_path_with_dropout_off():
     assert set(unpadded_grads) == set(padded_grads)
     for key, grad in padded_grads.items():
         torch.testing.assert_close(unpadded_grads[key], grad, atol=1e-6, rtol=1e-5, msg=key)
-    with_attentions = model(**inputs, output_attentions=True)  # padded path: probabilities need (seq, seq)
+    with_attentions = model(**inputs, output_attentions=True,
+                            packing=Packing.from_attention_mask(inputs["attention_mask"]))
     assert with_attentions.attentions[0].shape == (BATCH, TINY["num_attention_heads"], SEQ, SEQ)
     torch.testing.assert_close(with_attentions.last_hidden_state[valid], padded.last_hidden_state[valid],
                                atol=1e-6, rtol=1e-5)
-
-
-def test_unpadding_is_automatic_only_when_it_pays():
-    encoder = bertforge.BertModel(BertConfig(**TINY)).encoder.train()
-    mask = torch.ones(4, 10, dtype=torch.bool)
-    mask[0, 8:] = False  # 5% padding
-    key_mask = mask[:, None, None, :]
-    encoder.unpad_above = 0.1
-    assert encoder.real_token_indices(key_mask, output_attentions=False) is None
-    mask[1:, 5:] = False  # 42.5% padding
-    indices = encoder.real_token_indices(key_mask, output_attentions=False)
-    torch.testing.assert_close(indices, mask.flatten().nonzero().squeeze(1))
-    assert encoder.real_token_indices(key_mask, output_attentions=True) is None  # probabilities need the padded path
-    assert encoder.real_token_indices(None, output_attentions=False) is None  # nothing padded
-    encoder.unpad_above = None
-    assert encoder.real_token_indices(key_mask, output_attentions=False) is None  # switched off
-    encoder.unpad_above = 0.1
-    encoder.eval()  # inference keeps transformers' values at padded positions
-    assert encoder.real_token_indices(key_mask, output_attentions=False) is None
 
 
 def test_vocabulary_slices_give_the_whole_projection():

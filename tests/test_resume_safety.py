@@ -2,34 +2,20 @@
 import os
 import pickle
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from bertforge import BertConfig, BertForSequenceClassification
-from bertforge.train.batches import ShuffledBatches
 from bertforge.errors import BertforgeError
 from bertforge.train.checkpointing import (TRAINER_TENSORS, latest_checkpoint, list_checkpoints,
                                            load_trainer_state, save_trainer_state)
 from bertforge.train.loop import TrainConfig, train
 from bertforge.train.optim import build_optimizer
 
-
-def tiny_classifier():
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, id2label={0: "no", 1: "yes"}, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0)
-    return BertForSequenceClassification(config)
-
-
-def random_batches():
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, 50, (64, 8), generator=generator)
-    labels = (ids[:, 0] > 25).long()
-    collate = lambda idx: {"input_ids": ids[idx], "attention_mask": torch.ones(len(idx), 8, dtype=torch.long),
-                           "labels": labels[idx]}
-    return ShuffledBatches(64, 16, collate)
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny_training import random_batches, tiny_classifier  # noqa: E402
 
 
 def config_for(tmp_path, max_steps):
@@ -51,16 +37,16 @@ def test_a_planted_pickle_never_runs_on_resume(tmp_path):
     run = tmp_path / "run"
     planted = run / "step-000002"
     planted.mkdir(parents=True)
-    tiny_classifier().save_pretrained(planted / "model")
+    tiny_classifier(dropout=0.0).save_pretrained(planted / "model")
     marker = tmp_path / "pwned"
     (planted / "trainer_state.pt").write_bytes(pickle.dumps(Planted(marker)))
     with pytest.raises(BertforgeError, match="old pickle format"):
-        train(tiny_classifier(), random_batches(), config_for(run, 4), resume=True)
+        train(tiny_classifier(dropout=0.0), random_batches(), config_for(run, 4), resume=True)
     assert not marker.exists()
 
 
 def test_trainer_state_round_trips_through_json_and_safetensors(tmp_path):
-    model = tiny_classifier()
+    model = tiny_classifier(dropout=0.0)
     optimizer = build_optimizer(model, 1e-3, 0.01)
     model(input_ids=torch.randint(5, 50, (2, 8)), labels=torch.tensor([0, 1])).loss.backward()
     optimizer.step()
@@ -78,13 +64,13 @@ def test_trainer_state_round_trips_through_json_and_safetensors(tmp_path):
 
 
 def test_resume_passes_over_a_truncated_newest_checkpoint(tmp_path):
-    train(tiny_classifier(), random_batches(), config_for(tmp_path / "whole", 6))
+    train(tiny_classifier(dropout=0.0), random_batches(), config_for(tmp_path / "whole", 6))
     shutil.copytree(tmp_path / "whole", tmp_path / "cut")
     shutil.rmtree(tmp_path / "cut" / "step-000006")  # killed after saving step 4 ...
     newest = latest_checkpoint(tmp_path / "cut")
     tensors = newest / TRAINER_TENSORS
     tensors.write_bytes(tensors.read_bytes()[:100])  # a save cut short (full disk)
-    records = train(tiny_classifier(), random_batches(), config_for(tmp_path / "cut", 6), resume=True)
+    records = train(tiny_classifier(dropout=0.0), random_batches(), config_for(tmp_path / "cut", 6), resume=True)
     assert min(r["step"] for r in records) > 2  # continued from step 2, the newest good one
     whole = load_trainer_state(latest_checkpoint(tmp_path / "whole"))
     resumed = load_trainer_state(latest_checkpoint(tmp_path / "cut"))

@@ -11,7 +11,6 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from bertforge import BertForSequenceClassification, BertTokenizer  # noqa: E402
 from bertforge.serve.app import create_app  # noqa: E402
-from bertforge.serve.index import ExactIndex  # noqa: E402
 from bertforge.serve.models import ServedModels, load_models  # noqa: E402
 from bertforge.serve.settings import ServeSettings  # noqa: E402
 from serve_support import review_sentences, sentence_index, tiny_classifier, trained_vocabulary  # noqa: E402
@@ -170,18 +169,6 @@ def test_search_equals_brute_force_inner_product(client, sentences, sbert):
     best = np.argsort(-scores[0])[:5]
     assert [h["text"] for h in hits] == [sentences[i] for i in best]
     np.testing.assert_allclose([h["score"] for h in hits], scores[0][best], atol=1e-5)
-
-
-def test_the_in_memory_index_checks_its_input_and_caps_top_k():
-    def embed(texts):
-        return np.eye(3, dtype=np.float32)[[len(t) % 3 for t in texts]]
-
-    index = ExactIndex(["a", "bb", "ccc"], embed, ids=["x", "y", "z"])
-    assert index.search(["bb"], top_k=10)[0][0] == ("y", "bb", 1.0) and len(index.search(["a"], 10)[0]) == 3
-    with pytest.raises(ValueError, match="at least one text"):
-        ExactIndex([], embed)
-    with pytest.raises(ValueError, match="2 ids for 3 texts"):
-        ExactIndex(["a", "bb", "ccc"], embed, ids=["x", "y"])
 
 
 def test_features_not_loaded_answer_424(models):

@@ -107,10 +107,10 @@ def test_search_results_are_the_index_top_five_with_scores(page, served):
     expected = models.index.search([SENTENCE], 5)[0]
     items = page.locator("#search-results li")
     assert items.count() == 5
-    for item, (hit_id, text, score) in zip(items.all(), expected):
-        assert item.locator(".text").inner_text() == text
-        assert item.locator(".score").inner_text() == f"{score:.3f}"
-        assert item.get_attribute("data-id") == hit_id
+    for item, hit in zip(items.all(), expected):
+        assert item.locator(".text").inner_text() == hit.text
+        assert item.locator(".score").inner_text() == f"{hit.score:.3f}"
+        assert item.get_attribute("data-id") == str(hit.id)
 
 
 def test_word_in_context_table_and_plot(page, served, minilm_dir):

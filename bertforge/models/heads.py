@@ -2,6 +2,8 @@
 
 Each head owns a `BertModel` called `bert` (so checkpoint keys read `bert.encoder...`)
 and adds a small module; each computes its loss when labels are given, ignoring -100.
+Every head's forward takes `packing` (see `BertModel.forward`); the MLM heads also take
+`masked_positions`, the flat positions of the labelled tokens, found on the host.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .checkpoint import BertPreTrainedModel
+from ..engine.unpadding import Packing
 from .config import BertConfig
 from .model import BertModel, activation
 from .outputs import ClassifierOutput, EncoderOutput, PreTrainingOutput, QuestionAnsweringOutput
@@ -66,28 +69,40 @@ def masked_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
-def masked_lm(head: LMPredictionHead, hidden_states: Tensor, labels: Tensor | None, masked_only: bool):
+def masked_positions_from(labels: Tensor) -> Tensor:
+    """(batch, seq) MLM labels -> (num_predictions,) flat positions of the labelled tokens, row-major.
+
+    Collators call it on the host: inside the forward pass it would read the labels back from the device.
+    """
+    return (labels != IGNORE_INDEX).flatten().nonzero().squeeze(1)
+
+
+def masked_lm(head: LMPredictionHead, hidden_states: Tensor, labels: Tensor | None, masked_only: bool,
+              masked_positions: Tensor | None = None):
     """MLM logits and loss; with masked_only, the head runs on the masked positions alone.
 
     The full head scores every token against the whole vocabulary, though only ~15% of
     positions have a label: gathering them first gives the same loss for a fraction of the
-    FLOPs. Logits are then (num_predictions, vocab) in row-major order of the masked positions.
+    FLOPs. Logits are then (num_predictions, vocab) in row-major order of the masked positions,
+    which are `masked_positions` when the collator gave them, else found from the labels.
     """
     if masked_only and labels is not None:
-        selected = labels != IGNORE_INDEX  # (batch, seq)
+        if masked_positions is None:
+            masked_positions = masked_positions_from(labels)
         # On CPU, scoring a few hundred rows against 30k words runs ~25% faster in 2048-word slices,
         # whose outputs stay in cache, than as one GEMM (~5% of a BERT-mini pretraining step).
         vocab_slice = CPU_VOCAB_SLICE if hidden_states.device.type == "cpu" else None
-        logits = head(hidden_states[selected], vocab_slice)  # (num_predictions, vocab)
-        return logits, masked_lm_loss(logits, labels[selected])
+        selected = hidden_states.flatten(0, 1).index_select(0, masked_positions)  # (num_predictions, hidden)
+        logits = head(selected, vocab_slice)  # (num_predictions, vocab)
+        return logits, masked_lm_loss(logits, labels.flatten().index_select(0, masked_positions))
     logits = head(hidden_states)  # (batch, seq, vocab)
     return logits, masked_lm_loss(logits, labels) if labels is not None else None
 
 
 def encode(bert: BertModel, input_ids: Tensor, attention_mask, token_type_ids, position_ids,
-           output_hidden_states: bool, output_attentions: bool) -> EncoderOutput:
+           output_hidden_states: bool, output_attentions: bool, packing: Packing | None) -> EncoderOutput:
     return bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-                output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+                output_hidden_states=output_hidden_states, output_attentions=output_attentions, packing=packing)
 
 
 class BertForPreTraining(BertPreTrainedModel):
@@ -103,15 +118,17 @@ class BertForPreTraining(BertPreTrainedModel):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
                 next_sentence_label=None, output_hidden_states=False, output_attentions=False,
-                masked_only: bool = False) -> PreTrainingOutput:
+                masked_only: bool = False, packing=None, masked_positions=None) -> PreTrainingOutput:
         """labels: (batch, seq) token ids at masked positions, -100 elsewhere; next_sentence_label: (batch,) 0=IsNext.
 
         The loss is MLM + NSP, or MLM alone when next_sentence_label is None (RoBERTa-style).
-        masked_only: run the MLM head on labelled positions only (see `masked_lm`).
+        masked_only: run the MLM head on labelled positions only (see `masked_lm`), which are
+        masked_positions (num_predictions,) when given. packing: see `BertModel.forward`.
         """
         out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
-                     output_hidden_states, output_attentions)
-        prediction_logits, mlm_loss = masked_lm(self.cls.predictions, out.last_hidden_state, labels, masked_only)
+                     output_hidden_states, output_attentions, packing)
+        prediction_logits, mlm_loss = masked_lm(self.cls.predictions, out.last_hidden_state, labels, masked_only,
+                                                masked_positions)
         seq_relationship_logits = self.cls.seq_relationship(out.pooler_output)
         nsp_loss = None
         if next_sentence_label is not None:
@@ -131,10 +148,11 @@ class BertForMaskedLM(BertPreTrainedModel):
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
-                output_hidden_states=False, output_attentions=False, masked_only: bool = False) -> ClassifierOutput:
+                output_hidden_states=False, output_attentions=False, masked_only: bool = False, packing=None,
+                masked_positions=None) -> ClassifierOutput:
         out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
-                     output_hidden_states, output_attentions)
-        logits, loss = masked_lm(self.cls.predictions, out.last_hidden_state, labels, masked_only)
+                     output_hidden_states, output_attentions, packing)
+        logits, loss = masked_lm(self.cls.predictions, out.last_hidden_state, labels, masked_only, masked_positions)
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 
@@ -146,10 +164,10 @@ class BertForNextSentencePrediction(BertPreTrainedModel):
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
-                output_hidden_states=False, output_attentions=False) -> ClassifierOutput:
+                output_hidden_states=False, output_attentions=False, packing=None) -> ClassifierOutput:
         """labels: (batch,) 0 = B follows A (IsNext), 1 = B is random (NotNext)."""
         out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
-                     output_hidden_states, output_attentions)
+                     output_hidden_states, output_attentions, packing)
         logits = self.cls.seq_relationship(out.pooler_output)  # (batch, 2)
         loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
@@ -192,9 +210,9 @@ class BertForSequenceClassification(BertPreTrainedModel):
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
-                output_hidden_states=False, output_attentions=False) -> ClassifierOutput:
+                output_hidden_states=False, output_attentions=False, packing=None) -> ClassifierOutput:
         out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
-                     output_hidden_states, output_attentions)
+                     output_hidden_states, output_attentions, packing)
         logits = self.classifier(self.dropout(out.pooler_output))  # (batch, num_labels)
         loss = sequence_classification_loss(logits, labels, self.config) if labels is not None else None
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
@@ -211,9 +229,9 @@ class BertForTokenClassification(BertPreTrainedModel):
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
-                output_hidden_states=False, output_attentions=False) -> ClassifierOutput:
+                output_hidden_states=False, output_attentions=False, packing=None) -> ClassifierOutput:
         out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
-                     output_hidden_states, output_attentions)
+                     output_hidden_states, output_attentions, packing)
         logits = self.classifier(self.dropout(out.last_hidden_state))  # (batch, seq, num_labels)
         loss = None
         if labels is not None:
@@ -233,10 +251,10 @@ class BertForQuestionAnswering(BertPreTrainedModel):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 start_positions=None, end_positions=None, output_hidden_states=False,
-                output_attentions=False) -> QuestionAnsweringOutput:
+                output_attentions=False, packing=None) -> QuestionAnsweringOutput:
         """start_positions/end_positions: (batch,) token indices of the answer span."""
         out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
-                     output_hidden_states, output_attentions)
+                     output_hidden_states, output_attentions, packing)
         start_logits, end_logits = self.qa_outputs(out.last_hidden_state).unbind(dim=-1)  # (batch, seq) each
         loss = None
         if start_positions is not None and end_positions is not None:

@@ -2,16 +2,17 @@
 
 Embeddings -> attention -> layer -> encoder -> pooler -> BertModel. Submodule names
 follow Hugging Face's `modeling_bert.py` (`encoder.layer.N.attention.self.query`, ...)
-so every published checkpoint loads without renaming; the structure is our own.
+so every published checkpoint loads without renaming; the structure is our own. The
+attention math is `engine.attention.attention`; with a `Packing` the padding is dropped
+once before the embeddings and restored once after the last layer (MosaicBERT, ModernBERT).
 """
 from __future__ import annotations
 
-import math
-
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..engine.attention import attention
+from ..engine.unpadding import Packing, pad, unpad
 from .checkpoint import BertPreTrainedModel
 from .config import BertConfig
 from .outputs import EncoderOutput
@@ -43,79 +44,66 @@ class Embeddings(nn.Module):
             + self.token_type_embeddings(token_type_ids)
             + self.position_embeddings(position_ids)
         )
-        return self.dropout(self.LayerNorm(embeddings))  # (batch, seq, hidden)
-
-
-def attend(
-    query: Tensor, key: Tensor, value: Tensor, key_mask: Tensor | None, dropout_p: float, return_probs: bool
-) -> tuple[Tensor, Tensor | None]:
-    """Scaled dot-product attention: the one place the attention math lives.
-
-    query/key/value: (batch, heads, seq, head_size); key_mask: bool (batch, 1, 1, seq),
-    True where a key may be attended to, or None when nothing is padded.
-    Returns the context (batch, heads, seq, head_size) and, when asked, the
-    probabilities (batch, heads, seq, seq). A varlen or flash kernel replaces this function.
-    """
-    if not return_probs:
-        context = F.scaled_dot_product_attention(query, key, value, attn_mask=key_mask, dropout_p=dropout_p)
-        return context, None
-    # Probabilities were asked for, which the fused kernel does not return: spell it out.
-    scores = query @ key.transpose(-1, -2) / math.sqrt(query.size(-1))
-    if key_mask is not None:
-        scores = scores.masked_fill(~key_mask, torch.finfo(scores.dtype).min)
-    probs = scores.softmax(dim=-1)
-    context = F.dropout(probs, dropout_p) @ value
-    return context, probs
-
-
-def unpad(states: Tensor, token_indices: Tensor) -> Tensor:
-    """(batch, seq, ...) -> (tokens, ...): the real tokens alone, in row-major order."""
-    return states.flatten(0, 1).index_select(0, token_indices)
-
-
-def pad(states: Tensor, token_indices: Tensor, batch: int, seq: int) -> Tensor:
-    """(tokens, ...) -> (batch, seq, ...) with zeros at the padded positions: `unpad` undone."""
-    padded = states.new_zeros(batch * seq, *states.shape[1:]).index_copy(0, token_indices, states)
-    return padded.view(batch, seq, *states.shape[1:])
-
-
-def attend_unpadded(query: Tensor, key: Tensor, value: Tensor, key_mask: Tensor, token_indices: Tensor,
-                    dropout_p: float) -> Tensor:
-    """`attend` on unpadded tokens: query/key/value and the context are (tokens, heads, head_size).
-
-    CPUs have no varlen attention kernel, so the inputs go back to the padded layout for `attend`
-    and the context comes out unpadded; a varlen kernel (cu_seqlens) replaces this function.
-    """
-    batch, seq = key_mask.size(0), key_mask.size(-1)
-    query, key, value = (pad(states, token_indices, batch, seq).transpose(1, 2) for states in (query, key, value))
-    context, _ = attend(query, key, value, key_mask, dropout_p, return_probs=False)
-    return unpad(context.transpose(1, 2), token_indices)
+        return self.dropout(self.LayerNorm(embeddings))  # (batch, seq, hidden), or (tokens, hidden) packed
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention projections; the math itself is `attend` (or `attend_unpadded`)."""
+    """Multi-head self-attention: one fused query/key/value projection, then `attention`.
+
+    One (hidden, 3 * hidden) matmul instead of three. Checkpoints keep Hugging Face's names: the
+    state dict splits the fused weight into `query`, `key` and `value` when it is read and joins
+    them when one is loaded, so save/load, training checkpoints and transformers all see HF keys.
+    """
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.num_heads = config.num_attention_heads
-        self.query = nn.Linear(config.hidden_size, config.hidden_size)
-        self.key = nn.Linear(config.hidden_size, config.hidden_size)
-        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
+        self.register_state_dict_post_hook(split_fused_projection)
+        self.register_load_state_dict_pre_hook(join_projections)
 
-    def forward(self, hidden_states: Tensor, key_mask: Tensor | None, token_indices: Tensor | None,
-                return_probs: bool):
-        """hidden_states: (batch, seq, hidden), or (tokens, hidden) when token_indices is given."""
-        query, key, value = (proj(hidden_states).unflatten(-1, (self.num_heads, -1))  # (..., heads, head_size)
-                             for proj in (self.query, self.key, self.value))
+    def forward(self, hidden_states: Tensor, key_mask: Tensor | None, packing: Packing | None, return_probs: bool):
+        """hidden_states: (batch, seq, hidden), or (tokens, hidden) with packing; the context has the same shape."""
+        query, key, value = self.qkv(hidden_states).unflatten(-1, (3, self.num_heads, -1)).unbind(-3)
         dropout_p = self.dropout_p if self.training else 0.0
-        if token_indices is not None:
-            context, probs = attend_unpadded(query, key, value, key_mask, token_indices, dropout_p), None
+        context, probs = attention(query, key, value, key_mask=key_mask, packing=packing, dropout_p=dropout_p,
+                                   return_probs=return_probs)  # (..., heads, head_size)
+        return context.flatten(-2), probs
+
+
+PROJECTIONS = ("query", "key", "value")  # the fused projection's thirds, in order, by their checkpoint names
+
+
+def checkpoint_names(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Per-parameter tensors (weights, gradients) under checkpoint names: each `qkv` split in three."""
+    named = {}
+    for name, tensor in tensors.items():
+        module, _, kind = name.rpartition(".")
+        if module == "qkv" or module.endswith(".qkv"):
+            prefix = module[: -len("qkv")]
+            for projection, part in zip(PROJECTIONS, tensor.chunk(3)):
+                named[f"{prefix}{projection}.{kind}"] = part
         else:
-            context, probs = attend(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                                    key_mask, dropout_p, return_probs)
-            context = context.transpose(1, 2)  # (batch, seq, heads, head_size)
-        return context.flatten(-2), probs  # same leading shape as hidden_states
+            named[name] = tensor
+    return named
+
+
+def split_fused_projection(module: nn.Module, state_dict: dict, prefix: str, local_metadata) -> None:
+    """state_dict() post-hook: `qkv.weight/bias` -> HF's `query/key/value.weight/bias`."""
+    for kind in ("weight", "bias"):
+        key = f"{prefix}qkv.{kind}"
+        split = checkpoint_names({key: state_dict.pop(key)})
+        # Each its own storage: safetensors refuses to save tensors that share one.
+        state_dict.update({name: part.clone() for name, part in split.items()})
+
+
+def join_projections(module: nn.Module, state_dict: dict, prefix: str, *_) -> None:
+    """load_state_dict() pre-hook: HF's three projections -> the fused `qkv`; anything else is left alone."""
+    for kind in ("weight", "bias"):
+        names = [f"{prefix}{projection}.{kind}" for projection in PROJECTIONS]
+        if all(name in state_dict for name in names):
+            state_dict[f"{prefix}qkv.{kind}"] = torch.cat([state_dict.pop(name) for name in names])
 
 
 class ResidualOutput(nn.Module):
@@ -141,9 +129,8 @@ class Attention(nn.Module):
         self.self = SelfAttention(config)  # named `self` because checkpoints say `attention.self.query`
         self.output = ResidualOutput(config.hidden_size, config)
 
-    def forward(self, hidden_states: Tensor, key_mask: Tensor | None, token_indices: Tensor | None,
-                return_probs: bool):
-        context, probs = self.self(hidden_states, key_mask, token_indices, return_probs)
+    def forward(self, hidden_states: Tensor, key_mask: Tensor | None, packing: Packing | None, return_probs: bool):
+        context, probs = self.self(hidden_states, key_mask, packing, return_probs)
         return self.output(context, hidden_states), probs
 
 
@@ -168,55 +155,31 @@ class Layer(nn.Module):
         self.intermediate = Intermediate(config)
         self.output = ResidualOutput(config.intermediate_size, config)
 
-    def forward(self, hidden_states: Tensor, key_mask: Tensor | None, token_indices: Tensor | None = None,
+    def forward(self, hidden_states: Tensor, key_mask: Tensor | None, packing: Packing | None = None,
                 return_probs: bool = False):
-        attended, probs = self.attention(hidden_states, key_mask, token_indices, return_probs)
+        attended, probs = self.attention(hidden_states, key_mask, packing, return_probs)
         return self.output(self.intermediate(attended), attended), probs
 
 
 class Encoder(nn.Module):
-    """The stack of layers; in training it drops padding once on the way in and restores it once on the way out.
-
-    Unpadded, the layers' matmuls, norms, GELUs and dropouts see (tokens, hidden) instead of
-    (batch, seq, hidden), as in MosaicML's bert_layers and ModernBERT. It pays when enough of the
-    batch is padding (`unpad_above`, a fraction; None turns it off). Only in training: at inference
-    the padded positions keep the values transformers gives them, and attention probabilities,
-    when asked for, come from the padded path.
-    """
+    """The stack of layers, on (batch, seq, hidden) or, packed, on (tokens, hidden) throughout."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.layer = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
-        # BERT-mini on CPU: unpadding won ~7% of a step at 10% padding, ~28% at 28%, and broke even near 4%.
-        self.unpad_above: float | None = 0.05
 
-    def real_token_indices(self, key_mask: Tensor | None, output_attentions: bool) -> Tensor | None:
-        """Flat (batch * seq) positions of the real tokens when running unpadded pays, else None."""
-        if key_mask is None or output_attentions or not self.training or self.unpad_above is None:
-            return None
-        real = key_mask.flatten()  # (batch * seq,)
-        if 1 - real.float().mean().item() <= self.unpad_above:
-            return None
-        return real.nonzero().squeeze(1)
-
-    def forward(self, hidden_states: Tensor, key_mask: Tensor | None, output_hidden_states: bool, output_attentions: bool):
-        batch, seq, _ = hidden_states.shape
-        token_indices = self.real_token_indices(key_mask, output_attentions)
-
-        def padded(states: Tensor) -> Tensor:  # (batch, seq, hidden) whichever way the layers ran
-            return states if token_indices is None else pad(states, token_indices, batch, seq)
-
+    def forward(self, hidden_states: Tensor, key_mask: Tensor | None, packing: Packing | None,
+                output_hidden_states: bool, output_attentions: bool):
+        """Returns the last states, every layer's states (with the input first) and every layer's probabilities."""
         all_hidden_states = [hidden_states] if output_hidden_states else None
         all_attentions = [] if output_attentions else None
-        if token_indices is not None:
-            hidden_states = unpad(hidden_states, token_indices)  # (tokens, hidden) until the end
         for layer in self.layer:
-            hidden_states, probs = layer(hidden_states, key_mask, token_indices, output_attentions)
+            hidden_states, probs = layer(hidden_states, key_mask, packing, output_attentions)
             if output_hidden_states:
-                all_hidden_states.append(padded(hidden_states))
+                all_hidden_states.append(hidden_states)
             if output_attentions:
                 all_attentions.append(probs)
-        return padded(hidden_states), all_hidden_states, all_attentions
+        return hidden_states, all_hidden_states, all_attentions
 
 
 class Pooler(nn.Module):
@@ -231,12 +194,16 @@ class Pooler(nn.Module):
 
 
 def key_mask_from(attention_mask: Tensor | None) -> Tensor | None:
-    """(batch, seq) 1/0 padding mask -> bool (batch, 1, 1, seq) for `attend`; None if nothing is padded.
+    """(batch, seq) 1/0 padding mask -> bool (batch, 1, 1, seq) for `attention`; None if nothing is padded.
 
-    Built once per forward pass; layers never look at padding themselves.
+    Built once per forward pass; layers never look at padding themselves. Without padding, no mask
+    lets SDPA pick its fastest kernel, but finding out reads the mask: a device sync on CUDA and a
+    graph break under torch.compile, so only eager CPU code looks.
     """
-    if attention_mask is None or bool(attention_mask.all()):
-        return None  # no mask lets SDPA pick its fastest kernel
+    if attention_mask is None:
+        return None
+    if attention_mask.device.type == "cpu" and not torch.compiler.is_compiling() and bool(attention_mask.all()):
+        return None
     return attention_mask[:, None, None, :].bool()
 
 
@@ -258,8 +225,15 @@ class BertModel(BertPreTrainedModel):
         position_ids: Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        packing: Packing | None = None,
     ) -> EncoderOutput:
-        """input_ids (batch, seq) -> EncoderOutput; every optional input has BERT's default."""
+        """input_ids (batch, seq) -> EncoderOutput; every optional input has BERT's default.
+
+        packing (made on the host from attention_mask, see `engine.unpadding`): drop the padding
+        before the embeddings and run every layer on the real tokens alone, (tokens, hidden); the
+        outputs are padded back once, with zeros at padded positions (transformers leaves values
+        there that mean nothing). Asking for attention probabilities runs the padded path.
+        """
         batch, seq = input_ids.shape
         if seq > self.config.max_position_embeddings:
             raise ValueError(
@@ -270,10 +244,21 @@ class BertModel(BertPreTrainedModel):
             token_type_ids = torch.zeros_like(input_ids)
         if position_ids is None:
             position_ids = torch.arange(seq, device=input_ids.device).expand(batch, seq)
+        if output_attentions:
+            packing = None  # probabilities are (seq, seq) per sequence: the padded layout
+        if packing is None:
+            key_mask = key_mask_from(attention_mask)
+        else:
+            key_mask = packing.key_mask
+            input_ids, token_type_ids, position_ids = (unpad(ids, packing) for ids in
+                                                       (input_ids, token_type_ids, position_ids))  # (tokens,)
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids)
         hidden_states, all_hidden, all_attentions = self.encoder(
-            hidden_states, key_mask_from(attention_mask), output_hidden_states, output_attentions
+            hidden_states, key_mask, packing, output_hidden_states, output_attentions
         )
+        if packing is not None:  # (tokens, hidden) -> (batch, seq, hidden), once
+            hidden_states = pad(hidden_states, packing)
+            all_hidden = [pad(states, packing) for states in all_hidden] if all_hidden is not None else None
         return EncoderOutput(
             last_hidden_state=hidden_states,
             pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,

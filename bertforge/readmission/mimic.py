@@ -142,8 +142,7 @@ def stream_notes(path: str | os.PathLike, report: Report) -> Iterator[Note]:
 def _records(path: str | os.PathLike, columns: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
     """(row number, values of `columns` in that order) for each data record of a CSV file."""
     path = require_file(path, "MIMIC-III file")
-    # The limit is process-wide: raise it for MIMIC's long notes while reading, then give it back, so
-    # other CSV readers (a classification file with a runaway field) keep refusing what they refuse.
+    # The limit is process-wide: raise it while this file is read, then give other readers theirs back.
     previous = csv.field_size_limit(max(csv.field_size_limit(), _FIELD_SIZE_LIMIT))
     try:
         with open(path, encoding="utf-8", newline="") as file:

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 
+from ..errors import UsageError
 from .settings import (DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_CLIENT_BATCH_SIZE, DEFAULT_MAX_CONCURRENT_REQUESTS,
                        DEFAULT_MAX_REQUEST_BYTES, ServeSettings)
 
@@ -54,7 +55,7 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
                              max_input_length=max_input_length, max_client_batch_size=max_client_batch_size,
                              max_request_bytes=max_request_bytes, api_key=api_key)
     if pooling is not None and pooling not in ("cls", "mean", "max"):
-        raise ValueError(f"--pooling {pooling!r} is not one of cls, mean, max")
+        raise UsageError(f"--pooling {pooling!r} is not one of cls, mean, max")
     listening = bind(host, port)  # before loading models: a busy port fails in a second, not after a minute
     if not is_loopback(host) and api_key is None:
         logger.warning("listening on %s without --api-key: anyone who can reach this port can use the server", host)
@@ -94,11 +95,11 @@ def is_loopback(host: str) -> bool:
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on host:port; ValueError with what to do when the port is taken or the host unknown."""
     if not 0 <= port <= 65535:
-        raise ValueError(f"--port {port} is not a TCP port (0 to 65535)")
+        raise UsageError(f"--port {port} is not a TCP port (0 to 65535)")
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     except socket.gaierror as error:
-        raise ValueError(f"--host {host!r} is not an address this machine can listen on ({error.strerror})") from None
+        raise UsageError(f"--host {host!r} is not an address this machine can listen on ({error.strerror})") from None
     listening = socket.socket(family, socket.SOCK_STREAM)
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

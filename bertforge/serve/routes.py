@@ -116,7 +116,7 @@ def api_router(server) -> APIRouter:
         index = require(models.index, "search", "start the server with --index DIR")
         queries = server.texts(body.query, "query")
         hits = await server.run_on_model_thread(request, index.search, queries, body.top_k)
-        return [[SearchHit(id=str(i), text=text, score=float(score)) for i, text, score in row] for row in hits]
+        return [[SearchHit(id=str(hit.id), text=hit.text, score=float(hit.score)) for hit in row] for row in hits]
 
     return router
 

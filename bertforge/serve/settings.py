@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import UsageError
+
 # text-embeddings-inference's defaults where it has them (--max-batch-tokens 16384,
 # --max-concurrent-requests 512, --max-client-batch-size 32, a 2 MB payload limit).
 DEFAULT_MAX_BATCH_TOKENS = 16384
@@ -35,19 +37,19 @@ class ServeSettings:
         for name in ("max_batch_tokens", "max_concurrent_requests", "max_client_batch_size", "max_request_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+                raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
         if self.max_batch_requests is not None and self.max_batch_requests < 1:
-            raise ValueError(f"--max-batch-requests must be a positive integer, got {self.max_batch_requests!r}")
+            raise UsageError(f"--max-batch-requests must be a positive integer, got {self.max_batch_requests!r}")
         if not self.body_timeout_seconds > 0:
-            raise ValueError(f"the body timeout must be positive, got {self.body_timeout_seconds!r} seconds")
+            raise UsageError(f"the body timeout must be positive, got {self.body_timeout_seconds!r} seconds")
         max_input_length = self.max_input_length if self.max_input_length is not None else model_max_length
         if not 2 <= max_input_length <= model_max_length:
-            raise ValueError(f"--max-input-length {max_input_length} must be from 2 ([CLS] + [SEP]) to "
+            raise UsageError(f"--max-input-length {max_input_length} must be from 2 ([CLS] + [SEP]) to "
                              f"{model_max_length}, the model's limit")
         if self.max_batch_tokens < max_input_length:
-            raise ValueError(f"--max-batch-tokens {self.max_batch_tokens} is smaller than --max-input-length "
+            raise UsageError(f"--max-batch-tokens {self.max_batch_tokens} is smaller than --max-input-length "
                              f"{max_input_length}: one input of the maximum length would never fit a batch; "
                              "raise --max-batch-tokens or lower --max-input-length")
         if self.api_key is not None and not self.api_key.strip():
-            raise ValueError("the API key is empty; give a non-empty --api-key, or none to serve without one")
+            raise UsageError("the API key is empty; give a non-empty --api-key, or none to serve without one")
         return ServeSettings(**{**self.__dict__, "max_input_length": max_input_length})

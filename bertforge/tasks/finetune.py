@@ -25,7 +25,7 @@ from . import TASKS, TaskName, TaskSettings, load_task
 from ..atomic import write_text
 from ..errors import UsageError
 from ..validation import check_fields
-from ..settings import build, read_recipe, resolve
+from ..settings import build, over_defaults, read_recipe, resolve
 
 logger = logging.getLogger("bertforge")
 RESULTS_FILE = "results.json"
@@ -60,12 +60,7 @@ class FinetuneRecipe:
     @classmethod
     def from_values(cls, values: dict, base: Path = Path(".")) -> "FinetuneRecipe":
         """A recipe from a (YAML-shaped) mapping; data paths are relative to `base`."""
-        values = dict(values)
-        training = values.get("training") or {}
-        if not isinstance(training, dict):
-            raise UsageError(f"recipe.training must be a section of key: value settings, got {training!r}")
-        values["training"] = {**asdict(finetuning_defaults()), **training}
-        recipe = build(cls, values, "recipe")
+        recipe = build(cls, over_defaults(values, "training", finetuning_defaults()), "recipe")
         for name in ("train", "dev", "test"):
             if getattr(recipe.data, name):
                 setattr(recipe.data, name, resolve(base, getattr(recipe.data, name)))
@@ -89,7 +84,7 @@ def finetune_in(recipe: FinetuneRecipe, resume: bool) -> dict:
     from ..resources import resolve_model
 
     init_from = str(resolve_model(recipe.init_from))
-    device = select_device()
+    device = select_device(recipe.training.device)
     tokenizer = BertTokenizer.from_pretrained(init_from)
     task = load_task(recipe.task, recipe.data, tokenizer)
     torch.manual_seed(recipe.training.seed)  # the fresh head's weights

@@ -1,4 +1,4 @@
-"""Multi-process training under torchrun: gloo on CPU, NCCL on GPU.
+"""Multi-process training under torchrun: NCCL on GPUs, gloo on the CPU.
 
 Everything here is a no-op in a single process, so the loop reads the same either way.
 """
@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from ..errors import BertforgeError
 
 
 @dataclass(frozen=True)
@@ -26,11 +28,27 @@ class Topology:
         return self.world_size > 1
 
 
-def select_device() -> torch.device:
-    """This process's GPU under torchrun (LOCAL_RANK), the GPU on one process, else the CPU."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
+def select_device(preference: str = "auto") -> torch.device:
+    """This process's device: under torchrun its own GPU (LOCAL_RANK), else the GPU, else the CPU.
+
+    preference: auto | cuda | cpu. Raises BertforgeError when CUDA is asked for and missing, or when
+    torchrun started more processes on this machine than it has GPUs (NCCL refuses two ranks on
+    one GPU with "Duplicate GPU detected"), naming both ways out.
+    """
+    if preference == "cpu" or (preference == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise BertforgeError("training.device=cuda, but torch sees no GPU; use training.device=cpu or auto")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    gpus = torch.cuda.device_count()
+    if processes > gpus:
+        raise BertforgeError(
+            f"torchrun started {processes} processes on this machine but it has {gpus} GPU(s), and each process "
+            f"needs its own: use `torchrun --nproc_per_node {gpus}`, or training.device=cpu to run every "
+            "process on the CPU (gloo)"
+        )
+    return torch.device("cuda", local_rank)
 
 
 def init_distributed(device: torch.device) -> Topology:
@@ -39,15 +57,25 @@ def init_distributed(device: torch.device) -> Topology:
     if world_size == 1:
         return Topology()
     topology = Topology(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # NCCL's collectives run on the current device
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return topology
 
 
 def all_reduce_sum(values: torch.Tensor, topology: Topology) -> torch.Tensor:
-    """Sum a tensor of statistics over ranks (in place); unchanged in a single process."""
-    if topology.distributed:
-        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    """Sum a tensor of statistics over ranks; unchanged in a single process.
+
+    NCCL reduces GPU tensors only: a CPU tensor (a verdict made on the host) goes over and back.
+    """
+    if not topology.distributed:
+        return values
+    if dist.get_backend() == "nccl" and values.device.type != "cuda":
+        on_gpu = values.to(torch.device("cuda", torch.cuda.current_device()))
+        dist.all_reduce(on_gpu, op=dist.ReduceOp.SUM)
+        return on_gpu.to(values.device)
+    dist.all_reduce(values, op=dist.ReduceOp.SUM)
     return values
 
 

@@ -6,6 +6,11 @@ its output into (sum, count) pairs (accuracies, ...), and optionally an `evaluat
 function. The loop owns the rest: AdamW + schedule, accumulation, clipping, bf16,
 DDP, progress, logs, checkpoints, exact resume, the NaN guard, and (with best_metric)
 the best model by evaluation and early stopping.
+
+It keeps a GPU fed: batches are made (and packed, and pinned) ahead of the step in a
+background thread; statistics and losses stay on the device and are read back only every
+log_every steps (and before an evaluation or a checkpoint), so the host never waits for
+the device in between; AdamW is the fused kernel on CUDA; bf16 is the default there.
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Protocol
+from typing import Any, Callable, Iterator, Literal, Protocol, get_args
 
 import torch
 from safetensors import SafetensorError
@@ -29,11 +34,13 @@ from .distributed import Topology, all_reduce_sum, barrier
 from .interrupt import StopRequests
 from .memory import TRIM_EVERY, release_freed_memory
 from .optim import build_optimizer, linear_warmup_decay, warmup_steps_from
+from .prefetch import Prefetcher, prefetched, to_device
 from .run_log import RunLog, plot_curves
 
 logger = logging.getLogger("bertforge")
 
-Precision = Literal["fp32", "bf16"]  # bf16: autocast, on CPU and CUDA
+Precision = Literal["auto", "fp32", "bf16"]  # auto: bf16 on a GPU, fp32 on CPU; bf16: autocast, on CPU and CUDA
+Device = Literal["auto", "cuda", "cpu"]  # auto: the GPU when there is one; cpu under torchrun: gloo on the CPU
 Statistics = Callable[[dict, Any], dict[str, tuple[torch.Tensor, torch.Tensor]]]
 
 
@@ -56,7 +63,8 @@ class TrainConfig:
     warmup: float = 0.01  # a fraction of max_steps (< 1) or a number of steps
     grad_accumulation: int = 1
     max_grad_norm: float = 1.0
-    precision: Precision = "fp32"
+    precision: Precision = "auto"
+    device: Device = "auto"
     compile: bool = False
     log_every: int = 10
     eval_every: int = 0  # 0: only at the end
@@ -71,8 +79,11 @@ class TrainConfig:
     early_stopping_patience: int = 0  # evaluations without a new best before stopping; 0: never
 
     def __post_init__(self) -> None:
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision={self.precision!r}: use fp32 or bf16 (fp16 needs loss scaling, not supported)")
+        if self.precision not in get_args(Precision):
+            raise ValueError(f"precision={self.precision!r}: use auto, fp32 or bf16 "
+                             "(fp16 needs loss scaling, not supported)")
+        if self.device not in get_args(Device):
+            raise ValueError(f"device={self.device!r}: use auto, cuda or cpu")
         if self.max_steps < 0 or self.grad_accumulation < 1:
             raise ValueError("max_steps must be at least 1 (0 only where a recipe derives it from epochs) "
                              "and grad_accumulation at least 1")
@@ -98,7 +109,7 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
         raise ValueError("max_steps must be at least 1")
     run_dir = Path(config.output_dir)
     model.to(device)
-    optimizer = build_optimizer(model, config.learning_rate, config.weight_decay)
+    optimizer = build_optimizer(model, config.learning_rate, config.weight_decay, fused=device.type == "cuda")
     scheduler = linear_warmup_decay(optimizer, warmup_steps_from(config.warmup, config.max_steps), config.max_steps)
     step = 0
     best = BestModel(config.best_metric, config.greater_is_better, config.early_stopping_patience) \
@@ -107,57 +118,54 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
         step = resume_from_newest_good(run_dir, model, optimizer, scheduler, batches, device, best, topology)
     forward_model = wrap_for_training(model, config, topology, device)
     log = RunLog(run_dir, resume_step=step, tensorboard=config.tensorboard) if topology.is_main else None
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision_of(config, device) == "bf16")
     progress = tqdm(total=config.max_steps, initial=step, desc="train", disable=not topology.is_main, dynamic_ncols=True)
     if evaluate is not None and step == 0 and config.eval_at_start:
         run_evaluation(model, evaluate, 0, log, progress, topology)
-    window = Window()
-    stream = iter(batches)
+    window = Window(device, first_step=step + 1)
+    stream = prefetched(batches, model, device)
     model.train()
+    report_compile_time = config.compile and topology.is_main
     stop = StopRequests().install()  # Ctrl-C / SIGTERM: finish the step, save, then stop (train/interrupt.py)
     try:
         while step < config.max_steps and not (best and best.should_stop):
+            started = time.perf_counter()
             # Dropout noise is a function of (seed, rank, step): a resumed run draws what the original would have.
             torch.manual_seed(config.seed * 1_000_003 + topology.rank * 7_919 + step)
-            for micro_step in range(config.grad_accumulation):
-                batch = {k: v.to(device) for k, v in next(stream).items()}
-                last = micro_step == config.grad_accumulation - 1
-                sync = contextlib.nullcontext() if last or not topology.distributed else forward_model.no_sync()
-                with sync:
-                    with autocast:
-                        output = forward_model(**batch, **(forward_kwargs or {}))
-                    (output.loss / config.grad_accumulation).backward()
-                window.add(batch, output, statistics)
-            step_loss = window.step_loss(topology)
-            if not math.isfinite(step_loss):
-                raise TrainingDiverged(
-                    f"the loss became {step_loss} at step {step + 1}; nothing was saved after the last good checkpoint "
-                    f"in {run_dir}. Lower the learning rate, raise warm-up, or check the data, then --resume."
-                )
+            accumulate_gradients(forward_model, stream, config, topology, device, autocast, window, statistics,
+                                 forward_kwargs or {})
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
             progress.update(1)
+            if report_compile_time:  # the warm-up a user pays for compiling, once per run
+                progress.write(f"torch.compile: the first step took {time.perf_counter() - started:.1f} s "
+                               "(compiling; a new batch shape may compile again)")
+                report_compile_time = False
             if step % TRIM_EVERY == 0:
                 release_freed_memory()
+            end = step == config.max_steps
+            stopping = stop.requested(topology) and not end
+            evaluating = evaluate is not None and (end or (config.eval_every and step % config.eval_every == 0))
+            saving = end or stopping or (config.save_every and step % config.save_every == 0)
+            if step % config.log_every == 0 or evaluating or saving or device.type == "cpu":
+                window.raise_if_diverged(topology, run_dir)  # reading the losses waits for the device
             if step % config.log_every == 0 or step == config.max_steps:
-                record = {"step": step, "lr": scheduler.get_last_lr()[0], **window.summary(topology)}
+                record = {"step": step, "lr": scheduler.get_last_lr()[0], **window.summary(topology, stream)}
                 progress.set_postfix({k: fmt(v) for k, v in record.items() if k not in ("step", "lr")}, refresh=False)
                 if log:
                     log.write(record)
-            end = step == config.max_steps
-            stopping = stop.requested(topology) and not end
-            if evaluate is not None and (end or (config.eval_every and step % config.eval_every == 0)):
+            if evaluating:
                 scores = run_evaluation(model, evaluate, step, log, progress, topology)
                 if best is not None:
                     keep_if_best(best, scores, step, model, run_dir, tokenizer, progress, topology)
                     end = end or best.should_stop
-            if end or stopping or (config.save_every and step % config.save_every == 0):
+            if saving or end:  # end: early stopping decided by this evaluation
                 if topology.is_main:
                     state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                             "data": batches.state_dict(), "config": asdict(config),
+                             "data": stream.state_dict(), "config": asdict(config),
                              "best": best.state_dict() if best else None}
                     save_checkpoint(run_dir, step, model, state, config.keep_last, tokenizer=tokenizer)
                 barrier(topology)
@@ -165,6 +173,7 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
                 raise stop.interrupted(step, run_dir)
     finally:
         stop.uninstall()
+        stream.close()
         progress.close()
         if log:
             log.close()
@@ -174,6 +183,29 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
     if config.plot:
         plot_curves(log.path, run_dir / "curves.png")
     return log.records()
+
+
+def precision_of(config: TrainConfig, device: torch.device) -> str:
+    """config.precision with `auto` resolved: bf16 on a GPU that has it (every one since Ampere), else fp32."""
+    if config.precision != "auto":
+        return config.precision
+    return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+
+
+def accumulate_gradients(forward_model, stream: Prefetcher, config: TrainConfig, topology: Topology,
+                         device: torch.device, autocast, window: "Window", statistics: Statistics | None,
+                         forward_kwargs: dict) -> None:
+    """Forward and backward over grad_accumulation micro-batches; DDP all-reduces on the last one only."""
+    for micro_step in range(config.grad_accumulation):
+        batch = to_device(stream.next_batch(), device)
+        last = micro_step == config.grad_accumulation - 1
+        sync = contextlib.nullcontext() if last or not topology.distributed else forward_model.no_sync()
+        with sync:
+            with autocast:
+                output = forward_model(**batch, **forward_kwargs)
+            (output.loss / config.grad_accumulation).backward()
+        window.add(batch, output, statistics)
+    window.end_step()
 
 
 def run_evaluation(model, evaluate, step: int, log: RunLog | None, progress, topology: Topology) -> dict[str, float]:
@@ -253,34 +285,58 @@ def restore(checkpoint: Path, model, optimizer, scheduler, batches: BatchStream,
 
 
 class Window:
-    """Sums of loss, statistics and tokens since the last log line (reduced over ranks when logged)."""
+    """Sums of loss, statistics and tokens since the last log line, kept on the device.
 
-    def __init__(self):
+    Nothing here reads a value back until `raise_if_diverged` or `summary`, which the loop calls
+    every log_every steps (and before evaluating or saving): reading waits for the device.
+    """
+
+    def __init__(self, device: torch.device, first_step: int = 1):
+        self.device = device
         self.sums: dict[str, torch.Tensor] = {}
-        self.step_losses: list[torch.Tensor] = []
+        self.micro_losses: list[torch.Tensor] = []
+        self.step_losses: list[torch.Tensor] = []  # one (sum over micro-batches, count) pair per step
+        self.first_unchecked_step = first_step
         self.started = time.perf_counter()
 
+    def on_device(self, value) -> torch.Tensor:
+        return torch.as_tensor(value).detach().to(self.device, torch.float32, non_blocking=True)
+
     def add(self, batch: dict, output, statistics: Statistics | None) -> None:
-        self.step_losses.append(output.loss.detach().float())
-        values = {"loss": (output.loss.detach().float(), torch.tensor(1.0))}
+        self.micro_losses.append(output.loss.detach().float())
+        values = {"loss": (output.loss, 1.0)}
         if "attention_mask" in batch:
-            values["tokens"] = (batch["attention_mask"].sum().float(), torch.tensor(0.0))
+            values["tokens"] = (batch["attention_mask"].sum(), 0.0)
         if statistics is not None:
             values.update(statistics(batch, output))
         for key, (total, count) in values.items():
-            pair = torch.stack([total.detach().float().cpu(), torch.as_tensor(count).float().cpu()])
-            self.sums[key] = self.sums.get(key, 0) + pair
+            pair = torch.stack([self.on_device(total), self.on_device(count)])
+            self.sums[key] = self.sums[key] + pair if key in self.sums else pair
 
-    def step_loss(self, topology: Topology) -> float:
-        """The mean loss of this optimizer step over micro-batches and ranks."""
-        losses = torch.stack(self.step_losses).cpu()
-        self.step_losses = []
-        reduced = all_reduce_sum(torch.stack([losses.sum(), torch.tensor(float(len(losses)))]), topology)
-        return (reduced[0] / reduced[1]).item()
+    def end_step(self) -> None:
+        losses = torch.stack(self.micro_losses)
+        self.step_losses.append(torch.stack([losses.sum(), self.on_device(len(losses))]))
+        self.micro_losses = []
 
-    def summary(self, topology: Topology) -> dict[str, float]:
+    def raise_if_diverged(self, topology: Topology, run_dir: Path) -> None:
+        """Raise TrainingDiverged at the first step since the last check whose mean loss (over ranks) is not finite."""
+        if not self.step_losses:
+            return
+        reduced = all_reduce_sum(torch.stack(self.step_losses), topology).cpu()  # (steps, 2)
+        first, self.step_losses = self.first_unchecked_step, []
+        self.first_unchecked_step += len(reduced)
+        for offset, (total, count) in enumerate(reduced.tolist()):
+            if not math.isfinite(total / count):
+                raise TrainingDiverged(
+                    f"the loss became {total / count} at step {first + offset}; nothing was saved after the last "
+                    f"good checkpoint in {run_dir}. Lower the learning rate, raise warm-up, or check the data, "
+                    "then --resume."
+                )
+
+    def summary(self, topology: Topology, stream: Prefetcher) -> dict[str, float]:
+        """Means since the last summary, tokens/s, and data_wait: the share of the time spent waiting for batches."""
         keys = sorted(self.sums)
-        reduced = all_reduce_sum(torch.stack([self.sums[k] for k in keys]), topology)
+        reduced = all_reduce_sum(torch.stack([self.sums[k] for k in keys]), topology).cpu()
         elapsed = time.perf_counter() - self.started
         record = {}
         for key, (total, count) in zip(keys, reduced.tolist()):
@@ -288,7 +344,8 @@ class Window:
                 record["tokens_per_s"] = total / elapsed
             elif count > 0:
                 record[key] = total / count
-        self.sums, self.started = {}, time.perf_counter()
+        record["data_wait"] = stream.waited / elapsed
+        self.sums, self.started, stream.waited = {}, time.perf_counter(), 0.0
         return record
 
 

@@ -13,14 +13,19 @@ NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias")
 
 
 def build_optimizer(model: nn.Module, learning_rate: float, weight_decay: float = 0.01,
-                    betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6) -> torch.optim.AdamW:
-    """AdamW over the trainable parameters, decaying all but LayerNorm weights and biases."""
+                    betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                    fused: bool = False) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters, decaying all but LayerNorm weights and biases.
+
+    fused: one kernel updates every parameter (CUDA): at small batches the step is launch-bound,
+    and the default (foreach) AdamW launches a dozen kernels per parameter group.
+    """
     decay, no_decay = [], []
     for name, parameter in model.named_parameters():
         if parameter.requires_grad:
             (no_decay if name.endswith(NO_DECAY) else decay).append(parameter)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps)
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps, fused=True if fused else None)
 
 
 def warmup_steps_from(warmup: float, total_steps: int) -> int:

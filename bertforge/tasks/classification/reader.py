@@ -33,7 +33,7 @@ _MAX_LISTED = 10  # unknown labels or skipped rows named in one message; the res
 class LabelledRows:
     """The usable rows of a labelled file, in file order.
 
-    texts: 1 or 2 texts per row, in `text_columns` order. labels: raw values (str from csv/tsv,
+    texts: 1 to max_texts texts per row, in `text_columns` order. labels: raw values (str from csv/tsv,
     the JSON value from jsonl, e.g. a list for multi-label), None when no label column was asked
     for. row_numbers: 1-based line where each row starts (for messages). skipped: one warning per
     row left out.
@@ -49,11 +49,12 @@ class LabelledRows:
 
 
 def read_rows(path: str | os.PathLike, *, text_columns: list[str], label_column: str | None = None,
-              id_column: str | None = None) -> LabelledRows:
+              id_column: str | None = None, max_texts: int = 2) -> LabelledRows:
     """Read the texts (and labels) of a .csv, .tsv or .jsonl file; the suffix picks the format.
 
     id_column: also keep each row's value of this column in `ids` (e.g. the admission a chunk
     of a long note belongs to, so that chunk scores can be combined per admission).
+    max_texts: how many text columns a row may have (3 for retrieval triplets).
 
     CSV/TSV need a header row; JSONL needs one JSON object per line. Rows with an empty text or
     an empty label are skipped, each with a warning in `skipped` and one logged summary.
@@ -63,8 +64,9 @@ def read_rows(path: str | os.PathLike, *, text_columns: list[str], label_column:
     """
     path = Path(path)
     text_columns = list(text_columns)
-    if not 1 <= len(text_columns) <= 2:
-        raise ValueError(f"text_columns must name 1 or 2 columns (a text, or a text pair), got {text_columns}")
+    if not 1 <= len(text_columns) <= max_texts:
+        raise ValueError(f"text_columns must name 1 to {max_texts} columns (e.g. a text, or a text pair), "
+                         f"got {text_columns}")
     require_file(path, "labelled file")
     suffix = path.suffix.lower()
     if suffix not in (*DELIMITERS, JSONL_SUFFIX):

@@ -25,7 +25,7 @@ from ...input_files import changed_inputs, fingerprints
 from ...train.run_folder import claim_run_folder
 from .corpus import DocumentBoundary, expand_paths
 from .shards import TokenizedCorpus, prepare_corpus
-from ...models.heads import IGNORE_INDEX, BertForPreTraining
+from ...models.heads import BertForPreTraining, masked_positions_from
 from ...tokenization.tokenizer import BertTokenizer
 from ...train.distributed import Topology, barrier, init_distributed, select_device, shutdown
 from ...train.loop import TrainConfig, train
@@ -176,7 +176,11 @@ def build_model(recipe: PretrainRecipe, tokenizer: BertTokenizer) -> BertForPreT
 
 
 class EndlessBatches:
-    """Batches epoch after epoch from a PretrainingDataset; its cursor is the stream's position."""
+    """Batches epoch after epoch from a PretrainingDataset; its cursor is the stream's position.
+
+    Each batch also carries masked_positions (num_predictions,), found on the host, so that the
+    masked-only MLM head never reads the labels back from the device.
+    """
 
     def __init__(self, dataset: PretrainingDataset, batch_size: int):
         self.dataset, self.batch_size = dataset, batch_size
@@ -185,8 +189,9 @@ class EndlessBatches:
         while True:  # num_workers=0: the dataset's cursor counts exactly the instances consumed
             # A private generator: a DataLoader draws a seed when it starts, and drawing it from the
             # global RNG would shift the dropout noise of a resumed run (which starts one mid-epoch).
-            yield from DataLoader(self.dataset, batch_size=self.batch_size, collate_fn=self.dataset.collate,
-                                  generator=torch.Generator())
+            for batch in DataLoader(self.dataset, batch_size=self.batch_size, collate_fn=self.dataset.collate,
+                                    generator=torch.Generator()):
+                yield {**batch, "masked_positions": masked_positions_from(batch["labels"])}
 
     def state_dict(self) -> dict:
         return self.dataset.state_dict()
@@ -201,19 +206,20 @@ def pretraining_statistics(batch: dict, output) -> dict[str, tuple[torch.Tensor,
     The losses are the head's own (output.mlm_loss / nsp_loss, means), weighted back into sums.
     """
     labels = batch["labels"]
-    selected = labels != IGNORE_INDEX
+    # Flat positions of the masked tokens: the collator's when it gave them (no read-back from the device).
+    positions = batch["masked_positions"] if "masked_positions" in batch else masked_positions_from(labels)
     logits = output.prediction_logits
     if logits.dim() == 3:  # the full head scored every position
-        logits = logits[selected]
-    targets = labels[selected]
-    count = selected.sum()
+        logits = logits.flatten(0, 1).index_select(0, positions)
+    targets = labels.flatten().index_select(0, positions)
+    count = positions.numel()
     stats = {
         "mlm_loss": (output.mlm_loss.detach() * count, count),
         "mlm_accuracy": ((logits.argmax(-1) == targets).sum(), count),
     }
     if output.nsp_loss is not None:
         nsp_labels = batch["next_sentence_label"]
-        size = torch.tensor(len(nsp_labels))
+        size = len(nsp_labels)
         stats["nsp_loss"] = (output.nsp_loss.detach() * size, size)
         stats["nsp_accuracy"] = ((output.seq_relationship_logits.argmax(-1) == nsp_labels).sum(), size)
     return stats
@@ -243,7 +249,7 @@ def run_pretraining(recipe: PretrainRecipe, resume: bool = False, overwrite: boo
     """
     if not recipe.data.train:
         raise ValueError("the recipe has no data.train files; list the text files to pretrain on")
-    device = select_device()
+    device = select_device(recipe.training.device)
     topology = init_distributed(device)
     run_dir = Path(recipe.training.output_dir)
     try:

@@ -1,0 +1,139 @@
+"""Checking what a user passes to the embedding API, once, where it enters.
+
+Each function returns the value in the form the rest of the code trusts, or raises a
+ValueError that names the problem and the fix.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Iterable, Literal, Sequence, get_args
+
+import numpy as np
+
+from ..models.model import BertModel
+
+LayerCombine = Literal["mean", "concat"]
+LAYER_COMBINES = get_args(LayerCombine)
+# Readable names for the layer choices people make by hand (Devlin et al. 2018, table 7).
+LAYER_ALIASES: dict[str, tuple[tuple[int, ...], str | None]] = {
+    "last": ((-1,), None),
+    "second_to_last": ((-2,), None),
+    "last_four_mean": ((-4, -3, -2, -1), "mean"),
+    "last_four_concat": ((-4, -3, -2, -1), "concat"),
+}
+# sentence-transformers folders record here the sequence length SentenceTransformer truncates to.
+SENTENCE_TRANSFORMERS_CONFIG = "sentence_bert_config.json"
+
+LayerSpec = int | str | Sequence[int]
+
+
+def resolve_encoder(model) -> BertModel:
+    """The BertModel inside what the user passed: the model itself or a head's `.bert`."""
+    if isinstance(model, BertModel):
+        return model
+    if isinstance(getattr(model, "bert", None), BertModel):
+        return model.bert
+    raise ValueError(
+        f"expected a bertforge BertModel, a head model with a `.bert` encoder, or a checkpoint folder; "
+        f"got {type(model).__module__}.{type(model).__qualname__}. Load weights with bertforge.BertModel.from_pretrained(folder)"
+    )
+
+
+def resolve_layers(layers: LayerSpec, layer_combine: str | None, num_layers: int) -> tuple[tuple[int, ...], str]:
+    """Layer choice -> (absolute hidden-state indices in 0..num_layers, combine mode).
+
+    Raises ValueError for an unknown alias or combine mode, an empty list, a non-int
+    index, or an index outside the model's layers.
+    """
+    if layer_combine is not None and layer_combine not in LAYER_COMBINES:
+        raise ValueError(f"layer_combine={layer_combine!r} is not one of {LAYER_COMBINES}")
+    if isinstance(layers, str):
+        if layers not in LAYER_ALIASES:
+            raise ValueError(
+                f"layers={layers!r} is not a known alias; use one of {tuple(LAYER_ALIASES)}, "
+                "an int (-1 last, 0 embeddings) or a list of ints"
+            )
+        indices, alias_combine = LAYER_ALIASES[layers]
+        if alias_combine and layer_combine not in (None, alias_combine):
+            raise ValueError(f"layers={layers!r} already means layer_combine={alias_combine!r}; drop layer_combine")
+        layer_combine = alias_combine
+    else:
+        indices = (layers,) if isinstance(layers, int) else tuple(layers)
+    if not indices:
+        raise ValueError("layers is empty; pass at least one layer index, e.g. layers=-1")
+    return tuple(absolute_layer(i, num_layers) for i in indices), layer_combine or "mean"
+
+
+def absolute_layer(index, num_layers: int) -> int:
+    # bool is an int subclass, and layers=True is surely a mistake.
+    if not isinstance(index, (int, np.integer)) or isinstance(index, bool):
+        raise ValueError(f"layer index {index!r} is not an int; use e.g. -1 (last) or 0 (embeddings)")
+    if not -(num_layers + 1) <= index <= num_layers:
+        raise ValueError(
+            f"layer {index} is out of range: the model has {num_layers} layers, so hidden states are "
+            f"0 (embeddings) to {num_layers}, or -{num_layers + 1} to -1 counting from the end"
+        )
+    return int(index) % (num_layers + 1)
+
+
+def check_texts(texts: Iterable[str]) -> list[str]:
+    """A list of str, or ValueError naming the first item that is not one."""
+    if isinstance(texts, str):
+        raise ValueError("texts is a single str; pass a list of texts, e.g. [text]")
+    texts = list(texts)
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            hint = " (a missing value read from a table is a float NaN: drop or fill it)" if isinstance(text, float) else ""
+            raise ValueError(f"texts[{index}] is {type(text).__name__}, not str{hint}")
+    return texts
+
+
+def check_sentence(sentence) -> str:
+    if not isinstance(sentence, str):
+        raise ValueError(f"sentence must be a str, got {type(sentence).__name__}")
+    return sentence
+
+
+def check_max_length(max_length: int | None, tokenizer, model: BertModel) -> int:
+    """The truncation length: the user's, or the tokenizer's limit, never past the position table."""
+    positions = model.config.max_position_embeddings
+    if max_length is None:
+        return min(int(getattr(tokenizer, "model_max_length", positions)), positions)
+    if not isinstance(max_length, int) or not 2 <= max_length <= positions:
+        raise ValueError(
+            f"max_length={max_length!r} must be an int from 2 ([CLS] + [SEP]) to {positions}, "
+            "the model's max_position_embeddings"
+        )
+    return max_length
+
+
+def check_positive(name: str, value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}={value!r} must be a positive int")
+    return value
+
+
+def find_word(sentence: str, word: str, occurrence: int) -> tuple[int, int]:
+    """Character span [start, end) of the chosen whole-word, case-insensitive match of word."""
+    if not isinstance(word, str) or not word.strip():
+        raise ValueError(f"word={word!r} must be a non-empty str")
+    # Whole words ("bank" is not found inside "banking"); any run of whitespace between a phrase's words.
+    pattern = r"(?<!\w)" + r"\s+".join(map(re.escape, word.split())) + r"(?!\w)"
+    matches = [m.span() for m in re.finditer(pattern, sentence, flags=re.IGNORECASE)]
+    if not matches:
+        raise ValueError(f"{word.strip()!r} is not in the sentence {sentence!r} (matched as a whole word, ignoring case)")
+    if not isinstance(occurrence, int) or not -len(matches) <= occurrence < len(matches):
+        raise ValueError(
+            f"occurrence={occurrence!r} is out of range: {word.strip()!r} occurs {len(matches)} time(s) in the sentence "
+            f"(use 0 to {len(matches) - 1}, or -1 for the last)"
+        )
+    return matches[occurrence]
+
+
+def sentence_transformers_max_length(folder: Path) -> int | None:
+    config_file = folder / SENTENCE_TRANSFORMERS_CONFIG
+    if not config_file.is_file():
+        return None
+    return json.loads(config_file.read_text(encoding="utf-8")).get("max_seq_length")

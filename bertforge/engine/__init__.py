@@ -1,0 +1,1 @@
+"""The shared engine: attention (padded and packed), unpadding, batching by tokens."""

@@ -1,0 +1,1 @@
+"""Exporting models to other runtimes (ONNX)."""

@@ -1,0 +1,141 @@
+"""A checkpoint as an ONNX model, checked against ONNX Runtime before it is published.
+
+The graph takes input_ids, attention_mask and token_type_ids, int64 (batch, sequence), both
+axes dynamic, and returns last_hidden_state (batch, sequence, hidden), pooler_output
+(batch, hidden) when the model has a pooler, and, when a pooling is chosen, sentence_embedding
+(batch, hidden) made as `Embedder` makes it. The folder written holds model.onnx, the config
+and the tokenizer files, so it is all a runtime needs.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..atomic import staging_folder
+from ..embeddings.pooling import POOL_FUNCTIONS
+from ..errors import UsageError
+from ..models.model import BertModel
+from ..tokenization.tokenizer import BertTokenizer
+
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+OPSET = 18
+# What ONNX Runtime may differ from PyTorch by on the check texts (float32; measured ~2e-6 on MiniLM).
+TOLERANCE = 1e-4
+CHECK_TEXTS = ["Hello.", "A longer sentence, so that the batch has padding to mask.",
+               "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition."]
+
+
+class ExportedEncoder(nn.Module):
+    """BertModel's forward for export: always masked, no branch on the inputs' values.
+
+    `BertModel.forward` skips the mask when nothing is padded, which reads the mask's values:
+    a graph cannot branch on data, and a traced branch would be frozen to the example's case.
+    """
+
+    def __init__(self, model: BertModel, pooling: str | None, normalize: bool):
+        super().__init__()
+        self.bert, self.pooling, self.normalize = model, pooling, normalize
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> tuple[Tensor, ...]:
+        batch, seq = input_ids.shape
+        positions = torch.arange(seq, device=input_ids.device).expand(batch, seq)
+        hidden_states = self.bert.embeddings(input_ids, token_type_ids, positions)
+        key_mask = attention_mask[:, None, None, :].bool()
+        for layer in self.bert.encoder.layer:
+            hidden_states, _ = layer(hidden_states, key_mask)
+        outputs = [hidden_states]
+        if self.bert.pooler is not None:
+            outputs.append(self.bert.pooler(hidden_states))
+        if self.pooling is not None:
+            vectors = (outputs[1] if self.pooling == "pooler" else
+                       POOL_FUNCTIONS[self.pooling](hidden_states, attention_mask))
+            outputs.append(F.normalize(vectors, p=2, dim=1) if self.normalize else vectors)
+        return tuple(outputs)
+
+    def output_names(self) -> list[str]:
+        names = ["last_hidden_state"] + (["pooler_output"] if self.bert.pooler is not None else [])
+        return names + (["sentence_embedding"] if self.pooling is not None else [])
+
+
+def export_onnx(folder: str | os.PathLike, output: str | os.PathLike, pooling: str | None = None,
+                normalize: bool = False) -> float:
+    """Write `output`/model.onnx (+ config and tokenizer) for the BertModel in `folder`; returns the check's max |diff|.
+
+    The graph is run in ONNX Runtime on CHECK_TEXTS (padded, so the mask matters) and must
+    match PyTorch within TOLERANCE before the folder is published (atomically).
+    Raises ValueError for an unknown pooling, an output folder that is not empty, or a
+    mismatch; ImportError names the `export` extra when onnx/onnxruntime are missing.
+    """
+    missing = [name for name in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ValueError(f"ONNX export needs {', '.join(missing)}: pip install 'bertforge[export]'")
+    if pooling is not None and pooling not in POOL_FUNCTIONS and pooling != "pooler":
+        raise UsageError(f"pooling={pooling!r} is not one of {(*POOL_FUNCTIONS, 'pooler')} (or none)")
+    output = Path(output)
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise UsageError(f"{output} already exists and is not an empty folder; choose a new folder or remove it")
+    model = BertModel.from_pretrained(folder).eval()
+    if pooling == "pooler" and model.pooler is None:
+        raise ValueError("this model has no pooler; choose --pooling mean, cls or max")
+    tokenizer = BertTokenizer.from_pretrained(folder)
+    graph = ExportedEncoder(model, pooling, normalize)
+    example = tokenizer(CHECK_TEXTS, padding=True, return_tensors="pt")
+    with staging_folder(output) as staging:
+        onnx_file = staging / "model.onnx"
+        batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=model.config.max_position_embeddings)
+        with warnings.catch_warnings(), quiet_logger("torch.onnx"), torch.no_grad():
+            warnings.simplefilter("ignore")  # the exporter's notes on its own internals (e.g. no torchvision)
+            torch.onnx.export(graph, tuple(example[name] for name in INPUT_NAMES), onnx_file, dynamo=True,
+                              input_names=list(INPUT_NAMES), output_names=graph.output_names(),
+                              dynamic_shapes={name: {0: batch, 1: sequence} for name in INPUT_NAMES},
+                              opset_version=OPSET, external_data=False, verbose=False)
+        difference = check_with_onnxruntime(onnx_file, graph, tokenizer)
+        model.config.to_json_file(staging / "config.json")
+        tokenizer.save_pretrained(staging)
+        if output.exists():
+            output.rmdir()
+        os.replace(staging, output)
+    umask = os.umask(0)
+    os.umask(umask)
+    output.chmod(0o777 & ~umask)  # the staging folder was private (mkdtemp); the export is not
+    return difference
+
+
+@contextlib.contextmanager
+def quiet_logger(name: str):
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def check_with_onnxruntime(onnx_file: Path, graph: ExportedEncoder, tokenizer: BertTokenizer) -> float:
+    """Max |ONNX Runtime - PyTorch| over every output on a batch of another shape than the example's."""
+    import onnxruntime
+
+    texts = CHECK_TEXTS[::-1] + ["One more, of a length of its own, for a new batch shape."]
+    encoded = tokenizer(texts, padding=True, return_tensors="pt")
+    session = onnxruntime.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
+    actual = session.run(None, {name: encoded[name].numpy() for name in INPUT_NAMES})
+    with torch.no_grad():
+        expected = graph(*(encoded[name] for name in INPUT_NAMES))
+    real = encoded["attention_mask"].bool().numpy()
+    differences = [np.abs(actual[0][real] - expected[0].numpy()[real]).max()]  # padded positions mean nothing
+    differences += [np.abs(a - e.numpy()).max() for a, e in zip(actual[1:], expected[1:])]
+    difference = float(max(differences))
+    if not difference <= TOLERANCE:
+        raise ValueError(f"the exported graph differs from PyTorch by {difference:.2e} (> {TOLERANCE}) in ONNX Runtime "
+                         f"{onnxruntime.__version__}; please report it with your torch and onnx versions")
+    return difference

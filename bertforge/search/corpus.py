@@ -1,0 +1,97 @@
+"""Passages to index, read from a file one at a time (a corpus may be larger than memory).
+
+Two layouts, picked by extension:
+- `.jsonl`: one JSON object per line, the text under `text_field` ("text") and, optionally,
+  an id under `id_field` ("id", a str or an int);
+- anything else: plain text, one passage per line; the id is "FILE_NAME:LINE" (line 1-based),
+  so passages added later from another file keep ids of their own.
+Blank lines are skipped in both.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ..tasks.pretraining.corpus import jsonl_objects
+
+PassageId = str | int
+
+
+@dataclass(frozen=True)
+class Passage:
+    id: PassageId
+    text: str
+
+
+def check_corpus_file(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise ValueError(f"corpus {path} {what}; pass a text file (one passage per line) or a .jsonl file")
+    return path
+
+
+def read_passages(path: str | Path, text_field: str = "text", id_field: str = "id") -> Iterator[Passage]:
+    """Yield the corpus's passages in file order, streamed.
+
+    Raises ValueError naming file:line for a JSONL record without a str text or with an id
+    that is neither a str nor an int.
+    """
+    path = check_corpus_file(path)
+    if path.suffix == ".jsonl":
+        yield from jsonl_passages(path, text_field, id_field)
+        return
+    with open(path, encoding="utf-8-sig") as file:
+        for line_number, line in enumerate(file, start=1):
+            text = line.rstrip("\r\n")
+            if text.strip():
+                yield Passage(f"{path.name}:{line_number}", text)
+
+
+def jsonl_passages(path: Path, text_field: str, id_field: str) -> Iterator[Passage]:
+    for line_number, record in jsonl_objects(path):
+        text = record.get(text_field)
+        if not isinstance(text, str):
+            found = "no such field" if text_field not in record else f"a {type(text).__name__}"
+            raise ValueError(f"{path}:{line_number}: {text_field!r} must hold the passage's text, found {found}; "
+                             "choose the field with --text-field")
+        passage_id = record.get(id_field, line_number)
+        # bool is an int subclass; True as an id is surely a mistake.
+        if not isinstance(passage_id, (str, int)) or isinstance(passage_id, bool):
+            raise ValueError(f"{path}:{line_number}: {id_field!r} must be a str or an int, "
+                             f"found {type(passage_id).__name__}")
+        if text.strip():
+            yield Passage(passage_id, text)
+
+
+def count_passages(path: str | Path) -> int:
+    """Non-blank lines: the number of passages, for a progress bar's total (one quick pass, no parsing)."""
+    with open(check_corpus_file(path), "rb") as file:
+        return sum(1 for line in file if line.strip())
+
+
+def chunked(passages: Iterable[Passage], size: int) -> Iterator[list[Passage]]:
+    iterator = iter(passages)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+
+
+class UniqueIds:
+    """The ids in an index so far: `check` new passages against them, then `remember` the ones kept."""
+
+    def __init__(self, existing: Iterable[PassageId] = ()):
+        self.seen = set(existing)
+
+    def check(self, passages: list[Passage], source: str) -> None:
+        """Raise ValueError for an id already seen or repeated within passages; remembers nothing."""
+        batch = set()
+        for passage in passages:
+            if passage.id in self.seen or passage.id in batch:
+                raise ValueError(f"duplicate id {passage.id!r} in {source} (already in the index or earlier in the "
+                                 "corpus); ids must be unique: fix the corpus, or drop the id field to number lines")
+            batch.add(passage.id)
+
+    def remember(self, passages: list[Passage]) -> None:
+        self.seen.update(passage.id for passage in passages)

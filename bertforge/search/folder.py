@@ -1,0 +1,125 @@
+"""The index folder on disk: what it holds, how it is published, appended to, and checked when read.
+
+    INDEX/
+      meta.json         format, the vectors' model/fingerprint/pooling/dimension, kind, count,
+                        search effort, build-time recall, and the names of the files below
+      index-G.faiss     the FAISS index of generation G
+      offsets-G.npy     int64 (count + 1,) byte offsets of each row in texts.jsonl
+      texts.jsonl       {"id": ..., "text": ...} per row, append-only (store.py)
+
+meta.json is the commit point. A new folder is written in a staging folder and renamed into
+place. An append writes texts past the recorded end, then index-(G+1).faiss and
+offsets-(G+1).npy, then replaces meta.json in one rename, then deletes generation G: a kill at
+any moment leaves either the old index or the new one, whole.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from ..atomic import replaced_file, staging_folder
+from ..errors import UsageError
+from .ann import faiss
+from .corpus import Passage
+from .store import TEXTS_FILE, TextStore, append_passages
+
+META_FILE = "meta.json"
+FORMAT = "bertforge-index"
+FORMAT_VERSION = 1
+
+
+def write_new_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passages: Iterable[Passage]) -> dict:
+    """Publish a new index folder (it must not exist yet); returns the meta written.
+
+    Raises ValueError when `folder` exists, or when `passages` are not one per vector.
+    """
+    folder = Path(folder)
+    if folder.exists():
+        raise UsageError(f"{folder} already exists; add to it with `bertforge index add {folder} CORPUS`, "
+                         "or remove it / choose another --output to build afresh")
+    with staging_folder(folder) as staging:
+        offsets = append_passages(staging / TEXTS_FILE, 0, passages)
+        meta = commit(staging, {**meta, "format": FORMAT, "format_version": FORMAT_VERSION, "generation": 0},
+                      faiss_index, offsets)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)  # a staging folder is private (0700); the index is not
+        os.rename(staging, folder)
+    return meta
+
+
+def append_to_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passages: Iterable[Passage]) -> dict:
+    """Commit `passages` (already added to `faiss_index`, whose rows now run past meta's count)."""
+    old_offsets = np.load(folder / meta["files"]["offsets"])
+    new_offsets = append_passages(folder / TEXTS_FILE, meta["texts_bytes"], passages)
+    return commit(folder, meta, faiss_index, np.concatenate([old_offsets[:-1], new_offsets]))
+
+
+def commit(folder: Path, meta: dict, faiss_index: faiss.Index, offsets: np.ndarray) -> dict:
+    """Write generation G+1's index and offsets, then meta.json (the commit), then drop older generations."""
+    if len(offsets) - 1 != faiss_index.ntotal:
+        raise RuntimeError(f"{len(offsets) - 1} texts for {faiss_index.ntotal} vectors")
+    generation = meta["generation"] + 1
+    files = {"faiss": f"index-{generation}.faiss", "offsets": f"offsets-{generation}.npy"}
+    with replaced_file(folder / files["faiss"]) as temporary:
+        faiss.write_index(faiss_index, str(temporary))
+    with replaced_file(folder / files["offsets"]) as temporary, open(temporary, "wb") as file:
+        np.save(file, offsets)
+    meta = {**meta, "generation": generation, "count": int(faiss_index.ntotal), "texts_bytes": int(offsets[-1]),
+            "files": files}
+    with replaced_file(folder / META_FILE) as temporary:
+        temporary.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    for pattern in ("index-*.faiss", "offsets-*.npy"):
+        for stale in folder.glob(pattern):
+            if stale.name not in files.values():
+                stale.unlink(missing_ok=True)
+    return meta
+
+
+def read_folder(folder: str | Path) -> tuple[dict, faiss.Index, TextStore]:
+    """(meta, faiss index, text store) of an index folder, checked to be whole and consistent.
+
+    Raises ValueError naming what is missing, damaged or inconsistent, and what to do.
+    """
+    folder = Path(folder)
+    rebuild = f"rebuild it with `bertforge index build CORPUS --output {folder}` (after moving it away)"
+    if not folder.is_dir():
+        raise ValueError(f"index folder {folder} does not exist; build one with "
+                         f"`bertforge index build CORPUS --output {folder}`")
+    meta_file = folder / META_FILE
+    if not meta_file.is_file():
+        raise ValueError(f"{folder} is not a bertforge index (no {META_FILE}): a build killed before it finished "
+                         f"leaves none; run the same `bertforge index build` again (it resumes), or {rebuild}")
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        files, count, texts_bytes = meta["files"], int(meta["count"]), int(meta["texts_bytes"])
+        dim = int(meta["vectors"]["dim"])
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{meta_file} is damaged ({type(error).__name__}: {error}); {rebuild}") from None
+    if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{folder} holds format {meta.get('format')!r} version {meta.get('format_version')!r}; "
+                         f"this bertforge reads {FORMAT!r} version {FORMAT_VERSION}: {rebuild}")
+    for name in (files["faiss"], files["offsets"], TEXTS_FILE):
+        if not (folder / name).is_file():
+            raise ValueError(f"{folder} is incomplete: {name} is missing; {rebuild}")
+    try:
+        faiss_index = faiss.read_index(str(folder / files["faiss"]))
+        offsets = np.load(folder / files["offsets"])
+    except (RuntimeError, ValueError, OSError, EOFError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{folder} is damaged: a file does not read ({first_line}); {rebuild}") from None
+    problems = []
+    if faiss_index.ntotal != count or faiss_index.d != dim:
+        problems.append(f"{files['faiss']} holds {faiss_index.ntotal} vectors of size {faiss_index.d}, "
+                        f"{META_FILE} says {count} of size {dim}")
+    if offsets.shape != (count + 1,) or int(offsets[-1]) != texts_bytes:
+        problems.append(f"{files['offsets']} does not match {count} texts")
+    if (folder / TEXTS_FILE).stat().st_size < texts_bytes:
+        problems.append(f"{TEXTS_FILE} is shorter than the {texts_bytes} bytes recorded")
+    if problems:
+        raise ValueError(f"{folder} is inconsistent ({'; '.join(problems)}); {rebuild}")
+    return meta, faiss_index, TextStore(folder / TEXTS_FILE, offsets)

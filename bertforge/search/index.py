@@ -1,0 +1,297 @@
+"""`Index`: texts embedded with a BERT model, searchable by meaning (FAISS underneath).
+
+    index = Index.build(texts, "minilm")           # or Index.load("my-index")
+    index.add(more_texts)
+    hits = index.search("a query", top_k=10)         # [Hit(id, text, score, row), ...] best first
+    index.save("my-index")                           # a new folder, or commit the additions to its own
+
+A corpus file larger than memory is built with `build.build_index`, chunk by chunk.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..embeddings.embed import check_texts
+from . import ann
+from .ann import faiss
+from .corpus import Passage, PassageId, UniqueIds
+from .encoder import VectorSpec, open_model
+from .folder import append_to_folder, read_folder, write_new_folder
+from .store import TextStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Hit:
+    id: PassageId
+    text: str
+    score: float          # inner product (cosine for normalised vectors)
+    row: int              # the row in the index, 0-based, in the order texts were added
+    rerank_score: float | None = None
+
+
+class Index:
+    """Vectors of passages in a FAISS index, with the passages' ids and texts and the model that made them.
+
+    Rows are numbered in the order passages were added. Committed rows are read from the
+    index folder on demand; rows added since the last save are held in memory until `save`.
+    """
+
+    def __init__(self, spec: VectorSpec, faiss_index: faiss.Index, kind: str, meta: dict | None = None,
+                 folder: Path | None = None, store: TextStore | None = None):
+        self.spec, self.faiss_index, self.kind = spec, faiss_index, kind
+        self.meta = meta or {}
+        self.folder, self.store = folder, store
+        self.pending: list[Passage] = []
+        self._embedder = None
+        self._ids: UniqueIds | None = None
+        self._gpu: faiss.Index | None | bool = False  # False: not made yet; None: no GPU to use
+
+    def __len__(self) -> int:
+        return int(self.faiss_index.ntotal)
+
+    # --- making one --------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, texts: Sequence[str], model: str | Path = "minilm", *, ids: Sequence[PassageId] | None = None,
+              kind: str = "auto", pooling: str | None = None, normalize: bool = True, batch_size: int = 32,
+              progress: bool | None = None, tune_queries: Sequence[str] | None = None) -> "Index":
+        """Embed texts with `model` (a checkpoint folder or packaged name) and index them.
+
+        ids: one per text (str or int), default the row numbers. kind: auto, flat, ivf or hnsw
+        (see ann.py). pooling: None takes a sentence-transformers folder's choice, else mean.
+        tune_queries: typical query texts to tune an approximate index's effort on.
+        Raises ValueError for no texts, a non-str text, ids of the wrong length or repeated.
+        """
+        texts = check_texts(texts)
+        if not texts:
+            raise ValueError("no texts to index; pass a non-empty list of texts")
+        spec, embedder = open_model(model, pooling=pooling, normalize=normalize, batch_size=batch_size,
+                                    progress=progress)
+        query_vectors = embedder.encode(check_texts(tune_queries)) if tune_queries else None
+        index = cls.from_vectors(spec, embedder.encode(texts), make_passages(texts, ids, first_row=0), kind,
+                                 tune_queries=query_vectors)
+        index._embedder = embedder
+        return index
+
+    @classmethod
+    def from_vectors(cls, spec: VectorSpec, vectors: np.ndarray, passages: Sequence[Passage],
+                     kind: str = "auto", seed: int = 0, tune_queries: np.ndarray | None = None) -> "Index":
+        """An index over precomputed vectors (n, spec.dim), one passage per row.
+
+        For an approximate kind the search effort is tuned here to recall@10 >= RECALL_TARGET,
+        on tune_queries (vectors (m, dim) of typical queries) or else on sampled stored vectors.
+        """
+        vectors = check_vectors(vectors, spec.dim)
+        if len(passages) != len(vectors):
+            raise ValueError(f"{len(passages)} passages for {len(vectors)} vectors; give one per vector")
+        if not len(vectors):
+            raise ValueError("no vectors to index; an index needs at least one passage")
+        kind = ann.resolve_kind(kind, len(vectors))
+        faiss_index = ann.new_faiss_index(kind, spec.dim, len(vectors))
+        rng = np.random.default_rng(seed)
+        training = ann.training_rows(faiss_index, len(vectors), rng)
+        if training is not None:
+            faiss_index.train(vectors[training])
+        faiss_index.add(vectors)
+        index = cls(spec, faiss_index, kind, meta={"vectors": spec.to_json(), "kind": kind})
+        index.ids.check(passages, "the passages given")
+        index.ids.remember(passages)
+        index.pending = list(passages)
+        if tune_queries is not None:
+            tune_queries = check_vectors(tune_queries, spec.dim)
+        index.meta.update(measure_recall(faiss_index, kind, [vectors], rng, queries=tune_queries))
+        return index
+
+    @classmethod
+    def load(cls, folder: str | Path, model: str | Path | None = None) -> "Index":
+        """Open an index folder; with `model`, queries are embedded by it after checking it is the index's model.
+
+        Raises ValueError for a missing, half-written, damaged or inconsistent folder, or a
+        model that is not the one the index was built with.
+        """
+        meta, faiss_index, store = read_folder(folder)
+        spec = VectorSpec.from_json(meta["vectors"])
+        index = cls(spec, faiss_index, meta["kind"], meta=meta, folder=Path(folder), store=store)
+        ann.set_effort(faiss_index, index.kind, meta.get("effort"))
+        if model is not None:
+            query_spec, embedder = open_model(model, pooling=spec.pooling, normalize=spec.normalize,
+                                              max_length=spec.max_length)
+            spec.check_same_model(query_spec)
+            index._embedder = embedder
+        return index
+
+    # --- adding and saving -------------------------------------------------------------------
+
+    @property
+    def ids(self) -> UniqueIds:
+        """Every id in the index (read from disk once, when first needed)."""
+        if self._ids is None:
+            self._ids = UniqueIds(self.store.ids() if self.store is not None else ())
+            self._ids.remember(self.pending)
+        return self._ids
+
+    def add(self, texts: Sequence[str], ids: Sequence[PassageId] | None = None) -> None:
+        """Embed and append texts (ids default to their row numbers); kept in memory until `save`.
+
+        Raises ValueError for no texts, a non-str text, or an id already in the index.
+        """
+        texts = check_texts(texts)
+        if not texts:
+            raise ValueError("no texts to add; pass a non-empty list of texts")
+        passages = make_passages(texts, ids, first_row=len(self))
+        self.ids.check(passages, "the texts added")  # before the slow part, embedding
+        self.add_vectors(self.embedder.encode(texts), passages)
+
+    def add_vectors(self, vectors: np.ndarray, passages: Sequence[Passage]) -> None:
+        """Append precomputed vectors (n, dim) made by this index's model, one passage per row."""
+        vectors = check_vectors(vectors, self.spec.dim)
+        if len(passages) != len(vectors):
+            raise ValueError(f"{len(passages)} passages for {len(vectors)} vectors; give one per vector")
+        self.ids.check(passages, "the passages added")
+        self.faiss_index.add(vectors)
+        self._gpu = False  # the replica is stale
+        self.ids.remember(passages)
+        self.pending.extend(passages)
+
+    def save(self, folder: str | Path | None = None) -> Path:
+        """Write a new index folder, or (no folder, or the one it was loaded from) commit the rows added since.
+
+        Raises ValueError when `folder` is another path that already exists.
+        """
+        target = Path(folder) if folder is not None else self.folder
+        if target is None:
+            raise ValueError("this index has no folder yet; pass one: index.save('my-index')")
+        if self.folder is not None and target.resolve() == self.folder.resolve():
+            if self.pending:
+                self.meta = append_to_folder(target, self.meta, self.faiss_index, self.pending)
+        else:
+            committed = self.store.records(range(self.store.count)) if self.store is not None else []
+            self.meta = write_new_folder(target, self.meta, self.faiss_index, [*committed, *self.pending])
+        self.folder = target
+        self.store = TextStore(target / "texts.jsonl", np.load(target / self.meta["files"]["offsets"]))
+        self.pending = []
+        return target
+
+    # --- searching ---------------------------------------------------------------------------
+
+    def set_effort(self, effort: int) -> None:
+        """Search harder (or faster) than tuned at build: nprobe for ivf, efSearch for hnsw.
+
+        The build tunes on stored vectors as queries; queries unlike the passages (short
+        questions, say) may need more. Raises ValueError for a flat index or effort < 1.
+        """
+        ann.set_effort(self.faiss_index, self.kind, ann.check_effort(self.kind, effort))
+        self._gpu = False
+
+    def searcher(self) -> faiss.Index:
+        """The index to search: a GPU replica where FAISS has a GPU (ann.gpu_replica), else the CPU index."""
+        if self._gpu is False:
+            self._gpu = ann.gpu_replica(self.faiss_index, self.kind)
+        return self._gpu if self._gpu is not None else self.faiss_index
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            self._embedder = self.spec.embedder()
+        return self._embedder
+
+    def search(self, queries: str | Sequence[str] | np.ndarray, top_k: int = 10) -> list[Hit] | list[list[Hit]]:
+        """The top_k passages nearest each query, best first.
+
+        queries: one str (returns [Hit, ...]), a list of str, or vectors (n, dim) / (dim,) made
+        by the index's model (returns one list per query). top_k larger than the index returns
+        every passage. A query longer than the model's max_length is truncated, with a warning.
+        Raises ValueError for top_k < 1 or vectors of the wrong size.
+        """
+        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+            raise ValueError(f"top_k={top_k!r} must be a positive int")
+        single = isinstance(queries, str) or (isinstance(queries, np.ndarray) and queries.ndim == 1)
+        vectors = self.query_vectors([queries] if isinstance(queries, str) else queries)
+        scores, rows = self.searcher().search(vectors, min(top_k, len(self)))
+        wanted = sorted({int(row) for row in rows.ravel() if row >= 0})
+        passages = dict(zip(wanted, self.passages(wanted)))
+        results = [[Hit(passages[int(row)].id, passages[int(row)].text, float(score), int(row))
+                    for score, row in zip(query_scores, query_rows) if row >= 0]
+                   for query_scores, query_rows in zip(scores, rows)]
+        return results[0] if single else results
+
+    def query_vectors(self, queries) -> np.ndarray:
+        if isinstance(queries, np.ndarray):
+            return check_vectors(queries.reshape(1, -1) if queries.ndim == 1 else queries, self.spec.dim)
+        texts = check_texts(queries)
+        if not texts:
+            raise ValueError("no queries given; pass a query text")
+        self.warn_if_truncated(texts)
+        return self.embedder.encode(texts)
+
+    def warn_if_truncated(self, texts: list[str]) -> None:
+        limit = self.embedder.max_length
+        for text in texts:
+            length = len(self.embedder.tokenizer(text)["input_ids"])
+            if length > limit:
+                logger.warning("a query of %d tokens is longer than the model's limit of %d; only its first %d "
+                               "tokens are searched for", length, limit, limit)
+
+    def passages(self, rows: Sequence[int]) -> list[Passage]:
+        """The (id, text) of each row: committed rows from the folder, rows added since from memory."""
+        committed = self.store.count if self.store is not None else 0
+        on_disk = [row for row in rows if row < committed]
+        found = dict(zip(on_disk, self.store.records(on_disk))) if on_disk else {}
+        return [found[row] if row < committed else self.pending[row - committed] for row in rows]
+
+
+def make_passages(texts: list[str], ids: Sequence[PassageId] | None, first_row: int) -> list[Passage]:
+    if ids is None:
+        ids = range(first_row, first_row + len(texts))
+    elif isinstance(ids, str) or len(ids) != len(texts):
+        raise ValueError(f"ids must be a list with one id per text ({len(texts)}); leave them out to number rows")
+    return [Passage(passage_id, text) for passage_id, text in zip(ids, texts)]
+
+
+def check_vectors(vectors, dim: int) -> np.ndarray:
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape[1] != dim:
+        raise ValueError(f"vectors of shape {vectors.shape} do not fit this index: it holds vectors of size {dim} "
+                         "(shape (n, dim))")
+    return vectors
+
+
+def measure_recall(faiss_index: faiss.Index, kind: str, vector_chunks, rng: np.random.Generator,
+                   k: int = 10, queries: np.ndarray | None = None) -> dict:
+    """Tune an approximate index's effort to recall@k >= RECALL_TARGET; for flat, recall is 1.
+
+    vector_chunks: a list of (rows, dim) arrays holding every stored vector in row order
+    (or a callable returning a fresh iterator of them, for chunks read from files).
+    queries: vectors of queries like the ones the index will get (the truest tuning); by
+    default RECALL_QUERIES stored vectors sampled with rng stand in for them.
+    """
+    if kind == "flat":
+        return {"effort": None, "recall_at_10": 1.0, "recall_queries": 0}
+    chunks = vector_chunks if callable(vector_chunks) else (lambda: iter(vector_chunks))
+    query_rows = None
+    if queries is None:
+        count = int(faiss_index.ntotal)
+        query_rows = np.sort(rng.choice(count, size=min(ann.RECALL_QUERIES, count), replace=False))
+        queries = gather_rows(chunks(), query_rows)
+    truth = ann.exact_neighbours(queries, chunks(), k + 1)
+    tried = ann.tune_effort(faiss_index, kind, queries, query_rows, truth, k)
+    return {"effort": tried[-1][0], "recall_at_10": tried[-1][1], "recall_queries": len(queries),
+            "recall_on": "stored vectors" if query_rows is not None else "given queries",
+            "tuning": [list(step) for step in tried]}
+
+
+def gather_rows(vector_chunks, rows: np.ndarray) -> np.ndarray:
+    """The vectors at sorted `rows` from chunks given in row order."""
+    picked, start = [], 0
+    for chunk in vector_chunks:
+        inside = rows[(rows >= start) & (rows < start + len(chunk))]
+        picked.append(chunk[inside - start])
+        start += len(chunk)
+    return np.ascontiguousarray(np.concatenate(picked), dtype=np.float32)

@@ -1,0 +1,66 @@
+"""The ids and texts of an index, row by row, on disk: `texts.jsonl` plus the byte offset of each row.
+
+texts.jsonl only ever grows: an append writes past the end that meta.json records, and the
+new rows count only once meta.json (with the new offsets file) has been replaced. Bytes past
+the recorded end are what a killed append left behind; the next append writes over them.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from .corpus import Passage
+
+TEXTS_FILE = "texts.jsonl"
+
+
+class TextStore:
+    """Rows 0..count-1 of an index folder: `records(rows)` reads only the rows asked for.
+
+    offsets: int64 (count + 1,), row i is texts.jsonl[offsets[i]:offsets[i + 1]].
+    """
+
+    def __init__(self, path: Path, offsets: np.ndarray):
+        self.path, self.offsets = path, offsets
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets) - 1
+
+    def records(self, rows: Iterable[int]) -> list[Passage]:
+        passages = []
+        with open(self.path, "rb") as file:
+            for row in rows:
+                file.seek(int(self.offsets[row]))
+                record = json.loads(file.read(int(self.offsets[row + 1] - self.offsets[row])))
+                passages.append(Passage(record["id"], record["text"]))
+        return passages
+
+    def ids(self) -> Iterator:
+        """Every row's id, in order, streamed (to check new ids against)."""
+        with open(self.path, "rb") as file:
+            for _ in range(self.count):
+                yield json.loads(file.readline())["id"]
+
+
+def append_passages(path: Path, end: int, passages: Iterable[Passage]) -> np.ndarray:
+    """Write passages to texts.jsonl from byte `end` on (over anything a killed append left there).
+
+    Returns int64 offsets (len(passages) + 1,): where each new row starts, then the new end.
+    The data is flushed to disk before returning, so meta.json may then point at it.
+    """
+    offsets = [end]
+    with open(path, "r+b" if path.exists() else "wb") as file:
+        file.seek(end)
+        file.truncate()
+        for passage in passages:
+            line = (json.dumps({"id": passage.id, "text": passage.text}, ensure_ascii=False) + "\n").encode("utf-8")
+            file.write(line)
+            offsets.append(offsets[-1] + len(line))
+        file.flush()
+        os.fsync(file.fileno())
+    return np.asarray(offsets, dtype=np.int64)

@@ -1,0 +1,242 @@
+"""A bi-encoder: one BERT encodes both sides of a pair into pooled sentence vectors; its forward returns the loss.
+
+`BiEncoder` is what the one training loop trains (`forward(**batch).loss`) and what its
+checkpoints save. `save_pretrained` writes a sentence-transformers folder, the layout
+UKPLab's library reads (modules.json: Transformer -> Pooling [-> Normalize]):
+
+    config.json, model.safetensors, vocab.txt, tokenizer.json, ...  the BertModel, HF names, at the root
+    sentence_bert_config.json        max_seq_length (texts are truncated to it)
+    1_Pooling/config.json            mean or CLS pooling
+    config_sentence_transformers.json, modules.json
+
+so `SentenceTransformer(folder)` gives the vectors `bertforge.embed(folder, ...,
+**sentence_transformers_options(folder))` gives; `from_pretrained` reads such a folder back
+(or any BERT checkpoint, pooling then as chosen).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ...atomic import staging_folder
+from ...models.checkpoint import resolve_checkpoint
+from ...embeddings.embed import POOL_FUNCTIONS
+from ...models.model import BertModel
+from .gradient_cache import cached_loss
+from .losses import (LOSSES, cosent_loss, cosine_similarity_loss, matryoshka,
+                     multiple_negatives_ranking_loss)
+
+POOLINGS = ("mean", "cls")
+MODULES_FILE = "modules.json"
+SENTENCE_BERT_CONFIG = "sentence_bert_config.json"
+POOLING_CONFIG = Path("1_Pooling") / "config.json"
+ST_CONFIG = "config_sentence_transformers.json"
+DEFAULT_MAX_SEQ_LENGTH = 256  # all-MiniLM-L6-v2's; a folder's own sentence_bert_config.json wins
+
+
+@dataclass
+class Objective:
+    """What the bi-encoder is trained to do, and how the batch is pushed through it."""
+
+    loss: str = "mnrl"  # mnrl (pairs/triplets, in-batch negatives) | cosent | cosine (scored pairs)
+    scale: float = 20.0  # cosine multiplier of mnrl and cosent (1 / temperature)
+    symmetric: bool = False  # mnrl: also each positive must pick its anchor
+    matryoshka_dims: list[int] = field(default_factory=list)  # e.g. [384, 128, 64]: also train these prefixes
+    mini_batch_size: int = 0  # > 0: gradient cache, the encoder sees this many texts at a time
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss {self.loss!r} is not one of {', '.join(LOSSES)}")
+        if self.scale <= 0 or self.mini_batch_size < 0 or any(d < 1 for d in self.matryoshka_dims):
+            raise ValueError("loss.scale must be > 0, loss.mini_batch_size >= 0 and matryoshka_dims positive")
+        if self.symmetric and self.loss != "mnrl":
+            raise ValueError("loss.symmetric applies to mnrl only (in-batch negatives in both directions)")
+
+    @property
+    def needs_scores(self) -> bool:
+        return self.loss != "mnrl"
+
+    def loss_of(self, vectors: list[Tensor], scores: Tensor | None) -> Tensor:
+        """vectors: [anchors, positives(, negatives)], each (batch, dim); scores (batch,) for scored pairs."""
+        if self.loss == "mnrl":
+            function, arguments = multiple_negatives_ranking_loss, vectors
+            options = {"scale": self.scale, "symmetric": self.symmetric}
+        elif self.loss == "cosent":
+            function, arguments, options = cosent_loss, [*vectors, scores], {"scale": self.scale}
+        else:
+            function, arguments, options = cosine_similarity_loss, [*vectors, scores], {}
+        if self.matryoshka_dims:
+            function = matryoshka(function, self.matryoshka_dims)
+        return function(*arguments, **options)
+
+
+@dataclass
+class BiEncoderOutput:
+    loss: Tensor
+
+
+class BiEncoder(nn.Module):
+    """BertModel (`bert`, HF names) + pooling (+ L2 normalisation) + a training objective.
+
+    bert: the encoder; pooling: mean (over real tokens) or cls; normalize: unit vectors;
+    max_seq_length: what the saved folder tells sentence-transformers to truncate to.
+    """
+
+    def __init__(self, bert: BertModel, pooling: str = "mean", normalize: bool = False,
+                 max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH, objective: Objective | None = None):
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
+        self.bert = bert
+        self.pooling, self.normalize, self.max_seq_length = pooling, normalize, max_seq_length
+        self.objective = objective or Objective()
+        too_wide = [d for d in self.objective.matryoshka_dims if d > bert.config.hidden_size]
+        if too_wide:
+            raise ValueError(f"matryoshka_dims {too_wide} exceed the model's {bert.config.hidden_size} dimensions; "
+                             "use prefixes no longer than the vector")
+
+    @property
+    def config(self):
+        return self.bert.config
+
+    def sentence_vectors(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """(batch, seq) ids and mask -> (batch, hidden) pooled vectors."""
+        states = self.bert(input_ids, attention_mask=attention_mask).last_hidden_state
+        vectors = POOL_FUNCTIONS[self.pooling](states, attention_mask)
+        return F.normalize(vectors, p=2, dim=-1) if self.normalize else vectors
+
+    def forward(self, anchor_input_ids: Tensor, anchor_attention_mask: Tensor, positive_input_ids: Tensor,
+                positive_attention_mask: Tensor, negative_input_ids: Tensor | None = None,
+                negative_attention_mask: Tensor | None = None, scores: Tensor | None = None) -> BiEncoderOutput:
+        """Tokenised columns (batch, seq) [negatives (batch * k, seq)] and gold scores (batch,) -> the loss."""
+        columns = [(anchor_input_ids, anchor_attention_mask), (positive_input_ids, positive_attention_mask)]
+        if negative_input_ids is not None:
+            columns.append((negative_input_ids, negative_attention_mask))
+        if self.objective.needs_scores and scores is None:
+            raise ValueError(f"loss {self.objective.loss!r} needs gold scores: train it on scored pairs")
+
+        def loss_of(vectors: list[Tensor]) -> Tensor:
+            return self.objective.loss_of(vectors, scores)
+
+        if self.objective.mini_batch_size and torch.is_grad_enabled():
+            return BiEncoderOutput(cached_loss(self.sentence_vectors, columns, loss_of,
+                                               self.objective.mini_batch_size))
+        return BiEncoderOutput(loss_of([self.sentence_vectors(ids, mask) for ids, mask in columns]))
+
+    # ---- checkpoints: a sentence-transformers folder
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Also takes the folder's own weights (BertModel names, no `bert.` prefix), as the loop's resume reads them."""
+        if not any(key.startswith("bert.") for key in state_dict):
+            return self.bert.load_state_dict(state_dict, strict=strict, assign=assign)
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def save_pretrained(self, directory: str | os.PathLike, tokenizer=None) -> Path:
+        """Write a sentence-transformers folder (see the module docstring); each file appears whole."""
+        target = Path(directory)
+        with staging_folder(target) as staging:
+            folder = staging / "model"
+            self.bert.save_pretrained(folder, tokenizer=tokenizer)
+            write_json(folder / MODULES_FILE, modules(self.normalize))
+            write_json(folder / SENTENCE_BERT_CONFIG, {"max_seq_length": self.max_seq_length, "do_lower_case": False})
+            (folder / POOLING_CONFIG).parent.mkdir()
+            write_json(folder / POOLING_CONFIG, pooling_config(self.pooling, self.config.hidden_size))
+            write_json(folder / ST_CONFIG, {"__version__": {"bertforge": bertforge_version()}, "prompts": {},
+                                            "default_prompt_name": None, "similarity_fn_name": "cosine"})
+            if not target.exists():
+                folder.rename(target)
+                return target
+            for written in sorted(folder.rglob("*")):  # an existing folder: replace file by file
+                if written.is_file():
+                    destination = target / written.relative_to(folder)
+                    destination.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(written, destination)
+        return target
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, pooling: str | None = None, normalize: bool | None = None,
+                        max_seq_length: int | None = None, objective: Objective | None = None) -> "BiEncoder":
+        """A sentence-transformers folder or any BERT checkpoint; None options follow the folder (else mean, no
+        normalisation, 256 tokens). Raises ValueError for a folder whose pooling bertforge does not implement."""
+        folder = resolve_checkpoint(path)
+        saved = sentence_transformers_options(folder)
+        return cls(BertModel.from_pretrained(folder),
+                   pooling=pooling or saved.get("pooling", "mean"),
+                   normalize=saved.get("normalize", False) if normalize is None else normalize,
+                   max_seq_length=max_seq_length or saved.get("max_length") or DEFAULT_MAX_SEQ_LENGTH,
+                   objective=objective)
+
+
+def modules(normalize: bool) -> list[dict]:
+    # The classic type names: every sentence-transformers release from 2.x on (6.x included) reads them.
+    entries = [("", "sentence_transformers.models.Transformer"), ("1_Pooling", "sentence_transformers.models.Pooling")]
+    if normalize:
+        entries.append(("2_Normalize", "sentence_transformers.models.Normalize"))
+    return [{"idx": i, "name": str(i), "path": path, "type": kind} for i, (path, kind) in enumerate(entries)]
+
+
+def pooling_config(pooling: str, hidden_size: int) -> dict:
+    return {"word_embedding_dimension": hidden_size, "pooling_mode_cls_token": pooling == "cls",
+            "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
+            "pooling_mode_lasttoken": False, "include_prompt": True}
+
+
+def sentence_transformers_options(folder: str | os.PathLike) -> dict:
+    """`bertforge.embed` options (pooling, normalize, max_length) that reproduce a sentence-transformers
+    folder's vectors; {} for a plain BERT checkpoint.
+
+    Raises ValueError when the folder's modules or pooling are ones bertforge does not implement.
+    """
+    folder = Path(folder)
+    if not (folder / MODULES_FILE).is_file():
+        return {}
+    options: dict = {"normalize": False}
+    for module in json.loads((folder / MODULES_FILE).read_text(encoding="utf-8")):
+        kind = module["type"].rsplit(".", 1)[-1]
+        if kind == "Pooling":
+            options["pooling"] = read_pooling(folder / module["path"] / "config.json")
+        elif kind == "Normalize":
+            options["normalize"] = True
+        elif kind != "Transformer":
+            raise ValueError(f"{folder}: module {kind} is not supported (bertforge reads Transformer, Pooling "
+                             "and Normalize); encode with sentence-transformers instead")
+    config_file = folder / SENTENCE_BERT_CONFIG
+    if config_file.is_file():
+        max_length = json.loads(config_file.read_text(encoding="utf-8")).get("max_seq_length")
+        if max_length:
+            options["max_length"] = max_length
+    return options
+
+
+def read_pooling(config_file: Path) -> str:
+    """mean or cls from a Pooling config, in the classic (pooling_mode_*_token booleans) or 6.x (pooling_mode) form."""
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    if "pooling_mode" in config:
+        mode = config["pooling_mode"]
+        mode = mode if isinstance(mode, str) else "+".join(mode)
+    else:
+        flags = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens", "max": "pooling_mode_max_tokens",
+                 "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
+                 "weightedmean": "pooling_mode_weightedmean_tokens", "lasttoken": "pooling_mode_lasttoken"}
+        mode = "+".join(name for name, key in flags.items() if config.get(key))
+    if mode not in POOLINGS:
+        raise ValueError(f"{config_file}: pooling {mode!r} is not supported; bertforge's bi-encoder pools with "
+                         f"{' or '.join(POOLINGS)}")
+    return mode
+
+
+def write_json(path: Path, value) -> None:
+    path.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+
+
+def bertforge_version() -> str:
+    from ... import __version__
+
+    return __version__

@@ -1,0 +1,79 @@
+"""`bertforge sbert train|evaluate|prepare`: the sentence-encoder sub-commands (signatures are the CLI, see cli.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def train(*overrides: str, config: str, init_from: str | None = None, output: str | None = None,
+          resume: bool = False) -> None:
+    """Train a sentence encoder (bi-encoder) from a recipe; the result is a sentence-transformers folder.
+
+    Args:
+        config: the recipe YAML (see recipes/sbert-*.yaml)
+        overrides: section.key=value settings, e.g. loss.loss=cosent epochs=2 training.max_steps=100
+        init_from: start from this checkpoint (folder or packaged short name) instead of the recipe's
+        output: the run folder (model in OUTPUT/best, metrics in OUTPUT/results.json)
+        resume: continue the run in the output folder from its latest checkpoint
+    """
+    from ...settings import apply_overrides, read_recipe
+    from .recipe import SbertRecipe, run_sbert_training
+
+    values = read_recipe(config)
+    if init_from is not None:
+        values["init_from"] = init_from
+    if output is not None:
+        values.setdefault("training", {})["output_dir"] = output
+    apply_overrides(values, list(overrides))
+    recipe = SbertRecipe.from_values(values, Path(config).resolve().parent)
+    results = run_sbert_training(recipe, resume=resume)
+    for split in ("dev", "test"):
+        if split in results:
+            print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
+    print(f"model (sentence-transformers folder): {Path(recipe.training.output_dir) / 'best'}")
+
+
+def evaluate(*, model: str, data: str, output: str | None = None, batch_size: int = 64) -> None:
+    """Score a sentence encoder, or the bm25 / tfidf baseline, on a retrieval set or scored pairs.
+
+    Args:
+        model: a sentence-transformers folder, any BERT checkpoint (mean pooling), a packaged short name, or bm25 / tfidf
+        data: a BEIR folder (queries.jsonl, corpus.jsonl, qrels.tsv): recall@1/10, MRR@10, nDCG@10; or a scored-pairs file (sentence1, sentence2, score): Spearman
+        output: also write the metrics to this JSON file
+        batch_size: texts per forward pass
+    """
+    from ...resources import resolve_model
+    from ...tokenization.tokenizer import BertTokenizer
+    from .baselines import BASELINES
+    from .bi_encoder import BiEncoder
+    from .evaluation import evaluate_retrieval
+    from .reader import SentencePairs
+    from .recipe import evaluate_held_out, load_held_out
+
+    held_out = load_held_out(data)
+    if model in BASELINES:
+        if isinstance(held_out, SentencePairs):
+            raise ValueError(f"{model} is a retrieval baseline; scored pairs are evaluated with an encoder")
+        metrics = evaluate_retrieval(BASELINES[model], held_out)
+    else:
+        folder = resolve_model(model)
+        metrics = evaluate_held_out(BiEncoder.from_pretrained(folder), BertTokenizer.from_pretrained(folder), held_out,
+                                    batch_size)
+    print(", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+    if output:
+        Path(output).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+
+
+def prepare(name: str, *, output: str, data: str | None = None) -> None:
+    """Write a committed retrieval set's files (training rows, dev/test in BEIR layout) from the demo data.
+
+    Args:
+        name: drug-reviews, austen or tweets (the ids are in data/retrieval/NAME.json)
+        output: folder for train.jsonl, {dev,test}/ and the scored-pairs files
+        data: the data folder the texts are read from (default: $BERTFORGE_DATA, the project's data/, ../shared/data)
+    """
+    from .sets import load_split_ids, prepare_set
+
+    counts = prepare_set(load_split_ids(name), Path(data) if data else None, Path(output))
+    for file, rows in counts.items():
+        print(f"{file:<24} {rows:>7,}")

@@ -1,0 +1,55 @@
+"""Score a text encoder (or a lexical baseline) on a retrieval set or on scored pairs.
+
+A scorer is any function (queries, documents) -> (queries, documents) similarity matrix:
+a sentence encoder's cosines (`encoder_scorer`), BM25 or TF-IDF (`baselines.py`). The same
+metrics then apply to all of them, so the results table compares like with like.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ...embeddings.embed import Embedder
+from .metrics import relevant_indices, retrieval_metrics, spearman
+from .reader import RetrievalSet, SentencePairs
+
+Scorer = Callable[[Sequence[str], Sequence[str]], np.ndarray]
+
+
+def encoder_embedder(model, tokenizer, batch_size: int = 64, progress: bool | None = None) -> Embedder:
+    """An Embedder that gives a BiEncoder's vectors (its pooling, normalisation and truncation)."""
+    return Embedder(model.bert, tokenizer, pooling=model.pooling, normalize=model.normalize,
+                    max_length=min(model.max_seq_length, model.config.max_position_embeddings),
+                    batch_size=batch_size, progress=progress)
+
+
+def encoder_scorer(embedder: Embedder) -> Scorer:
+    """Cosine similarity of the embedder's vectors."""
+
+    def scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
+        return unit(embedder.encode(list(queries))) @ unit(embedder.encode(list(documents))).T
+
+    return scores
+
+
+def unit(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def evaluate_retrieval(scorer: Scorer, retrieval_set: RetrievalSet) -> dict[str, float]:
+    """recall@1, recall@10, mrr@10, ndcg@10 over the set's queries.
+
+    A query that is also in the corpus (same id) never retrieves itself, as in BEIR.
+    """
+    scores = scorer(retrieval_set.queries, retrieval_set.corpus)
+    position = {doc_id: index for index, doc_id in enumerate(retrieval_set.corpus_ids)}
+    exclude = [position.get(query_id) for query_id in retrieval_set.query_ids]
+    relevant = relevant_indices(retrieval_set.query_ids, retrieval_set.corpus_ids, retrieval_set.relevant)
+    return retrieval_metrics(scores, relevant, exclude=exclude)
+
+
+def evaluate_scored_pairs(embedder: Embedder, pairs: SentencePairs) -> dict[str, float]:
+    """Spearman correlation of the pairs' cosines with their gold scores."""
+    first, second = unit(embedder.encode(pairs.anchors)), unit(embedder.encode(pairs.positives))
+    return {"spearman": spearman((first * second).sum(axis=1), pairs.scores)}

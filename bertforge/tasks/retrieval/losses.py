@@ -1,0 +1,90 @@
+"""Losses for sentence encoders, computed from sentence vectors (the encoder runs elsewhere).
+
+- `multiple_negatives_ranking_loss` (MNRL, InfoNCE with in-batch negatives): each anchor
+  must score its own positive above every other positive in the batch and every hard
+  negative; optionally symmetric (each positive must also pick its own anchor).
+- `cosent_loss` (CoSENT, Su 2022): for scored pairs, every pair with a higher gold score
+  must get a higher cosine than every pair with a lower one; only the order matters.
+- `cosine_similarity_loss`: the mean squared error between cosine and gold score.
+- `matryoshka`: any of these summed over leading slices of the vectors (Kusupati et al. 2022),
+  so the first 64 or 128 dimensions work on their own.
+
+The values equal sentence-transformers' MultipleNegativesRankingLoss (directions
+query_to_doc [+ doc_to_query, per_direction]), CoSENTLoss, CosineSimilarityLoss and
+MatryoshkaLoss on the same vectors (tests/test_retrieval_losses.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+LOSSES = ("mnrl", "cosent", "cosine")
+
+
+def cosine_matrix(a: Tensor, b: Tensor) -> Tensor:
+    """(n, dim), (m, dim) -> (n, m) cosine similarities."""
+    return F.normalize(a, p=2, dim=-1) @ F.normalize(b, p=2, dim=-1).T
+
+
+def multiple_negatives_ranking_loss(anchors: Tensor, positives: Tensor, negatives: Tensor | None = None, *,
+                                    scale: float = 20.0, symmetric: bool = False) -> Tensor:
+    """In-batch negatives: cross-entropy of each anchor over all candidates, its own positive the answer.
+
+    anchors, positives: (batch, dim); negatives: (batch * k, dim) hard negatives (any order: they
+    are candidates for every anchor), or None. scale multiplies the cosines (1 / temperature).
+    symmetric adds, averaged with it, the loss of each positive choosing its anchor among all
+    anchors (the per-direction symmetric InfoNCE of Günther et al. 2024).
+    """
+    candidates = positives if negatives is None else torch.cat([positives, negatives])
+    scores = cosine_matrix(anchors, candidates) * scale  # (batch, batch [+ negatives])
+    answers = torch.arange(len(anchors), device=anchors.device)
+    loss = F.cross_entropy(scores, answers)
+    if not symmetric:
+        return loss
+    backward = cosine_matrix(positives, anchors) * scale  # (batch, batch): each positive picks an anchor
+    # Both directions share the positive's logit, so averaging the two cross-entropies is
+    # averaging their log-partitions: what sentence-transformers' per_direction mode computes.
+    return (loss + F.cross_entropy(backward, answers)) / 2
+
+
+def cosent_loss(first: Tensor, second: Tensor, scores: Tensor, *, scale: float = 20.0) -> Tensor:
+    """log(1 + sum over pairs (i, j) with score_i > score_j of exp(scale * (cos_j - cos_i))).
+
+    first, second: (batch, dim), the two sides of each pair; scores: (batch,) gold similarity.
+    """
+    cosines = F.cosine_similarity(first, second, dim=-1).float() * scale  # (batch,)
+    differences = cosines[None, :] - cosines[:, None]  # [i, j] = cos_j - cos_i
+    ordered = scores[:, None] > scores[None, :]  # pairs where i should score above j
+    terms = differences[ordered]
+    # A zero logit is the "1 +": the loss is 0 when every ordered pair is far apart, as it should.
+    return torch.logsumexp(torch.cat([terms.new_zeros(1), terms]), dim=0)
+
+
+def cosine_similarity_loss(first: Tensor, second: Tensor, scores: Tensor) -> Tensor:
+    """Mean squared error between cos(first, second) and the gold scores (batch,)."""
+    return F.mse_loss(F.cosine_similarity(first, second, dim=-1).float(), scores.float())
+
+
+def matryoshka(loss: Callable[..., Tensor], dims: Sequence[int], weights: Sequence[float] | None = None
+               ) -> Callable[..., Tensor]:
+    """The loss summed over leading slices [:d] of every vector argument, one term per d in dims.
+
+    The returned function takes the same arguments as `loss`; tensor arguments with a vector
+    last axis are cut, anything else (gold scores) is passed through. Slices are re-normalised
+    implicitly: every loss here compares cosines.
+    """
+    weights = list(weights) if weights is not None else [1.0] * len(dims)
+    if len(weights) != len(dims):
+        raise ValueError(f"matryoshka weights {weights} must be as many as its dims {list(dims)}")
+
+    def sliced(*vectors: Tensor | None, **options) -> Tensor:
+        total = 0.0
+        for dim, weight in zip(dims, weights):
+            cut = [v[..., :dim] if v is not None and v.dim() == 2 else v for v in vectors]
+            total = total + weight * loss(*cut, **options)
+        return total
+
+    return sliced

@@ -1,0 +1,88 @@
+"""Retrieval and similarity metrics, with numpy: recall@k, MRR@k, nDCG@k from a score matrix; Spearman.
+
+The definitions are BEIR's and sentence-transformers' InformationRetrievalEvaluator's
+(binary relevance): recall@k is the share of a query's relevant documents in its top k;
+MRR@k the reciprocal rank of the first relevant one (0 past k); nDCG@k the discounted gain
+1/log2(rank + 1) of the relevant ones in the top k over the best achievable. Each is the
+mean over queries. Ties are broken by corpus position, so a ranking never depends on luck.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+RECALL_AT = (1, 10)
+MRR_AT = 10
+NDCG_AT = 10
+
+
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """(queries, documents) scores -> (queries, min(k, documents)) document indices, best first.
+
+    Equal scores keep corpus order (lower index first): a stable sort of the negated scores.
+    """
+    return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+
+
+def retrieval_metrics(scores: np.ndarray, relevant: Sequence[Sequence[int]], *,
+                      exclude: Sequence[int | None] | None = None) -> dict[str, float]:
+    """recall@1, recall@10, mrr@10, ndcg@10 (means over queries) from a score matrix.
+
+    scores: (queries, documents), higher is better. relevant[q]: the indices of query q's
+    relevant documents (at least one each). exclude[q]: a document index never ranked for
+    query q (the query's own copy in the corpus, as BEIR leaves it out), or None.
+    Raises ValueError for a query without relevant documents or mismatched lengths.
+    """
+    scores = np.array(scores, dtype=np.float64)  # a copy: excluded documents are set to -inf below
+    if scores.ndim != 2 or len(relevant) != scores.shape[0]:
+        raise ValueError(f"scores must be (queries, documents) with one relevant set per query; got scores "
+                         f"{scores.shape} and {len(relevant)} relevant sets")
+    for query, documents in enumerate(relevant):
+        if not len(documents):
+            raise ValueError(f"query {query} has no relevant document; every query needs at least one")
+    if exclude is not None:
+        for query, document in enumerate(exclude):
+            if document is not None:
+                scores[query, document] = -np.inf
+    depth = max(*RECALL_AT, MRR_AT, NDCG_AT)
+    ranked = top_k(scores, depth)
+    hits = np.array([np.isin(ranked[q], list(relevant[q])) for q in range(len(relevant))])  # (queries, depth)
+    counts = np.array([len(set(documents)) for documents in relevant], dtype=np.float64)
+    results = {f"recall@{k}": float(np.mean(hits[:, :k].sum(axis=1) / counts)) for k in RECALL_AT}
+    first = np.where(hits[:, :MRR_AT].any(axis=1), hits[:, :MRR_AT].argmax(axis=1) + 1, np.inf)
+    results[f"mrr@{MRR_AT}"] = float(np.mean(1.0 / first))
+    discounts = 1.0 / np.log2(np.arange(2, NDCG_AT + 2))
+    gains = (hits[:, :NDCG_AT] * discounts[:hits.shape[1]]).sum(axis=1)
+    ideal = np.array([discounts[:int(min(c, NDCG_AT))].sum() for c in counts])
+    results[f"ndcg@{NDCG_AT}"] = float(np.mean(gains / ideal))
+    return results
+
+
+def relevant_indices(query_ids: Sequence[str], corpus_ids: Sequence[str],
+                     relevant: Mapping[str, Sequence[str]]) -> list[list[int]]:
+    """qrels by id -> corpus positions per query, in query order.
+
+    Raises ValueError naming a query without relevant documents or a relevant id not in the corpus.
+    """
+    position = {doc_id: index for index, doc_id in enumerate(corpus_ids)}
+    indices = []
+    for query_id in query_ids:
+        documents = relevant.get(query_id, ())
+        missing = [doc_id for doc_id in documents if doc_id not in position]
+        if missing:
+            raise ValueError(f"query {query_id!r}: relevant document {missing[0]!r} is not in the corpus")
+        if not documents:
+            raise ValueError(f"query {query_id!r} has no relevant document in the qrels; drop it or add one")
+        indices.append([position[doc_id] for doc_id in documents])
+    return indices
+
+
+def spearman(predicted: Sequence[float] | np.ndarray, gold: Sequence[float] | np.ndarray) -> float:
+    """Spearman's rank correlation of predicted similarities with gold scores (the STS benchmark metric)."""
+    predicted, gold = np.asarray(predicted, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    if predicted.shape != gold.shape or predicted.ndim != 1 or len(gold) < 2:
+        raise ValueError(f"spearman needs two equal-length 1-D arrays of at least 2 values; got {predicted.shape} "
+                         f"and {gold.shape}")
+    return float(stats.spearmanr(predicted, gold).statistic)

@@ -1,0 +1,179 @@
+"""Read sentence-encoder data: training pairs, triplets or scored pairs; retrieval sets (BEIR layout).
+
+Training files are .csv, .tsv or .jsonl (a header / JSON keys name the columns):
+- pairs (anchor, positive) and triplets (anchor, positive, negative) for in-batch negatives;
+- scored pairs (sentence1, sentence2, score) for CoSENT / cosine losses and Spearman.
+A retrieval set is BEIR's layout: queries.jsonl and corpus.jsonl ({"_id", "text"} per line,
+corpus "title" prepended when present) and a qrels .tsv (query-id, corpus-id, score; score > 0
+is relevant). Every problem with a file is one ValueError naming the file and the fix.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...atomic import replaced_file
+from ..pretraining.corpus import jsonl_objects
+from ..classification.reader import DELIMITERS, JSONL_SUFFIX, read_rows
+
+PAIR_COLUMNS = ["anchor", "positive"]
+TRIPLET_COLUMNS = ["anchor", "positive", "negative"]
+SCORED_COLUMNS = ["sentence1", "sentence2", "score"]
+
+
+@dataclass
+class SentencePairs:
+    """Rows of a training or evaluation file: the two sides, optional hard negatives or gold scores."""
+
+    anchors: list[str]
+    positives: list[str]
+    negatives: list[str] | None = None
+    scores: list[float] | None = None
+
+    def __len__(self) -> int:
+        return len(self.anchors)
+
+
+def file_columns(path: Path) -> list[str]:
+    """The column names of a CSV/TSV header or of the first JSONL object; [] for an empty file."""
+    if path.suffix.lower() == JSONL_SUFFIX:
+        for _, record in jsonl_objects(path):
+            return list(record)
+        return []
+    with open(path, encoding="utf-8-sig", newline="") as file:
+        header = next(csv.reader(file, delimiter=DELIMITERS.get(path.suffix.lower(), ",")), [])
+    return [name.strip() for name in header]
+
+
+def read_pairs(path: str | os.PathLike, columns: list[str] | None = None, scored: bool = False) -> SentencePairs:
+    """Pairs/triplets (scored=False) or scored pairs (scored=True) from a .csv, .tsv or .jsonl file.
+
+    columns: the file's names for anchor, positive [, negative] (default anchor, positive, and
+    negative when the file has it), or for sentence1, sentence2, score (default those).
+    Raises ValueError for a missing or empty file, missing columns (a pair file where scored
+    pairs are expected is named as such), a score that is not a number, or no usable rows.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"data file {path} does not exist; check the path (relative paths start at {Path.cwd()})")
+    if path.suffix.lower() not in (*DELIMITERS, JSONL_SUFFIX):
+        raise ValueError(f"{path}: unknown format {path.suffix!r}; use .csv, .tsv or .jsonl")
+    found = file_columns(path)
+    if not found:
+        raise ValueError(f"{path} is empty; it needs a header row (or JSON keys) and at least one row")
+    if scored:
+        columns = list(columns or SCORED_COLUMNS)
+        if len(columns) != 3:
+            raise ValueError(f"scored pairs need 3 columns (sentence1, sentence2, score); got {columns}")
+        if columns[2] not in found:
+            kind = "a triplet file" if "negative" in found else "a pair file" if "positive" in found else "a file"
+            raise ValueError(f"{path} has no {columns[2]!r} column (found {found}): it looks like {kind}, but this "
+                             "loss trains on scored pairs (sentence1, sentence2, score); use loss mnrl for pairs "
+                             "and triplets, or name the columns with data.columns")
+        rows = read_rows(path, text_columns=columns[:2], label_column=columns[2])
+        scores = [parse_score(value, path, line) for value, line in zip(rows.labels, rows.row_numbers)]
+        anchors, positives = (list(side) for side in zip(*rows.texts))
+        return SentencePairs(anchors, positives, scores=scores)
+    if columns is None:
+        columns = TRIPLET_COLUMNS if "negative" in found else PAIR_COLUMNS
+    if len(columns) not in (2, 3):
+        raise ValueError(f"pairs need 2 columns (anchor, positive) and triplets 3 (anchor, positive, negative); "
+                         f"got {columns}")
+    rows = read_rows(path, text_columns=list(columns), max_texts=3)
+    sides = [list(side) for side in zip(*rows.texts)]
+    return SentencePairs(sides[0], sides[1], negatives=sides[2] if len(sides) == 3 else None)
+
+
+def parse_score(value, path: Path, line: int) -> float:
+    try:
+        score = float(value)
+    except (TypeError, ValueError):
+        score = math.nan
+    if not math.isfinite(score):
+        raise ValueError(f"{path}:{line}: score {value!r} is not a finite number; scored pairs need numeric scores")
+    return score
+
+
+@dataclass
+class RetrievalSet:
+    """Queries, a corpus and which documents are relevant to each query, by id."""
+
+    query_ids: list[str]
+    queries: list[str]
+    corpus_ids: list[str]
+    corpus: list[str]
+    relevant: dict[str, list[str]]
+
+
+def read_retrieval_set(queries: str | os.PathLike, corpus: str | os.PathLike, qrels: str | os.PathLike
+                       ) -> RetrievalSet:
+    """A BEIR-layout set; only queries with a relevant document are kept (as BEIR evaluates them).
+
+    Raises ValueError for a missing file, a line without _id/text, a duplicate id, a qrels row
+    that is not query-id, corpus-id, score, a relevant id missing from the corpus, or no query left.
+    """
+    query_texts = read_texts_by_id(Path(queries))
+    corpus_texts = read_texts_by_id(Path(corpus))
+    relevant = read_qrels(Path(qrels))
+    for query_id, documents in relevant.items():
+        missing = [doc_id for doc_id in documents if doc_id not in corpus_texts]
+        if missing:
+            raise ValueError(f"{qrels}: query {query_id!r} names document {missing[0]!r}, which is not in {corpus}")
+    query_ids = [query_id for query_id in query_texts if relevant.get(query_id)]
+    if not query_ids:
+        raise ValueError(f"no query in {queries} has a relevant document in {qrels}; check that their ids match")
+    return RetrievalSet(query_ids, [query_texts[q] for q in query_ids], list(corpus_texts),
+                        list(corpus_texts.values()), {q: relevant[q] for q in query_ids})
+
+
+def read_texts_by_id(path: Path) -> dict[str, str]:
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist; a retrieval set needs queries.jsonl, corpus.jsonl and a qrels .tsv")
+    texts: dict[str, str] = {}
+    for line, record in jsonl_objects(path):
+        if "_id" not in record or not isinstance(record.get("text"), str):
+            raise ValueError(f"{path}:{line}: each line needs \"_id\" and a string \"text\" (BEIR layout)")
+        key = str(record["_id"])
+        if key in texts:
+            raise ValueError(f"{path}:{line}: id {key!r} appears twice; ids must be unique")
+        title = record.get("title") or ""
+        texts[key] = f"{title} {record['text']}".strip() if title else record["text"]
+    if not texts:
+        raise ValueError(f"{path} is empty")
+    return texts
+
+
+def read_qrels(path: Path) -> dict[str, list[str]]:
+    """query-id -> relevant corpus-ids (score > 0) from a TSV with or without BEIR's header line."""
+    if not path.is_file():
+        raise ValueError(f"qrels file {path} does not exist")
+    relevant: dict[str, list[str]] = {}
+    with open(path, encoding="utf-8", newline="") as file:
+        for line, row in enumerate(csv.reader(file, delimiter="\t"), start=1):
+            if not row or (line == 1 and row[0] == "query-id"):
+                continue
+            try:
+                query_id, doc_id, score = row[0], row[1], float(row[2])
+            except (IndexError, ValueError):
+                raise ValueError(f"{path}:{line}: expected query-id<TAB>corpus-id<TAB>score, got {row}") from None
+            if score > 0:
+                relevant.setdefault(query_id, []).append(doc_id)
+    return relevant
+
+
+def write_retrieval_set(folder: Path, retrieval_set: RetrievalSet) -> None:
+    """queries.jsonl, corpus.jsonl and qrels.tsv in `folder`, the layout read_retrieval_set reads."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, ids, texts in (("queries.jsonl", retrieval_set.query_ids, retrieval_set.queries),
+                             ("corpus.jsonl", retrieval_set.corpus_ids, retrieval_set.corpus)):
+        with replaced_file(folder / name) as temporary:
+            temporary.write_text("".join(json.dumps({"_id": i, "text": t}, ensure_ascii=False) + "\n"
+                                         for i, t in zip(ids, texts)), encoding="utf-8")
+    with replaced_file(folder / "qrels.tsv") as temporary:
+        lines = ["query-id\tcorpus-id\tscore\n"] + [f"{q}\t{d}\t1\n" for q in retrieval_set.query_ids
+                                                    for d in retrieval_set.relevant[q]]
+        temporary.write_text("".join(lines), encoding="utf-8")

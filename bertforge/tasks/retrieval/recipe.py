@@ -1,0 +1,146 @@
+"""The sentence-encoder recipe: pairs / triplets / scored pairs + any BERT checkpoint -> a sentence-transformers folder.
+
+Everything but the data and the loss is the one training loop (`train.loop.train`), with
+sentence-transformers' usual fine-tuning values: batch 32, lr 2e-5, 10% warm-up, 1 epoch.
+Held-out data is evaluated every epoch (or every training.eval_every steps): a retrieval set
+in BEIR layout (recall@1/10, MRR@10, nDCG@10) or a scored-pairs file (Spearman); with it,
+the best model is kept in output_dir/best, else the last one is saved there.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ...train.batches import ShuffledBatches
+from ...train.optim import epoch_schedule
+from ...settings import build, over_defaults, read_recipe, resolve
+from ...resources import resolve_model
+from ...tokenization.tokenizer import BertTokenizer
+from ...train.best import best_model_folder
+from ...train.distributed import select_device
+from ...train.loop import TrainConfig, train
+from .bi_encoder import BiEncoder, Objective
+from .evaluation import encoder_embedder, encoder_scorer, evaluate_retrieval, evaluate_scored_pairs
+from .reader import SentencePairs, read_pairs, read_retrieval_set
+
+logger = logging.getLogger("bertforge")
+RESULTS_FILE = "results.json"
+
+
+def sbert_defaults() -> TrainConfig:
+    return TrainConfig(output_dir="runs/sbert", max_steps=0, learning_rate=2e-5, warmup=0.1, weight_decay=0.01,
+                       log_every=10, eval_at_start=True, keep_last=1)
+
+
+@dataclass
+class SbertData:
+    train: str = ""  # .csv/.tsv/.jsonl: anchor, positive[, negative] (mnrl) or sentence1, sentence2, score
+    columns: list[str] = field(default_factory=list)  # the file's own names for those columns, in that order
+    dev: str = ""  # a BEIR folder (queries.jsonl, corpus.jsonl, qrels.tsv) or a scored-pairs file
+    test: str = ""  # the same kinds; scored once with the final model
+
+
+@dataclass
+class SbertRecipe:
+    init_from: str = "minilm"  # any BERT checkpoint folder, a sentence-transformers folder, or a packaged name
+    pooling: str = ""  # mean | cls; "": the folder's own (sentence-transformers), else mean
+    normalize: bool | None = None  # L2-normalise the vectors; None: the folder's own, else no
+    max_length: int = 0  # tokens per text; 0: the folder's max_seq_length, else 256
+    loss: Objective = field(default_factory=Objective)
+    data: SbertData = field(default_factory=SbertData)
+    epochs: float = 1.0
+    batch_size: int = 32  # in-batch negatives: each anchor sees batch_size - 1 other positives
+    eval_batch_size: int = 64
+    training: TrainConfig = field(default_factory=sbert_defaults)  # max_steps/eval_every 0: from epochs
+
+    @classmethod
+    def from_file(cls, path: str | Path, overrides: list[str] = ()) -> "SbertRecipe":
+        return cls.from_values(read_recipe(path, overrides), base=Path(path).resolve().parent)
+
+    @classmethod
+    def from_values(cls, values: dict, base: Path = Path(".")) -> "SbertRecipe":
+        """A recipe from a (YAML-shaped) mapping; data paths are relative to `base`."""
+        recipe = build(cls, over_defaults(values, "training", sbert_defaults()), "recipe")
+        for name in ("train", "dev", "test"):
+            if getattr(recipe.data, name):
+                setattr(recipe.data, name, resolve(base, getattr(recipe.data, name)))
+        return recipe
+
+
+def run_sbert_training(recipe: SbertRecipe, resume: bool = False) -> dict:
+    """Train on data.train; evaluate on data.dev during training and on dev/test at the end.
+
+    Returns {"dev": metrics, "test": metrics, ...}, also written to output_dir/results.json;
+    the model (a sentence-transformers folder) is output_dir/best.
+    Raises ValueError for missing or malformed data (see reader.read_pairs).
+    """
+    if not recipe.data.train:
+        raise ValueError("no training file: set data.train (CSV, TSV or JSONL of pairs, triplets or scored pairs)")
+    init_from = str(resolve_model(recipe.init_from))
+    pairs = read_pairs(recipe.data.train, recipe.data.columns or None, scored=recipe.loss.needs_scores)
+    held_out = {split: load_held_out(path) for split in ("dev", "test") if (path := getattr(recipe.data, split))}
+    device = select_device()
+    tokenizer = BertTokenizer.from_pretrained(init_from)
+    model = BiEncoder.from_pretrained(init_from, pooling=recipe.pooling or None, normalize=recipe.normalize,
+                                      max_seq_length=recipe.max_length or None, objective=recipe.loss)
+    batches = ShuffledBatches(len(pairs), recipe.batch_size, PairCollator(pairs, tokenizer, model.max_seq_length),
+                              seed=recipe.training.seed)
+    default_metric = "spearman" if isinstance(held_out.get("dev"), SentencePairs) else "ndcg@10"
+    config = epoch_schedule(recipe.training, recipe.epochs, batches.batches_per_epoch, has_dev="dev" in held_out,
+                      default_metric=default_metric)
+    run_dir = Path(config.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    logger.warning("training a %s-pooled bi-encoder from %s on %s: %d rows, loss %s, %d steps", model.pooling,
+                   init_from, device, len(pairs), recipe.loss.loss, config.max_steps)
+    evaluate = ((lambda m: evaluate_held_out(m, tokenizer, held_out["dev"], recipe.eval_batch_size))
+                if "dev" in held_out else None)
+    train(model, batches, config, evaluate=evaluate, tokenizer=tokenizer, device=device, resume=resume)
+
+    best = best_model_folder(run_dir)
+    if "dev" not in held_out:  # no dev set: the last model is the one that ships (over any earlier run's)
+        model.save_pretrained(best, tokenizer=tokenizer)
+    final = BiEncoder.from_pretrained(best).to(device)
+    results = {"init_from": init_from, "train_rows": len(pairs), "steps": config.max_steps, "loss": recipe.loss.loss}
+    for split, data in held_out.items():
+        results[split] = evaluate_held_out(final, tokenizer, data, recipe.eval_batch_size)
+    (run_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return results
+
+
+def load_held_out(path: str):
+    """A BEIR folder -> RetrievalSet; a file -> scored pairs (sentence1, sentence2, score)."""
+    folder = Path(path)
+    if folder.is_dir():
+        return read_retrieval_set(folder / "queries.jsonl", folder / "corpus.jsonl", folder / "qrels.tsv")
+    return read_pairs(folder, scored=True)
+
+
+def evaluate_held_out(model: BiEncoder, tokenizer, data, batch_size: int = 64) -> dict[str, float]:
+    embedder = encoder_embedder(model, tokenizer, batch_size=batch_size)
+    if isinstance(data, SentencePairs):
+        return evaluate_scored_pairs(embedder, data)
+    return evaluate_retrieval(encoder_scorer(embedder), data)
+
+
+class PairCollator:
+    """Rows -> the BiEncoder's forward arguments: each column tokenised and padded to its longest text."""
+
+    def __init__(self, pairs: SentencePairs, tokenizer, max_length: int):
+        self.pairs, self.tokenizer, self.max_length = pairs, tokenizer, max_length
+
+    def __call__(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        columns = {"anchor": self.pairs.anchors, "positive": self.pairs.positives}
+        if self.pairs.negatives is not None:
+            columns["negative"] = self.pairs.negatives
+        batch = {}
+        for name, texts in columns.items():
+            encoded = self.tokenizer([texts[i] for i in indices], truncation=True, max_length=self.max_length,
+                                     padding=True, return_tensors="pt")
+            batch[f"{name}_input_ids"], batch[f"{name}_attention_mask"] = encoded["input_ids"], encoded["attention_mask"]
+        if self.pairs.scores is not None:
+            batch["scores"] = torch.tensor([self.pairs.scores[i] for i in indices], dtype=torch.float32)
+        return batch

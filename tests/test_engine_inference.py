@@ -1,0 +1,251 @@
+"""The inference engine: token-budget batches, the packed forward pass, int8, the pipeline.
+
+The packed forward pass and int8 are checked against the plain padded forward pass of the
+same model (random weights in the tiny config the BERT test suites use, and the real MiniLM),
+and int8 sentence vectors against sentence-transformers on real texts.
+"""
+import threading
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge import BertConfig, BertModel
+from bertforge.embeddings.embed import Embedder
+from bertforge.engine.batching import TokenBatch, collate, fit_to_budget, plan_batches
+from bertforge.engine.packed_forward import packed_forward
+from bertforge.engine.pipeline import HostResults, prefetched
+from bertforge.engine.precision import Int8Linear, in_dtype, model_dtype
+
+# ---------------------------------------------------------------- token-budget batches
+
+
+@pytest.mark.parametrize("max_tokens, max_texts", [(64, None), (64, 3), (7, None), (1000, 5)])
+def test_batches_cover_every_row_once_longest_first_within_the_budget(max_tokens, max_texts):
+    lengths = np.random.default_rng(0).integers(2, 40, size=101)
+    batches = plan_batches(lengths, max_tokens, max_texts)
+    rows = np.concatenate(batches)
+    assert sorted(rows.tolist()) == list(range(101))  # every text exactly once
+    assert np.all(np.diff(lengths[rows]) <= 0)  # longest first, so neighbours are alike
+    for batch in batches:
+        padded = len(batch) * lengths[batch].max()
+        assert padded <= max_tokens or len(batch) == 1  # one text past the budget rides alone
+        assert max_texts is None or len(batch) <= max_texts
+    if max_tokens == 64 and max_texts is None:  # the budget, not a fixed count, sets the batch size
+        assert len(batches[0]) < len(batches[-1])
+
+
+def test_equal_lengths_keep_input_order_and_no_texts_give_no_batches():
+    assert [b.tolist() for b in plan_batches([3, 5, 3, 5, 3], 10)] == [[1, 3], [0, 2, 4]]
+    assert plan_batches([], 10) == []
+    assert plan_batches(np.array([], dtype=np.int64), 10, 4) == []
+
+
+def test_a_text_longer_than_the_budget_is_truncated_with_a_warning_keeping_sep():
+    token_ids = [[101, 5, 6, 102], [101] + list(range(1000, 1010)) + [102]]
+    with pytest.warns(UserWarning, match=r"1 text\(s\) \(the first at position 1\) are longer than max_batch_tokens=6"):
+        fitted = fit_to_budget(token_ids, 6)
+    assert fitted == [[101, 5, 6, 102], [101, 1000, 1001, 1002, 1003, 102]]
+    assert token_ids[1][-1] == 102 and len(token_ids[1]) == 12  # the caller's lists are left alone
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fit_to_budget(token_ids, 12) is token_ids  # nothing too long: no copy, no warning
+
+
+def test_collate_pads_right_and_finds_the_real_tokens():
+    batch = collate([[101, 7, 102], [101, 102], [101, 8, 9, 102]], np.array([2, 0]), pad_token_id=0)
+    assert batch.input_ids.tolist() == [[101, 8, 9, 102], [101, 7, 102, 0]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
+    assert batch.packing.token_indices.tolist() == [0, 1, 2, 3, 4, 5, 6] and batch.packing.max_seqlen == 4
+    assert batch.rows.tolist() == [2, 0] and batch.num_tokens == 7
+    padded = TokenBatch.from_padded({"input_ids": batch.input_ids, "attention_mask": batch.attention_mask})
+    assert torch.equal(padded.packing.token_indices, batch.packing.token_indices) and not padded.token_type_ids.any()
+
+
+# ---------------------------------------------------------------- the packed forward pass
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    """The odd sizes of google-research/bert's modeling_test (vocab 99, hidden 32, 4 heads, 37)."""
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                        intermediate_size=37, max_position_embeddings=64, type_vocab_size=2)
+    return BertModel(config).eval()
+
+
+def random_batch(seed: int, lengths: list[int]) -> TokenBatch:
+    generator = np.random.default_rng(seed)
+    token_ids = [generator.integers(1, 99, size=n).tolist() for n in lengths]
+    return collate(token_ids, np.arange(len(lengths)), pad_token_id=0)
+
+
+@pytest.mark.parametrize("lengths", [[7, 3, 5, 1, 7], [4, 4, 4], [13]])
+def test_packed_forward_equals_the_padded_forward_at_every_real_token(tiny_model, lengths):
+    batch = random_batch(1, lengths)
+    with torch.inference_mode():
+        expected = tiny_model(batch.input_ids, attention_mask=batch.attention_mask, output_hidden_states=True)
+        actual = packed_forward(tiny_model, batch, output_hidden_states=True)
+    real = batch.attention_mask.bool()
+    for got, want in zip(actual.hidden_states, expected.hidden_states, strict=True):
+        torch.testing.assert_close(got[real], want[real], rtol=1e-5, atol=1e-5)
+        assert not got[~real].any()  # padding is zeros, never read
+    torch.testing.assert_close(actual.last_hidden_state[real], expected.last_hidden_state[real], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(actual.pooler_output, expected.pooler_output, rtol=1e-5, atol=1e-5)
+    assert packed_forward(tiny_model, batch).hidden_states is None
+
+
+def test_packed_forward_on_minilm_matches_transformers(minilm_dir):
+    transformers = pytest.importorskip("transformers")
+    texts = ["A short one.", "A somewhat longer sentence about the river bank and the money in it.", "Hi"]
+    embedder = Embedder.from_pretrained(minilm_dir)
+    encoded = embedder.tokenize(texts)
+    reference = transformers.BertModel.from_pretrained(minilm_dir).eval()
+    with torch.inference_mode():
+        expected = reference(**encoded).last_hidden_state
+        actual = packed_forward(embedder.model, TokenBatch.from_padded(encoded)).last_hidden_state
+    real = encoded["attention_mask"].bool()
+    torch.testing.assert_close(actual[real], expected[real], rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- precision
+
+def test_int8_linear_is_close_to_float_with_outlier_tokens_and_outlier_channels():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48)
+    states = torch.randn(2, 9, 64)
+    states[0, 3] *= 100  # an outlier token: one scale per tensor would flatten every other token to 0
+    states[..., 5] *= 80  # an outlier channel: one scale per token would leave the others a few levels
+    quantized = Int8Linear(linear)
+    with torch.no_grad():
+        expected, actual = linear(states), quantized(states)
+    assert actual.shape == (2, 9, 48) and quantized.weight_t.dtype == torch.int8
+    relative = (actual - expected).norm(dim=-1) / expected.norm(dim=-1)
+    assert relative.max() < 0.02
+
+
+def test_in_dtype_copies_unless_inplace_and_refuses_to_undo_int8(tiny_model):
+    assert in_dtype(tiny_model, torch.float32, inplace=False) is tiny_model
+    half = in_dtype(tiny_model, torch.bfloat16, inplace=False)
+    assert model_dtype(half) == torch.bfloat16 and model_dtype(tiny_model) == torch.float32
+    quantized = in_dtype(tiny_model, torch.qint8, inplace=False)
+    assert model_dtype(quantized) == torch.qint8 and model_dtype(tiny_model) == torch.float32
+    assert isinstance(quantized.encoder.layer[0].intermediate.dense, Int8Linear)
+    with pytest.raises(ValueError, match="cannot be converted back"):
+        in_dtype(quantized, torch.float32, inplace=False)
+    with pytest.raises(ValueError, match="int8 runs on the CPU only"):
+        in_dtype(BertModel(tiny_model.config).to("meta"), torch.qint8, inplace=True)  # as on a GPU
+    batch = random_batch(2, [9, 4])
+    with torch.inference_mode():
+        full = packed_forward(tiny_model, batch).last_hidden_state
+        eight = packed_forward(quantized, batch).last_hidden_state
+    cosine = torch.nn.functional.cosine_similarity(full[batch.attention_mask.bool()], eight[batch.attention_mask.bool()])
+    assert cosine.min() > 0.99
+
+
+def test_int8_sentence_vectors_stay_close_to_sentence_transformers_on_real_texts(minilm_dir, data_dir):
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    import csv
+    with open(data_dir / "tweets-sentiment" / "tweets.csv", encoding="utf-8", newline="") as f:
+        tweets = [row["text"] for row in csv.DictReader(f)][::400][:60]
+    emma = [line for line in (data_dir / "austen" / "emma.txt").read_text(encoding="utf-8").splitlines()
+            if len(line) > 40][::300][:40]
+    texts = tweets + emma
+    reference = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu")
+    expected = reference.encode(texts, normalize_embeddings=True)
+    actual = Embedder.from_pretrained(minilm_dir, normalize=True, dtype="int8").encode(texts)
+    cosines = (actual * expected).sum(axis=1)
+    assert cosines.min() >= 0.995 and cosines.mean() > 0.998  # per-token scales alone: 0.9885 at worst
+
+
+# ---------------------------------------------------------------- the pipeline
+
+def test_prefetched_yields_everything_in_order_from_another_thread():
+    threads = []
+
+    def produce():
+        for i in range(10):
+            threads.append(threading.current_thread())
+            yield i
+
+    assert list(prefetched(produce(), depth=2)) == list(range(10))
+    assert all(t is not threading.main_thread() for t in threads)
+
+
+def test_prefetched_raises_the_producers_error_and_stops_when_closed_early():
+    def failing():
+        yield 1
+        raise RuntimeError("tokenizer broke")
+
+    items = prefetched(failing())
+    assert next(items) == 1
+    with pytest.raises(RuntimeError, match="tokenizer broke"):
+        next(items)
+
+    produced = []
+
+    def endless():
+        i = 0
+        while True:
+            produced.append(i)
+            yield i
+            i += 1
+
+    items = prefetched(endless(), depth=2)
+    assert next(items) == 0
+    items.close()  # the consumer stopped: the producer must stop too, not fill memory forever
+    count = len(produced)
+    threading.Event().wait(0.3)
+    assert len(produced) == count <= 4
+
+
+def test_host_results_land_in_input_order_after_the_lag():
+    out = np.zeros((5, 2), dtype=np.float32)
+    written = []
+    results = HostResults(out, lag=2, on_written=written.append)
+    results.add(np.array([4, 1]), torch.tensor([[4.0, 4.0], [1.0, 1.0]]))
+    results.add(np.array([0]), torch.tensor([[0.0, 0.5]]))
+    assert written == []  # within the lag nothing is read back yet
+    results.add(np.array([3, 2]), torch.tensor([[3.0, 3.0], [2.0, 2.0]]))
+    assert written == [2]
+    np.testing.assert_array_equal(results.finish(), [[0, 0.5], [1, 1], [2, 2], [3, 3], [4, 4]])
+    assert written == [2, 1, 2]
+
+
+# ---------------------------------------------------------------- Embedder with a token budget
+
+def test_embedder_batches_by_tokens_and_keeps_vectors_whatever_the_budget(minilm_dir):
+    texts = ["short", "a much longer text about a great many things " * 5, "mid length text here", "", "x y"]
+    embedder = Embedder.from_pretrained(minilm_dir, max_batch_tokens=64)
+    batches = list(embedder.batches(texts))
+    assert sorted(np.concatenate([b.rows for b in batches]).tolist()) == list(range(5))
+    assert all(b.input_ids.numel() <= 64 for b in batches) and len(batches) > 1
+    one_by_one = Embedder.from_pretrained(minilm_dir, batch_size=1).encode(texts)
+    np.testing.assert_allclose(embedder.encode(texts), one_by_one, rtol=1e-4, atol=1e-5)
+    assert Embedder.from_pretrained(minilm_dir).max_batch_tokens == 2048  # the CPU default
+
+
+def test_embedder_warns_and_truncates_a_text_longer_than_the_budget(minilm_dir):
+    long_text = "word " * 100
+    embedder = Embedder.from_pretrained(minilm_dir, max_batch_tokens=16)
+    with pytest.warns(UserWarning, match="longer than max_batch_tokens=16"):
+        vectors = embedder.encode(["short text", long_text])
+    cut = Embedder.from_pretrained(minilm_dir, max_length=16).encode([long_text])
+    np.testing.assert_allclose(vectors[1], cut[0], rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- on a GPU (skipped without one)
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_pinned_async_path_gives_cpu_vectors_and_fp16_stays_within_0999_of_st(minilm_dir, data_dir):
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    lines = [line for line in (data_dir / "austen" / "emma.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = lines[::50][:300] + ["", "x"]
+    on_cpu = Embedder.from_pretrained(minilm_dir, normalize=True).encode(texts)
+    on_gpu = Embedder.from_pretrained(minilm_dir, normalize=True, device="cuda", max_batch_tokens=512).encode(texts)
+    np.testing.assert_allclose(on_gpu, on_cpu, atol=1e-4)  # pinned copies, events and lag keep every row in place
+    reference = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cuda")
+    truth = reference.encode(texts, normalize_embeddings=True)
+    half = Embedder.from_pretrained(minilm_dir, normalize=True, device="cuda", dtype="fp16").encode(texts)
+    assert (half * truth).sum(axis=1).min() >= 0.999

@@ -1,0 +1,136 @@
+"""Sentence-encoder data: readers and their errors, the committed retrieval sets, the sbert CLI."""
+import json
+from pathlib import Path
+
+import pytest
+
+from bertforge.cli.parser import main
+from bertforge.tasks.retrieval.reader import read_pairs, read_retrieval_set
+from bertforge.tasks.retrieval.sets import SETS, build_set, prepare_set, tweet_key
+
+SPLITS = Path(__file__).resolve().parents[1] / "data" / "retrieval"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_pairs_triplets_and_scored_pairs_from_each_format(tmp_path):
+    pairs = read_pairs(write(tmp_path / "p.csv", "anchor,positive\nhow old,what age\nhi,hello\n"))
+    assert (pairs.anchors, pairs.positives, pairs.negatives) == (["how old", "hi"], ["what age", "hello"], None)
+    triplets = read_pairs(write(tmp_path / "t.tsv", "anchor\tpositive\tnegative\na\tb\tc\n"))
+    assert triplets.negatives == ["c"]
+    scored = read_pairs(write(tmp_path / "s.jsonl", '{"sentence1": "a", "sentence2": "b", "score": 4.5}\n'), scored=True)
+    assert scored.scores == [4.5]
+    renamed = read_pairs(write(tmp_path / "r.csv", "q,d,label\nx,y,1\n"), ["q", "d", "label"], scored=True)
+    assert (renamed.anchors, renamed.scores) == (["x"], [1.0])
+
+
+@pytest.mark.parametrize("name, text, scored, message", [
+    ("empty.csv", "", False, "is empty"),
+    ("header-only.csv", "anchor,positive\n", False, "no usable rows"),
+    ("missing.csv", "anchor,answer\na,b\n", False, "no column 'positive'"),
+    ("pairs.csv", "anchor,positive\na,b\n", True, "looks like a pair file, but this loss trains on scored pairs"),
+    ("triplets.jsonl", '{"anchor": "a", "positive": "b", "negative": "c"}\n', True, "looks like a triplet file"),
+    ("bad-score.csv", "sentence1,sentence2,score\na,b,high\n", True, "bad-score.csv:2: score 'high' is not a finite"),
+    ("data.txt", "a b\n", False, "unknown format"),
+])
+def test_bad_training_files_are_one_clear_error(tmp_path, name, text, scored, message):
+    with pytest.raises(ValueError, match=message):
+        read_pairs(write(tmp_path / name, text), scored=scored)
+
+
+def test_retrieval_set_reading_and_its_errors(tmp_path):
+    write(tmp_path / "queries.jsonl", '{"_id": "q1", "text": "cat"}\n{"_id": "q2", "text": "no answer"}\n')
+    write(tmp_path / "corpus.jsonl", '{"_id": "d1", "title": "Cats", "text": "a cat"}\n{"_id": "d2", "text": "dog"}\n')
+    write(tmp_path / "qrels.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t0\n")
+    loaded = read_retrieval_set(tmp_path / "queries.jsonl", tmp_path / "corpus.jsonl", tmp_path / "qrels.tsv")
+    assert (loaded.query_ids, loaded.corpus, loaded.relevant) == (["q1"], ["Cats a cat", "dog"], {"q1": ["d1"]})
+    write(tmp_path / "bad-qrels.tsv", "q1\td9\t1\n")
+    with pytest.raises(ValueError, match="names document 'd9', which is not in"):
+        read_retrieval_set(tmp_path / "queries.jsonl", tmp_path / "corpus.jsonl", tmp_path / "bad-qrels.tsv")
+    write(tmp_path / "bad-corpus.jsonl", '{"id": "d1", "text": "x"}\n')
+    with pytest.raises(ValueError, match="needs \"_id\""):
+        read_retrieval_set(tmp_path / "queries.jsonl", tmp_path / "bad-corpus.jsonl", tmp_path / "qrels.tsv")
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_committed_splits_are_what_their_recipe_draws(data_dir, name):
+    """data/retrieval/NAME.json is reproducible from the shared data by sets.build_set (seed 0)."""
+    committed = json.loads((SPLITS / f"{name}.json").read_text(encoding="utf-8"))
+    assert build_set(name, data_dir) == committed
+
+
+def test_splits_do_not_leak(data_dir):
+    reviews = json.loads((SPLITS / "drug-reviews.json").read_text())
+    train_ids = {i for row in reviews["train"] for i in row[:2]}
+    for part in ("dev", "test"):
+        assert not train_ids & set(reviews[part]["queries"])
+        assert all(q not in docs for q, docs in reviews[part]["relevant"].items())
+    austen = json.loads((SPLITS / "austen.json").read_text())
+    assert {row[0].split(":")[0] for row in austen["train"]} == {"emma", "mansfieldpark", "prideprejudice",
+                                                                 "sensesensibility"}
+    for query, (following,) in austen["test"]["relevant"].items():
+        novel, paragraph, index = query.split(":")
+        assert (novel, following) == ("persuasion", f"{novel}:{paragraph}:{int(index) + 1}")
+
+
+def test_prepared_files_hold_the_real_texts(data_dir, tmp_path):
+    ids = json.loads((SPLITS / "tweets.json").read_text())
+    counts = prepare_set(ids, data_dir, tmp_path)
+    assert counts["train.jsonl"] == len(ids["train"])
+    test = read_retrieval_set(tmp_path / "test" / "queries.jsonl", tmp_path / "test" / "corpus.jsonl",
+                              tmp_path / "test" / "qrels.tsv")
+    texts = dict(zip(test.corpus_ids, test.corpus))
+    for query_id, query in zip(test.query_ids[:50], test.queries[:50]):
+        assert query.startswith("RT @")
+        original = texts[test.relevant[query_id][0]]
+        assert tweet_key(query.split(":", 1)[1]) == tweet_key(original)
+
+
+def test_cli_prepare_evaluate_and_train(data_dir, cassette_dir, tmp_path, capsys):
+    assert main(["sbert", "prepare", "drug-reviews", "--output", str(tmp_path / "set"), "--data", str(data_dir)]) == 0
+    assert "train.jsonl" in capsys.readouterr().out
+    assert main(["sbert", "evaluate", "--model", "bm25", "--data", str(tmp_path / "set" / "dev"),
+                 "--output", str(tmp_path / "bm25.json")]) == 0
+    bm25 = json.loads((tmp_path / "bm25.json").read_text())
+    assert set(bm25) == {"recall@1", "recall@10", "mrr@10", "ndcg@10"} and 0 < bm25["ndcg@10"] < 1
+    recipe = write(tmp_path / "recipe.yaml", f"init_from: {cassette_dir}\nmax_length: 32\nloss:\n  loss: cosent\n"
+                   f"data:\n  train: set/train-scored.jsonl\n  dev: set/dev-scored.jsonl\n"
+                   "training:\n  max_steps: 3\n  tensorboard: false\n  plot: false\n")
+    assert main(["sbert", "train", "--config", str(recipe), "--output", str(tmp_path / "run"), "batch_size=8"]) == 0
+    assert "dev: spearman" in capsys.readouterr().out
+    assert main(["sbert", "evaluate", "--model", str(tmp_path / "run" / "best"),
+                 "--data", str(tmp_path / "set" / "dev-scored.jsonl")]) == 0
+    assert capsys.readouterr().out.startswith("spearman ")
+
+
+def test_cli_bad_input_is_one_line(tmp_path, capsys):
+    write(tmp_path / "pairs.csv", "anchor,positive\na,b\n")
+    recipe = write(tmp_path / "recipe.yaml", "loss:\n  loss: cosent\ndata:\n  train: pairs.csv\n")
+    assert main(["sbert", "train", "--config", str(recipe)]) == 1  # bad data (2 is for command-line mistakes)
+    error = capsys.readouterr().err
+    assert error.startswith("bertforge: error:") and "looks like a pair file" in error and len(error.splitlines()) == 1
+    assert main(["sbert", "prepare", "wikipedia", "--output", str(tmp_path)]) == 2
+    assert "unknown retrieval set" in capsys.readouterr().err
+
+
+def test_without_dev_the_last_model_ships_even_over_an_earlier_run(tmp_path, cassette_dir):
+    from safetensors.torch import load_file
+
+    from bertforge.tasks.retrieval.recipe import SbertRecipe, run_sbert_training
+
+    write(tmp_path / "pairs.csv", "anchor,positive\nthe cat sat,a cat was sitting\nrain today,it is raining\n")
+    for seed in (0, 1):
+        run_sbert_training(SbertRecipe.from_values({
+            "init_from": str(cassette_dir), "max_length": 16, "batch_size": 2, "data": {"train": "pairs.csv"},
+            "training": {"output_dir": str(tmp_path / "run"), "max_steps": 2, "learning_rate": 1e-3, "seed": seed,
+                         "tensorboard": False, "plot": False}}, base=tmp_path))
+    shipped = load_file(str(tmp_path / "run" / "best" / "model.safetensors"))
+    last = load_file(str(tmp_path / "run" / "step-000002" / "model" / "model.safetensors"))
+    assert shipped.keys() == last.keys() and all(torch_equal(shipped[k], last[k]) for k in shipped)
+
+
+def torch_equal(a, b) -> bool:
+    return bool((a == b).all())

