@@ -38,7 +38,7 @@ def readmission_train(*, data: str, output: str, task: str = "discharge", kind: 
 
     Args:
         data: the folder `readmission prepare` wrote
-        output: run folder (results.json, scores.csv; bert: best/ model)
+        output: run folder (results.json, scores.csv; bert, bilstm: best/ model)
         task: discharge, early-2 or early-3
         kind: bert (fine-tune a checkpoint), bow (bag-of-words logistic regression) or bilstm
         init_from: bert: the checkpoint (e.g. one continued-pretrained on the notes: ClinicalBERT)

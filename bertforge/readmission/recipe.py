@@ -6,7 +6,8 @@ P = (Pmax + Pmean n/c) / (1 + n/c) over the admission's chunk probabilities):
 - "bert": any BERT checkpoint fine-tuned on the chunks with the one training loop (the best
   epoch by validation AUROC kept); from a checkpoint continued-pretrained on the notes, this is
   the ClinicalBERT row of the table;
-- "bow": bag-of-words logistic regression; "bilstm": a Bi-LSTM over word embeddings.
+- "bow": bag-of-words logistic regression; "bilstm": a Bi-LSTM over word embeddings, trained by
+  the same loop (the best epoch by chunk-level validation AUROC kept in best/).
 Each run writes results.json (test AUROC / AUPRC / RP80 and what produced them) and
 scores.csv (one row per test admission) so that `report` can rebuild Table 4 and the curves.
 """
@@ -204,9 +205,9 @@ def train_and_score(run: ReadmissionRun) -> dict:
         model = bag_of_words(chunks["train"].texts, chunks["train"].labels, seed=run.seed)
         test_probabilities = chunk_probabilities(model, chunks["test"].texts)
     else:
-        torch.manual_seed(run.seed)
+        # The loop's run (metrics.jsonl, checkpoints, best/) goes into this run's folder.
         model, _ = train_bilstm(chunks["train"].texts, chunks["train"].labels, dev_texts=chunks["val"].texts,
-                                         dev_labels=chunks["val"].labels, seed=run.seed)
+                                dev_labels=chunks["val"].labels, seed=run.seed, output_dir=run.output_dir)
         test_probabilities = chunk_probabilities(model, chunks["test"].texts)
     scored = score_admissions(chunks["test"], test_probabilities, run.c)
     output = Path(run.output_dir)
