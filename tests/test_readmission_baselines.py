@@ -1,14 +1,17 @@
 """Readmission baselines (bag-of-words, Bi-LSTM) on synthetic chunks, admission scores, Table 4 and curves."""
 import csv
-import re
+import json
 
 import numpy as np
 import pytest
+import torch
 from sklearn.metrics import roc_auc_score
 
-from bertforge.readmission.baselines import (BiLSTMClassifier, Vocabulary, admission_scores, bag_of_words,
-                                             chunk_probabilities, train_bilstm)
+from bertforge.readmission.baselines import (BILSTM_CONFIG, BiLSTMClassifier, Vocabulary, admission_scores,
+                                             bag_of_words, chunk_probabilities, collate_chunks, train_bilstm)
+from bertforge.readmission.recipe import ReadmissionRun, run_readmission
 from bertforge.readmission.report import plot_curves, table4, table4_csv
+from bertforge.train.batches import ShuffledBatches
 
 FILLER = [f"word{i}" for i in range(40)]
 TINY_BILSTM = {"epochs": 3, "batch_size": 16, "lr": 1e-2, "embedding_dim": 16, "hidden_size": 16, "min_count": 1}
@@ -50,34 +53,141 @@ def test_bag_of_words_learns_the_driving_words(chunks):
     assert len(kept) == 40 and not {"chf", "noncompliance"} & set(kept)
 
 
-def test_bilstm_learns_and_the_same_seed_gives_the_same_model(chunks, capsys):
+def metric_records(run_dir, key: str) -> list[dict]:
+    """The records of the run's metrics.jsonl that carry `key` (the loop writes one line per log or evaluation)."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [record for record in map(json.loads, lines) if key in record]
+
+
+@pytest.fixture(scope="module")
+def bilstm_run(chunks, tmp_path_factory):
+    """A 3-epoch Bi-LSTM run with dev data in its own folder: (model, vocabulary, folder)."""
     (train_texts, train_labels), (test_texts, test_labels) = chunks
+    folder = tmp_path_factory.mktemp("bilstm") / "run"
     model, vocabulary = train_bilstm(train_texts, train_labels, dev_texts=test_texts[:100],
-                                     dev_labels=test_labels[:100], seed=0, **TINY_BILSTM)
+                                     dev_labels=test_labels[:100], seed=0, output_dir=folder, **TINY_BILSTM)
+    return model, vocabulary, folder
+
+
+def test_bilstm_learns_and_the_same_seed_gives_the_same_model(chunks, bilstm_run):
+    (train_texts, train_labels), (test_texts, test_labels) = chunks
+    model, vocabulary, folder = bilstm_run
     assert isinstance(model, BiLSTMClassifier) and model.vocabulary is vocabulary and not model.training
-    printed = capsys.readouterr().out
-    assert len(re.findall(r"epoch \d/3: train loss [\d.]+, dev AUROC [\d.]+", printed)) == 3
+    # The one loop trained it: an evaluation per epoch (240 chunks / 16 = 15 steps), train loss and
+    # accuracy in the log, at a constant learning rate.
+    assert [record["step"] for record in metric_records(folder, "eval_auroc")] == [15, 30, 45]
+    logged = metric_records(folder, "loss")
+    assert logged[-1]["step"] == 45 and all(record["lr"] == TINY_BILSTM["lr"] for record in logged)
+    assert logged[-1]["accuracy"] > 0.8 and logged[-1]["loss"] < logged[0]["loss"]
+    assert (folder / "best" / BILSTM_CONFIG).is_file() and (folder / "step-000045").is_dir()
     scores = chunk_probabilities(model, test_texts)
     assert scores.shape == (200,) and np.all((scores > 0) & (scores < 1))
     assert roc_auc_score(test_labels[100:], scores[100:]) > 0.8  # chunks the dev choice never saw
 
+    torch.manual_seed(12345)  # not the state an identical run leaves behind (the fixture's run just left it)
+    generator_state = torch.get_rng_state()
     same, _ = train_bilstm(train_texts, train_labels, dev_texts=test_texts[:100],
-                           dev_labels=test_labels[:100], seed=0, **TINY_BILSTM)
+                           dev_labels=test_labels[:100], seed=0, **TINY_BILSTM)  # in a temporary folder
     np.testing.assert_array_equal(chunk_probabilities(same, test_texts), scores)
+    assert torch.equal(torch.get_rng_state(), generator_state)  # the caller's random numbers are untouched
     other, _ = train_bilstm(train_texts, train_labels, seed=1, **{**TINY_BILSTM, "epochs": 1})
     assert not np.allclose(chunk_probabilities(other, test_texts), scores)
 
 
-def test_bilstm_keeps_the_epoch_with_the_best_dev_auroc(chunks, capsys):
+def test_bilstm_keeps_the_epoch_with_the_best_dev_auroc(chunks, tmp_path):
     # Dev labels flipped: the better the model learns, the worse its dev AUROC, so the best
     # epoch is not the last one and the returned model must be that earlier epoch.
     (train_texts, train_labels), (test_texts, test_labels) = chunks
     dev_texts, dev_labels = test_texts[:100], 1 - test_labels[:100]
     model, _ = train_bilstm(train_texts, train_labels, dev_texts=dev_texts, dev_labels=dev_labels,
-                            seed=0, **TINY_BILSTM)
-    printed = [float(value) for value in re.findall(r", dev AUROC ([\d.]+)", capsys.readouterr().out)]
-    assert len(printed) == 3 and np.argmax(printed) != 2
-    assert roc_auc_score(dev_labels, chunk_probabilities(model, dev_texts)) == pytest.approx(max(printed), abs=1e-4)
+                            seed=0, output_dir=tmp_path, **TINY_BILSTM)
+    dev_aurocs = [record["eval_auroc"] for record in metric_records(tmp_path, "eval_auroc")]
+    assert len(dev_aurocs) == 3 and np.argmax(dev_aurocs) != 2
+    assert roc_auc_score(dev_labels, chunk_probabilities(model, dev_texts)) == pytest.approx(max(dev_aurocs), abs=1e-12)
+
+
+def test_bilstm_steps_are_adams_at_a_constant_rate(chunks):
+    # Parity with the Bi-LSTM's own loop before the one loop: torch's Adam (the loop's eps),
+    # a constant rate, no clipping, the same shuffled batches. Dropout 0, so the noise is not compared;
+    # batches of 4, so that some gradients are longer than the loop's default clipping norm of 1.
+    (train_texts, train_labels), _ = chunks
+    settings = {**TINY_BILSTM, "epochs": 1, "batch_size": 4}
+    model, vocabulary = train_bilstm(train_texts, train_labels, seed=3, dropout=0.0, **settings)
+
+    torch.manual_seed(3)
+    reference = BiLSTMClassifier(Vocabulary.build(train_texts, min_count=1), settings["embedding_dim"],
+                                 settings["hidden_size"], dropout=0.0)
+    assert reference.vocabulary.words == vocabulary.words
+    word_ids = reference.word_ids(train_texts)
+    batches = ShuffledBatches(len(word_ids), settings["batch_size"], seed=3,
+                              collate=lambda rows: collate_chunks([word_ids[i] for i in rows], train_labels[rows]))
+    optimizer = torch.optim.Adam(reference.parameters(), lr=settings["lr"], eps=1e-6)
+    gradient_norms = []
+    for _, batch in zip(range(batches.batches_per_epoch), batches):
+        loss = reference(**batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        gradient_norms.append(torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in reference.parameters()])))
+        optimizer.step()
+    assert max(gradient_norms) > 1.0
+    trained = model.state_dict()
+    for name, weight in reference.state_dict().items():
+        torch.testing.assert_close(trained[name], weight, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_bilstm_resumes_exactly(chunks, bilstm_run, tmp_path):
+    # Stopped after its first epoch, then resumed to three: the same run as one without a stop.
+    (train_texts, train_labels), (test_texts, test_labels) = chunks
+    straight, _, straight_folder = bilstm_run
+    dev = {"dev_texts": test_texts[:100], "dev_labels": test_labels[:100]}
+    train_bilstm(train_texts, train_labels, seed=0, output_dir=tmp_path, **dev, **{**TINY_BILSTM, "epochs": 1})
+    assert [record["step"] for record in metric_records(tmp_path, "eval_auroc")] == [15]
+    resumed, _ = train_bilstm(train_texts, train_labels, seed=0, output_dir=tmp_path, resume=True, **dev,
+                              **TINY_BILSTM)
+    assert metric_records(tmp_path, "eval_auroc") == metric_records(straight_folder, "eval_auroc")
+    np.testing.assert_array_equal(chunk_probabilities(resumed, test_texts), chunk_probabilities(straight, test_texts))
+
+
+def test_bilstm_saves_and_loads_with_its_vocabulary(chunks, bilstm_run, tmp_path):
+    _, (test_texts, _) = chunks
+    model, vocabulary, _ = bilstm_run
+    folder = model.save_pretrained(tmp_path / "saved")
+    card = json.loads((folder / BILSTM_CONFIG).read_text())
+    assert card["vocabulary"] == vocabulary.words
+    assert (card["embedding_dim"], card["hidden_size"], card["max_words"]) == (16, 16, 318)
+    loaded = BiLSTMClassifier.from_pretrained(folder)
+    assert loaded.vocabulary.words == vocabulary.words and not loaded.training
+    np.testing.assert_array_equal(chunk_probabilities(loaded, test_texts), chunk_probabilities(model, test_texts))
+
+    with pytest.raises(TypeError, match="own vocabulary"):
+        model.save_pretrained(tmp_path / "other", tokenizer=object())
+    with pytest.raises(ValueError, match="holds no Bi-LSTM classifier"):
+        BiLSTMClassifier.from_pretrained(tmp_path)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(ValueError, match="damaged Bi-LSTM classifier"):
+        BiLSTMClassifier.from_pretrained(folder)
+
+
+def test_a_readmission_run_trains_the_bilstm_in_its_own_folder(chunks, tmp_path):
+    (train_texts, train_labels), (test_texts, test_labels) = chunks
+    splits = {"train": (train_texts, train_labels), "val": (test_texts[:100], test_labels[:100]),
+              "test": (test_texts[100:], test_labels[100:])}
+    for split, (texts, labels) in splits.items():
+        path = tmp_path / "data" / "discharge" / f"{split}.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", encoding="utf-8", newline="") as file:  # one chunk per admission
+            csv.writer(file).writerows([("ID", "TEXT", "Label")] + [(i, text, label) for i, (text, label)
+                                                                    in enumerate(zip(texts, labels))])
+    output = tmp_path / "run"
+    result = run_readmission(ReadmissionRun(data=str(tmp_path / "data"), kind="bilstm", output=str(output)))
+    assert result["auroc"] > 0.8
+    # 240 chunks in batches of 32: 8 steps an epoch, 3 epochs; the best epoch's model in best/ gives the scores.
+    assert [record["step"] for record in metric_records(output, "eval_auroc")] == [8, 16, 24]
+    best = BiLSTMClassifier.from_pretrained(output / "best")
+    with open(output / "scores.csv", encoding="utf-8") as file:
+        written = [float(row["score"]) for row in csv.DictReader(file)]
+    np.testing.assert_allclose(written, chunk_probabilities(best, test_texts[100:]))
 
 
 def test_vocabulary_keeps_frequent_words_and_maps_the_rest_to_unknown():
@@ -95,6 +205,10 @@ def test_inputs_are_checked_at_the_edge(chunks):
         bag_of_words(train_texts[:3], [1, 1, 1])
     with pytest.raises(ValueError, match="together"):
         train_bilstm(train_texts, train_labels, dev_texts=train_texts)
+    with pytest.raises(ValueError, match="epochs must be at least 1"):
+        train_bilstm(train_texts, train_labels, epochs=0)
+    with pytest.raises(ValueError, match="dev labels"):
+        train_bilstm(train_texts, train_labels, dev_texts=train_texts[:4], dev_labels=[0, 1, 2, 1])
     with pytest.raises(TypeError, match="BiLSTMClassifier"):
         chunk_probabilities(object(), ["chf"])
     with pytest.raises(ValueError, match="not a str"):

@@ -8,21 +8,32 @@ method "clinical"), so every row of Table 4 is computed the same way.
   the 5,000 most frequent words of the training chunks.
 - Bi-LSTM: as kexinhuang12345/clinicalBERT `bilstm.py` (Keras): word embeddings (100), a
   bidirectional LSTM, max-pool over time, dense 50 + ReLU, dropout 0.1, one sigmoid output,
-  binary cross-entropy, Adam, 3 epochs, at most 318 words per chunk, a vocabulary of at most
-  44,082 training words; the best epoch on the dev set is kept. Differences: embeddings are
-  randomly initialised (the original loaded its clinical word2vec, which is not available
-  offline), the LSTM has no recurrent dropout (torch's LSTM lacks it; dropout is applied to the
-  embeddings instead), padding is masked out of the max-pool, the best epoch is chosen on dev
-  AUROC (the original used dev loss), and a chunk keeps its first 318 words (Keras kept the last).
+  binary cross-entropy, Adam at a constant lr 1e-3, 3 epochs, at most 318 words per chunk, a
+  vocabulary of at most 44,082 training words; the best epoch on the dev set is kept. It trains
+  through the one training loop (`train.loop.train`: progress, metrics.jsonl, checkpoints, the
+  best model by dev AUROC, exact resume). Differences: embeddings are randomly initialised (the
+  original loaded its clinical word2vec, which is not available offline), the LSTM has no
+  recurrent dropout (torch's LSTM lacks it; dropout is applied to the embeddings instead),
+  padding is masked out of the max-pool, the best epoch is chosen on dev AUROC (the original
+  used dev loss), Adam's eps is the loop's 1e-6 (Keras: 1e-7), and a chunk keeps its first 318
+  words (Keras kept the last).
 """
-import copy
+import contextlib
+import json
+import logging
+import math
+import os
 import re
+import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
@@ -30,14 +41,26 @@ from sklearn.pipeline import Pipeline
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ..atomic import replaced_file, write_text
+from ..models.checkpoint import WEIGHTS_SAFETENSORS
+from ..models.outputs import ClassifierOutput
 from ..tasks.long_documents import combine_per_document
 from ..tasks.metrics import binary_labels
+from ..train.batches import ShuffledBatches, predict_rows
+from ..train.best import best_model_folder
+from ..train.collate import pad_rows
+from ..train.distributed import select_device
+from ..train.loop import TrainConfig, train
+from ..train.optim import epoch_schedule
+
+logger = logging.getLogger("bertforge")
 
 # Words are runs of letters and digits, lower-cased, for both baselines (Keras' Tokenizer also
 # lower-cased and dropped punctuation). CountVectorizer's default would drop one-character words.
 WORD_PATTERN = r"(?u)\b\w+\b"
 _WORDS = re.compile(WORD_PATTERN)
 MAX_VOCABULARY = 44082  # bilstm.py's max_words_count
+BILSTM_CONFIG = "bilstm.json"  # beside model.safetensors: the sizes and the vocabulary
 
 
 def bag_of_words(train_texts: Sequence[str], train_labels, seed: int = 0, max_features: int = 5000,
@@ -92,14 +115,17 @@ def split_words(text: str) -> list[str]:
 class BiLSTMClassifier(nn.Module):
     """Embeddings → bidirectional LSTM → max over time → dense 50 + ReLU → dropout → one logit.
 
-    Owns its vocabulary so that it can encode raw chunks (`encode`). forward takes input_ids
-    (batch, seq) padded with 0 and lengths (batch,), and returns logits (batch,) of P(readmitted).
+    Owns its vocabulary so that it can encode raw chunks (`word_ids`, then `collate_chunks` for
+    forward's inputs), and saves both (`save_pretrained` / `from_pretrained`), so the training loop
+    can checkpoint it and keep its best.
     """
 
     def __init__(self, vocabulary: Vocabulary, embedding_dim: int = 100, hidden_size: int = 128,
                  max_words: int = 318, dropout: float = 0.1):
         super().__init__()
         self.vocabulary = vocabulary
+        self.sizes = {"embedding_dim": embedding_dim, "hidden_size": hidden_size, "max_words": max_words,
+                      "dropout": dropout}
         self.max_words = max_words
         self.embeddings = nn.Embedding(len(vocabulary), embedding_dim, padding_idx=Vocabulary.PAD)
         self.lstm = nn.LSTM(embedding_dim, hidden_size, batch_first=True, bidirectional=True)
@@ -107,16 +133,14 @@ class BiLSTMClassifier(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(50, 1)
 
-    def encode(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(input_ids (n, longest) padded with 0, lengths (n,)) of raw chunk texts."""
-        ids = [self.vocabulary.encode(text, self.max_words) for text in texts]
-        lengths = torch.tensor([len(row) for row in ids])
-        input_ids = torch.zeros(len(ids), int(lengths.max()), dtype=torch.long)
-        for row, row_ids in enumerate(ids):
-            input_ids[row, :len(row_ids)] = torch.tensor(row_ids)
-        return input_ids, lengths
+    def word_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each chunk's ids (its first max_words words; at least one id)."""
+        return [self.vocabulary.encode(text, self.max_words) for text in texts]
 
-    def forward(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, lengths: torch.Tensor, labels: torch.Tensor | None = None
+                ) -> ClassifierOutput:
+        """logits (batch,) of P(readmitted) from input_ids (batch, seq) padded with 0 and lengths (batch,);
+        with labels (batch,) of 0./1., also the mean binary cross-entropy as loss."""
         embedded = self.dropout(self.embeddings(input_ids))  # (batch, seq, embedding_dim)
         # Packed, so the backward direction starts at each chunk's last word, not at its padding.
         packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
@@ -124,21 +148,76 @@ class BiLSTMClassifier(nn.Module):
                                                total_length=input_ids.shape[1])  # (batch, seq, 2 * hidden)
         padding = input_ids == Vocabulary.PAD
         pooled = hidden_states.masked_fill(padding[:, :, None], float("-inf")).max(dim=1).values  # (batch, 2 * hidden)
-        return self.classifier(self.dropout(torch.relu(self.dense(pooled)))).squeeze(-1)
+        logits = self.classifier(self.dropout(torch.relu(self.dense(pooled)))).squeeze(-1)
+        loss = None if labels is None else nn.functional.binary_cross_entropy_with_logits(logits, labels.float())
+        return ClassifierOutput(loss=loss, logits=logits)
+
+    def save_pretrained(self, folder: str | os.PathLike, tokenizer: None = None) -> Path:
+        """Write model.safetensors and bilstm.json (sizes and vocabulary) into folder, each file atomically.
+
+        tokenizer is there for the training loop's call and must be None: the vocabulary is the tokenizer.
+        """
+        if tokenizer is not None:
+            raise TypeError("a BiLSTMClassifier saves its own vocabulary; pass no tokenizer")
+        folder = Path(folder)
+        weights = {name: tensor.detach().cpu().contiguous() for name, tensor in self.state_dict().items()}
+        with replaced_file(folder / WEIGHTS_SAFETENSORS) as temporary:
+            save_file(weights, str(temporary))
+        card = {"architecture": type(self).__name__, **self.sizes, "vocabulary": self.vocabulary.words}
+        write_text(folder / BILSTM_CONFIG, json.dumps(card) + "\n")
+        return folder
+
+    @classmethod
+    def from_pretrained(cls, folder: str | os.PathLike) -> "BiLSTMClassifier":
+        """The classifier `save_pretrained` wrote, in eval mode on the CPU.
+
+        Raises ValueError naming the file when the folder holds no Bi-LSTM or a damaged one.
+        """
+        folder = Path(folder)
+        config_path, weights_path = folder / BILSTM_CONFIG, folder / WEIGHTS_SAFETENSORS
+        if not config_path.is_file() or not weights_path.is_file():
+            raise ValueError(f"{folder} holds no Bi-LSTM classifier ({BILSTM_CONFIG} and {WEIGHTS_SAFETENSORS} "
+                             "are needed); give the best/ or step-N/model folder of a Bi-LSTM run")
+        try:
+            card = json.loads(config_path.read_text(encoding="utf-8"))
+            model = cls(Vocabulary(card["vocabulary"]), **{key: card[key] for key in
+                                                         ("embedding_dim", "hidden_size", "max_words", "dropout")})
+            model.load_state_dict(load_file(str(weights_path)))
+        except (ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as error:
+            raise ValueError(f"{folder} holds a damaged Bi-LSTM classifier ({type(error).__name__}: {error}); "
+                             "train it again") from error
+        return model.eval()
+
+
+def collate_chunks(word_ids: Sequence[Sequence[int]], labels: np.ndarray | None = None) -> dict[str, torch.Tensor]:
+    """A Bi-LSTM batch: input_ids (batch, longest) padded with 0, lengths (batch,), labels (batch,) as 0./1."""
+    padded = pad_rows({"input_ids": word_ids}, Vocabulary.PAD)
+    batch = {"input_ids": padded["input_ids"], "lengths": padded["attention_mask"].sum(dim=1)}
+    if labels is not None:
+        batch["labels"] = torch.as_tensor(labels, dtype=torch.float32)
+    return batch
 
 
 def train_bilstm(train_texts: Sequence[str], train_labels, *, dev_texts: Sequence[str] | None = None,
                  dev_labels=None, seed: int = 0, epochs: int = 3, batch_size: int = 32, embedding_dim: int = 100,
-                 hidden_size: int = 128, max_words: int = 318, lr: float = 1e-3,
-                 min_count: int = 2) -> tuple[BiLSTMClassifier, Vocabulary]:
-    """(fitted model in eval mode, its vocabulary) trained on chunks with Adam and binary cross-entropy.
+                 hidden_size: int = 128, max_words: int = 318, lr: float = 1e-3, min_count: int = 2,
+                 dropout: float = 0.1, output_dir: str | os.PathLike | None = None, resume: bool = False,
+                 device: torch.device | None = None) -> tuple[BiLSTMClassifier, Vocabulary]:
+    """(fitted model in eval mode, its vocabulary), trained on chunks by the one training loop.
 
-    Embeddings are randomly initialised (no pretrained word2vec is available offline). The
-    vocabulary holds training words seen at least min_count times (at most 44,082 words, as the
-    original). Prints the mean training loss per epoch and, with dev data, the chunk-level dev
-    AUROC; the epoch with the best dev AUROC is kept (else the last). The same seed gives the
-    same model on CPU; the global torch RNG is left as it was. Raises ValueError for bad texts or
-    labels (see `bag_of_words`), for dev texts without dev labels, and for epochs < 1.
+    As the original: binary cross-entropy, Adam at a constant lr (AdamW with no weight decay,
+    the loop's eps 1e-6), no gradient clipping, shuffled batches every epoch. Embeddings are
+    randomly initialised (no pretrained word2vec is available offline). The vocabulary holds
+    training words seen at least min_count times (at most 44,082 words, as the original).
+
+    With dev data, the chunk-level dev AUROC is evaluated after every epoch and the epoch with
+    the best one is returned (else the last). The run (metrics.jsonl with train loss and
+    accuracy and eval_auroc, a checkpoint per epoch, best/) goes to output_dir, which the caller
+    owns (`train.run_folder.claim_run_folder`); resume=True continues the run there exactly.
+    Without output_dir, a temporary folder is used and removed. device defaults to the GPU when
+    there is one. The same seed gives the same model on the CPU; the global torch RNG is left as
+    it was. Raises ValueError for bad texts or labels (see `bag_of_words`), for dev texts without
+    dev labels, and for epochs < 1.
     """
     train_texts, train_labels = _checked_chunks(train_texts, train_labels, "train")
     if (dev_texts is None) != (dev_labels is None):
@@ -147,43 +226,43 @@ def train_bilstm(train_texts: Sequence[str], train_labels, *, dev_texts: Sequenc
         dev_texts, dev_labels = _checked_chunks(dev_texts, dev_labels, "dev")
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
-
+    device = device or select_device()
     vocabulary = Vocabulary.build(train_texts, min_count=min_count)
-    with torch.random.fork_rng(devices=[]):  # dropout and initialisation draw from the global RNG
-        torch.manual_seed(seed)
-        model = BiLSTMClassifier(vocabulary, embedding_dim, hidden_size, max_words)
-        input_ids, lengths = model.encode(train_texts)
-        targets = torch.tensor(train_labels, dtype=torch.float32)
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-        loss_function = nn.BCEWithLogitsLoss()
-        order_generator = torch.Generator().manual_seed(seed)
-        best_auroc, best_state = -np.inf, None
-        for epoch in range(1, epochs + 1):
-            model.train()
-            total_loss = 0.0
-            for batch in torch.randperm(len(train_texts), generator=order_generator).split(batch_size):
-                batch_lengths = lengths[batch]
-                logits = model(input_ids[batch, :int(batch_lengths.max())], batch_lengths)
-                loss = loss_function(logits, targets[batch])
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                total_loss += loss.item() * len(batch)
-            message = f"bilstm epoch {epoch}/{epochs}: train loss {total_loss / len(train_texts):.4f}"
-            if dev_texts is not None:
-                dev_auroc = roc_auc_score(dev_labels, chunk_probabilities(model, dev_texts))
-                message += f", dev AUROC {dev_auroc:.4f}"
-                if dev_auroc > best_auroc:
-                    best_auroc, best_state = dev_auroc, copy.deepcopy(model.state_dict())
-            print(message, flush=True)
-    if best_state is not None:
-        model.load_state_dict(best_state)
-        print(f"bilstm: kept the epoch with dev AUROC {best_auroc:.4f}", flush=True)
-    return model.eval(), vocabulary
+    with contextlib.ExitStack() as stack:
+        run_dir = Path(output_dir) if output_dir is not None else \
+            Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bertforge-bilstm-")))
+        # The loop reseeds the global RNG every step (dropout); this run must not change the caller's.
+        stack.enter_context(torch.random.fork_rng(devices=[device] if device.type == "cuda" else []))
+        torch.manual_seed(seed)  # the initial weights
+        model = BiLSTMClassifier(vocabulary, embedding_dim, hidden_size, max_words, dropout)
+        word_ids = model.word_ids(train_texts)
+        batches = ShuffledBatches(len(word_ids), batch_size, seed=seed,
+                                  collate=lambda rows: collate_chunks([word_ids[i] for i in rows], train_labels[rows]))
+        config = epoch_schedule(
+            TrainConfig(output_dir=str(run_dir), max_steps=0, learning_rate=lr, weight_decay=0.0, warmup=0,
+                        schedule="constant", max_grad_norm=math.inf, seed=seed, eval_at_start=False, keep_last=1),
+            epochs, batches.batches_per_epoch, has_dev=dev_texts is not None, default_metric="auroc")
+        logger.warning("bilstm: %d training chunks, %d words in the vocabulary, %d steps (%d epochs of %d batches)",
+                       len(word_ids), len(vocabulary), config.max_steps, epochs, batches.batches_per_epoch)
+
+        def evaluate(network: BiLSTMClassifier) -> dict[str, float]:
+            return {"auroc": float(roc_auc_score(dev_labels, chunk_probabilities(network, dev_texts)))}
+
+        train(model, batches, config, statistics=accuracy, evaluate=evaluate if dev_texts is not None else None,
+              device=device, resume=resume)
+        if dev_texts is not None:
+            model = BiLSTMClassifier.from_pretrained(best_model_folder(run_dir)).to(device)
+    return model.eval(), model.vocabulary
+
+
+def accuracy(batch: dict[str, torch.Tensor], output: ClassifierOutput) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The training loop's statistic: chunks classified right at P = 0.5, as (right, chunks)."""
+    right = ((output.logits > 0) == (batch["labels"] > 0.5)).sum()
+    return {"accuracy": (right, batch["labels"].new_tensor(len(batch["labels"])))}
 
 
 def chunk_probabilities(model: Pipeline | BiLSTMClassifier, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
-    """P(readmitted) (n,) of each chunk, from a `bag_of_words` Pipeline or a `BiLSTMClassifier`.
+    """P(readmitted) (n,) of each chunk, from a `bag_of_words` Pipeline or a `BiLSTMClassifier` (on its device).
 
     Raises TypeError for any other model and ValueError for non-str texts.
     """
@@ -192,15 +271,16 @@ def chunk_probabilities(model: Pipeline | BiLSTMClassifier, texts: Sequence[str]
         positive = list(model.classes_).index(1)
         return model.predict_proba(texts)[:, positive]
     if isinstance(model, BiLSTMClassifier):
+        if not texts:
+            return np.zeros(0)
         was_training = model.training
-        model.eval()
-        probabilities = []
-        with torch.no_grad():
-            for start in range(0, len(texts), batch_size):
-                input_ids, lengths = model.encode(texts[start:start + batch_size])
-                probabilities.append(torch.sigmoid(model(input_ids, lengths)).double().numpy())
+        word_ids = model.word_ids(texts)
+        # Length-sorted batches: little padding; rows come back in the order of texts.
+        logits = predict_rows(model, [len(ids) for ids in word_ids],
+                              lambda rows: collate_chunks([word_ids[i] for i in rows]),
+                              batch_size=batch_size, device=next(model.parameters()).device)
         model.train(was_training)
-        return np.concatenate(probabilities) if probabilities else np.zeros(0)
+        return torch.sigmoid(torch.from_numpy(np.stack(logits)).double()).numpy()
     raise TypeError(f"cannot score chunks with a {type(model).__name__}; pass a bag_of_words Pipeline "
                     "or a BiLSTMClassifier")
 

@@ -6,7 +6,8 @@ P = (Pmax + Pmean n/c) / (1 + n/c) over the admission's chunk probabilities):
 - "bert": any BERT checkpoint fine-tuned on the chunks with the one training loop (the best
   epoch by validation AUROC kept); from a checkpoint continued-pretrained on the notes, this is
   the ClinicalBERT row of the table;
-- "bow": bag-of-words logistic regression; "bilstm": a Bi-LSTM over word embeddings.
+- "bow": bag-of-words logistic regression; "bilstm": a Bi-LSTM over word embeddings, trained by
+  the same loop (the best epoch by chunk-level validation AUROC kept in best/).
 Each run writes results.json (test AUROC / AUPRC / RP80 and what produced them) and
 scores.csv (one row per test admission) so that `report` can rebuild Table 4 and the curves.
 """
@@ -53,7 +54,7 @@ class ReadmissionRun:
 
     Args:
         data: the folder `readmission prepare` wrote
-        output: the run folder (results.json, scores.csv; bert: best/ model)
+        output: the run folder (results.json, scores.csv; bert, bilstm: best/ model)
         task: the notes the model reads: the discharge summary, or those of the first 2 / 3 days
         kind: bert (fine-tune a checkpoint), bow (bag-of-words logistic regression) or bilstm
         init_from: bert: the checkpoint (folder or packaged short name), e.g. one continued-pretrained on the notes
@@ -223,9 +224,9 @@ def train_and_score(run: ReadmissionRun) -> dict:
         model = bag_of_words(chunks["train"].texts, chunks["train"].labels, seed=run.seed)
         test_probabilities = chunk_probabilities(model, chunks["test"].texts)
     else:
-        torch.manual_seed(run.seed)
+        # The loop's run (metrics.jsonl, checkpoints, best/) goes into this run's folder.
         model, _ = train_bilstm(chunks["train"].texts, chunks["train"].labels, dev_texts=chunks["val"].texts,
-                                         dev_labels=chunks["val"].labels, seed=run.seed)
+                                dev_labels=chunks["val"].labels, seed=run.seed, output_dir=run.output)
         test_probabilities = chunk_probabilities(model, chunks["test"].texts)
     scored = score_admissions(chunks["test"], test_probabilities, run.c)
     output = Path(run.output)

@@ -33,7 +33,7 @@ from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_sta
 from .distributed import Topology, all_reduce_sum, barrier
 from .interrupt import StopRequests
 from .memory import TRIM_EVERY, release_freed_memory
-from .optim import build_optimizer, linear_warmup_decay, warmup_steps_from
+from .optim import SCHEDULES, build_optimizer, learning_rate_schedule, warmup_steps_from
 from .prefetch import Prefetcher, prefetched, to_device
 from .run_log import RunLog, plot_curves
 
@@ -61,6 +61,7 @@ class TrainConfig:
     learning_rate: float = 1e-4
     weight_decay: float = 0.01
     warmup: float = 0.01  # a fraction of max_steps (< 1) or a number of steps
+    schedule: str = "linear"  # after warm-up: linear (decay to 0 at max_steps, BERT's) | constant (the peak rate)
     grad_accumulation: int = 1
     max_grad_norm: float = 1.0
     precision: Precision = "auto"
@@ -87,6 +88,8 @@ class TrainConfig:
         if self.max_steps < 0 or self.grad_accumulation < 1:
             raise ValueError("max_steps must be at least 1 (0 only where a recipe derives it from epochs) "
                              "and grad_accumulation at least 1")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule={self.schedule!r}: use one of {', '.join(SCHEDULES)}")
         if self.early_stopping_patience and not self.best_metric:
             raise ValueError("early_stopping_patience needs best_metric: the metric whose improvement it waits for")
 
@@ -110,7 +113,8 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
     run_dir = Path(config.output_dir)
     model.to(device)
     optimizer = build_optimizer(model, config.learning_rate, config.weight_decay, fused=device.type == "cuda")
-    scheduler = linear_warmup_decay(optimizer, warmup_steps_from(config.warmup, config.max_steps), config.max_steps)
+    scheduler = learning_rate_schedule(optimizer, config.schedule, warmup_steps_from(config.warmup, config.max_steps),
+                                       config.max_steps)
     step = 0
     best = BestModel(config.best_metric, config.greater_is_better, config.early_stopping_patience) \
         if config.best_metric else None

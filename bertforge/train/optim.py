@@ -1,4 +1,5 @@
-"""AdamW with BERT's weight-decay exclusions, and the linear warm-up / linear decay schedule."""
+"""AdamW with BERT's weight-decay exclusions, and the learning-rate schedules: linear warm-up, then linear
+decay (BERT's) or a constant rate (Adam as Keras runs it, for the word-level baselines)."""
 from __future__ import annotations
 
 import dataclasses
@@ -42,6 +43,22 @@ def linear_warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, tot
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
     return LambdaLR(optimizer, factor)
+
+
+def warmup_then_constant(optimizer: torch.optim.Optimizer, warmup_steps: int) -> LambdaLR:
+    """lr rises linearly to its peak over warmup_steps, then stays there."""
+    return LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0)
+
+
+SCHEDULES = ("linear", "constant")
+
+
+def learning_rate_schedule(optimizer: torch.optim.Optimizer, schedule: str, warmup_steps: int,
+                           total_steps: int) -> LambdaLR:
+    """The schedule named by TrainConfig.schedule (one of SCHEDULES; TrainConfig refuses any other)."""
+    if schedule == "constant":
+        return warmup_then_constant(optimizer, warmup_steps)
+    return linear_warmup_decay(optimizer, warmup_steps, total_steps)
 
 
 def epoch_schedule(training, epochs: float, batches_per_epoch: int, has_dev: bool, default_metric: str):
