@@ -1,4 +1,4 @@
-"""Recipe files: YAML read into dataclasses, with `section.key=value` overrides from the command line.
+"""Recipe files: YAML read into dataclasses, with command-line flags and `section.key=value` overrides.
 
 Numbers are read the way people write them: PyYAML follows YAML 1.1, where `3e-5` (no dot) is
 a string, so the README's own `training.learning_rate=3e-5` reached AdamW as text. The loader
@@ -69,14 +69,39 @@ def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, A
         key, separator, text = override.partition("=")
         if not separator or not key:
             raise UsageError(f"override {override!r} must look like section.key=value, e.g. training.max_steps=100")
-        *parents, leaf = key.split(".")
-        node = values
-        for parent in parents:
-            node = node.setdefault(parent, {})
-            if not isinstance(node, dict):
-                raise UsageError(f"override {override!r}: {parent} is not a section")
-        node[leaf] = parse_value(text, f"override {key}")
+        set_setting(values, key, parse_value(text, f"override {key}"), f"override {override!r}")
     return values
+
+
+def command_line_recipe(config: str | Path | None, flags: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """The recipe mapping a command runs: the YAML file `config` (or none), then each flag that was given
+    (not None) at its dotted key, e.g. {"data.train": "x.csv"}, then the `key=value` overrides; later wins."""
+    values = read_recipe(config) if config else {}
+    for key, value in flags.items():
+        if value is not None:
+            set_setting(values, key, value, f"setting {key}")
+    return apply_overrides(values, overrides)
+
+
+def set_setting(values: dict[str, Any], key: str, value: Any, where: str) -> None:
+    """Set the dotted `key` in the nested mapping `values`, making the sections it names.
+
+    Raises UsageError naming `where` when a section on the way is a plain value.
+    """
+    *parents, leaf = key.split(".")
+    node = values
+    for parent in parents:
+        node = node.setdefault(parent, {})
+        if not isinstance(node, dict):
+            raise UsageError(f"{where}: {parent} is not a section")
+    node[leaf] = value
+
+
+def recipe_yaml(recipe) -> str:
+    """A recipe dataclass (or a mapping of them) as YAML that `--config` reads back: every setting, defaults included."""
+    values = dataclasses.asdict(recipe) if dataclasses.is_dataclass(recipe) else \
+        {key: dataclasses.asdict(value) for key, value in recipe.items()}
+    return yaml.safe_dump(values, sort_keys=False, allow_unicode=True)
 
 
 def resolve(base: Path, path: str) -> str:
@@ -119,7 +144,7 @@ def build(cls, values: dict[str, Any] | None, where: str):
 
 
 def convert(value: Any, kind, where: str) -> Any:
-    """`value` as the type `kind` (int, float, bool, str, list[str], dict, Optional, a dataclass).
+    """`value` as the type `kind` (int, float, bool, str, Literal, list[str], dict, Optional, a dataclass).
 
     Raises UsageError naming `where` and the expected type when it cannot be converted.
     """
@@ -133,6 +158,10 @@ def convert(value: Any, kind, where: str) -> Any:
         return value  # a genuine union (e.g. int | str): the dataclass checks it
     if dataclasses.is_dataclass(kind):
         return value if isinstance(value, kind) else build(kind, value, where)
+    if origin is typing.Literal:
+        if any(value == choice and type(value) is type(choice) for choice in args):
+            return value
+        raise UsageError(f"{where} must be one of {', '.join(map(str, args))}, got {value!r}")
     if kind is bool:
         if isinstance(value, bool):
             return value

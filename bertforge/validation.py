@@ -36,6 +36,11 @@ class Bound:
             return None
         return f"must be {rule}, got {value!r}" + (f" ({self.meaning})" if self.meaning else "")
 
+    def __str__(self) -> str:
+        """The range in words, as a command's help shows it: 'at least 1', 'greater than 0, at most 1'."""
+        rules = [f"{'greater than' if self.above else 'at least'} {self.minimum:g}"] if self.minimum is not None else []
+        return ", ".join(rules + ([f"at most {self.maximum:g}"] if self.maximum is not None else []))
+
 
 POSITIVE = Bound(1)
 COUNT = Bound(0)

@@ -89,7 +89,7 @@ def main() -> None:
                 if (output / "results.json").exists():
                     continue
                 print(f"== {name} / {task} / seed {seed}", flush=True)
-                run_readmission(ReadmissionRun(data=str(data), task=task, name=name, output_dir=str(output),
+                run_readmission(ReadmissionRun(data=str(data), task=task, name=name, output=str(output),
                                                seed=seed, epochs=args.epochs, learning_rate=args.learning_rate,
                                                max_length=args.max_length, **spec), overwrite=True)  # a run stopped half-way starts again
     print(write_report([WORK / "runs"], ROOT / "docs" / "readmission"))

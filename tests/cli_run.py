@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import inspect
 import io
+import typing
 
-from bertforge.cli.parser import main
+from bertforge.cli.parser import COMMANDS, main
 
 
 def run_cli(*argv) -> tuple[int, str, str]:
@@ -23,3 +26,18 @@ def assert_one_line_error(code: int, err: str, codes=(1, 2)) -> str:
     assert lines and lines[-1].startswith("bertforge") and ": error: " in lines[-1], err
     assert sum(": error: " in line for line in lines) == 1, err
     return lines[-1]
+
+
+def command_options() -> list[tuple[list[str], str, object]]:
+    """(command words, option name, type hint) for every option of every sub-command in COMMANDS;
+    the fields of a dataclass parameter are options too."""
+    found = []
+    for name, entry in COMMANDS.items():
+        for words, function in ([([name, inner], f) for inner, f in entry.items()] if isinstance(entry, dict)
+                                else [([name], entry)]):
+            hints = typing.get_type_hints(function)
+            for parameter in inspect.signature(function).parameters.values():
+                kind = hints.get(parameter.name)
+                options = typing.get_type_hints(kind) if dataclasses.is_dataclass(kind) else {parameter.name: kind}
+                found += [(words, option, hint) for option, hint in options.items()]
+    return found

@@ -22,7 +22,7 @@ def test_help_lists_every_command():
     for command in ("demo", "tokenize", "embed", "info", "fill-mask", "train-tokenizer", "prepare", "pretrain",
                     "finetune", "predict", "baseline", "readmission"):
         assert command in result.stdout
-    embed_help = build_parser().parse_args(["embed", "in.txt", "out.npy"])
+    embed_help = build_parser().parse_args(["embed", "in.txt", "out.npy"]).embed  # jsonargparse: under the command
     assert embed_help.pooling == "mean" and embed_help.layers == "-1"
 
 

@@ -10,8 +10,7 @@ import pytest
 
 import bertforge.embeddings.files as files
 from bertforge import embed
-from bertforge.cli.commands import attach_negative_lists
-from bertforge.cli.parser import main
+from bertforge.cli.parser import build_parser, main
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = [f"Sentence number {i} talks about {'the river bank ' * (i % 7)}and money." for i in range(23)]
@@ -39,11 +38,12 @@ def test_the_readme_line_with_a_negative_layer_list_runs_as_written(capsys, sour
     assert f"wrote 23 vectors of size 384 to {tmp_path / 'vectors.npy'}" in out
 
 
-def test_negative_lists_are_attached_to_their_option_and_nothing_else_changes():
-    assert attach_negative_lists(["embed", "a", "b", "--layers", "-4,-3,-2,-1", "--normalize"]) == \
-        ["embed", "a", "b", "--layers=-4,-3,-2,-1", "--normalize"]
-    unchanged = ["embed", "a", "b", "--layers", "-1", "--pooling", "cls", "--layers=-2,-1", "-h"]
-    assert attach_negative_lists(unchanged) == unchanged
+def test_negative_lists_are_their_options_value_and_nothing_else_changes():
+    """The parser reads a word that starts with -digit as a value (argparse does so from Python 3.13)."""
+    parsed = build_parser().parse_args(["embed", "a", "b", "--layers", "-4,-3,-2,-1", "--normalize"]).embed
+    assert (parsed.layers, parsed.normalize) == ("-4,-3,-2,-1", True)
+    parsed = build_parser().parse_args(["embed", "a", "b", "--layers", "-1", "--pooling", "cls", "--layers=-2,-1"]).embed
+    assert (parsed.layers, parsed.pooling) == ("-2,-1", "cls")
 
 
 def test_an_output_without_npy_says_the_file_it_really_wrote(capsys, source, tmp_path):

@@ -180,7 +180,7 @@ def test_a_readmission_run_trains_the_bilstm_in_its_own_folder(chunks, tmp_path)
             csv.writer(file).writerows([("ID", "TEXT", "Label")] + [(i, text, label) for i, (text, label)
                                                                     in enumerate(zip(texts, labels))])
     output = tmp_path / "run"
-    result = run_readmission(ReadmissionRun(data=str(tmp_path / "data"), kind="bilstm", output_dir=str(output)))
+    result = run_readmission(ReadmissionRun(data=str(tmp_path / "data"), kind="bilstm", output=str(output)))
     assert result["auroc"] > 0.8
     # 240 chunks in batches of 32: 8 steps an epoch, 3 epochs; the best epoch's model in best/ gives the scores.
     assert [record["step"] for record in metric_records(output, "eval_auroc")] == [8, 16, 24]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import inspect
 import json
 import math
 import typing
@@ -22,14 +21,13 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from bertforge import BertConfig, BertTokenizer
 from bertforge.cli.boundary import describe
-from bertforge.cli.parser import COMMANDS
 from bertforge.readmission.recipe import ReadmissionRun
 from bertforge.settings import apply_overrides, build
 from bertforge.tasks.finetune import FinetuneRecipe
 from bertforge.tasks.pretraining.recipe import PretrainRecipe
 from bertforge.validation import BOUNDS
 
-from cli_run import assert_one_line_error, run_cli
+from cli_run import assert_one_line_error, command_options, run_cli
 from hostile_files import FILE_CASES, case_argv, make_good_inputs, make_hostile_files
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
@@ -84,15 +82,10 @@ def recipe_numbers(cls, where: str = "recipe") -> list[tuple[str, str, type]]:
 def cli_numbers() -> list[tuple[list[str], str, type]]:
     """(command words, option name, int|float) for every numeric option of every sub-command."""
     found = []
-    for name, function in COMMANDS.items():
-        for words, target in ([([name, inner], f) for inner, f in function.items()] if isinstance(function, dict)
-                              else [([name], function)]):
-            hints = typing.get_type_hints(target)
-            for parameter in inspect.signature(target).parameters.values():
-                kind = hints.get(parameter.name)
-                inner = [a for a in typing.get_args(kind) if a is not type(None)] or [kind]
-                if inner[0] in (int, float):
-                    found.append((words, parameter.name, inner[0]))
+    for words, name, kind in command_options():
+        inner = [a for a in typing.get_args(kind) if a is not type(None)] or [kind]
+        if inner[0] in (int, float):
+            found.append((words, name, inner[0]))
     return found
 
 

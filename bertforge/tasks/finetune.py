@@ -21,7 +21,7 @@ from ..train.distributed import select_device
 from ..train.loop import TrainConfig, train
 from ..train.optim import epoch_schedule
 from ..train.run_folder import claim_run_folder
-from . import TASKS, TaskSettings, load_task
+from . import TASKS, TaskName, TaskSettings, load_task
 from ..atomic import write_text
 from ..errors import UsageError
 from ..validation import check_fields
@@ -39,7 +39,7 @@ def finetuning_defaults() -> TrainConfig:
 
 @dataclass
 class FinetuneRecipe:
-    task: str = "classification"  # classification | ner | qa
+    task: TaskName = "classification"
     init_from: str = "minilm"  # any BERT checkpoint folder (or packaged short name)
     data: TaskSettings = field(default_factory=TaskSettings)
     epochs: float = 3.0

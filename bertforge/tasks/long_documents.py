@@ -10,10 +10,12 @@ max alone is noisy on long notes and the mean alone dilutes one decisive chunk, 
 so a short document leans on its strongest chunk and a long one on the average.
 """
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 import numpy as np
 
-METHODS = ("mean", "max", "clinical")
+Combine = Literal["mean", "max", "clinical"]
+METHODS = get_args(Combine)
 
 
 def combine(probabilities: Sequence[float] | np.ndarray, method: str = "mean", c: float = 2.0) -> float:

@@ -20,7 +20,7 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Literal, Protocol, get_args
 
 import torch
 from safetensors import SafetensorError
@@ -39,6 +39,8 @@ from .run_log import RunLog, plot_curves
 
 logger = logging.getLogger("bertforge")
 
+Precision = Literal["auto", "fp32", "bf16"]  # auto: bf16 on a GPU, fp32 on CPU; bf16: autocast, on CPU and CUDA
+Device = Literal["auto", "cuda", "cpu"]  # auto: the GPU when there is one; cpu under torchrun: gloo on the CPU
 Statistics = Callable[[dict, Any], dict[str, tuple[torch.Tensor, torch.Tensor]]]
 
 
@@ -62,8 +64,8 @@ class TrainConfig:
     schedule: str = "linear"  # after warm-up: linear (decay to 0 at max_steps, BERT's) | constant (the peak rate)
     grad_accumulation: int = 1
     max_grad_norm: float = 1.0
-    precision: str = "auto"  # auto (bf16 on a GPU, fp32 on CPU) | fp32 | bf16 (autocast, on CPU and CUDA)
-    device: str = "auto"  # auto (the GPU when there is one) | cuda | cpu (under torchrun: gloo on the CPU)
+    precision: Precision = "auto"
+    device: Device = "auto"
     compile: bool = False
     log_every: int = 10
     eval_every: int = 0  # 0: only at the end
@@ -78,10 +80,10 @@ class TrainConfig:
     early_stopping_patience: int = 0  # evaluations without a new best before stopping; 0: never
 
     def __post_init__(self) -> None:
-        if self.precision not in ("auto", "fp32", "bf16"):
+        if self.precision not in get_args(Precision):
             raise ValueError(f"precision={self.precision!r}: use auto, fp32 or bf16 "
                              "(fp16 needs loss scaling, not supported)")
-        if self.device not in ("auto", "cuda", "cpu"):
+        if self.device not in get_args(Device):
             raise ValueError(f"device={self.device!r}: use auto, cuda or cpu")
         if self.max_steps < 0 or self.grad_accumulation < 1:
             raise ValueError("max_steps must be at least 1 (0 only where a recipe derives it from epochs) "

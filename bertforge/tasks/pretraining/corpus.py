@@ -20,10 +20,12 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Literal, get_args
 
 from ...input_files import open_text, require_file, text_suffix
 
-DOCUMENT_BOUNDARIES = ("blank_line", "file", "chapter")
+DocumentBoundary = Literal["blank_line", "file", "chapter"]
+DOCUMENT_BOUNDARIES = get_args(DocumentBoundary)
 JSONL_SUFFIXES = (".jsonl",)
 _WHITESPACE = re.compile(r"\s+")
 _HEADING = re.compile(r"(chapter|volume|book|part)\s+([ivxlcdm]+|\d+|[a-z]+)\.?", re.IGNORECASE)

@@ -23,13 +23,13 @@ from ...atomic import staging_folder, write_text
 from ...errors import BertforgeError
 from ...input_files import changed_inputs, fingerprints
 from ...train.run_folder import claim_run_folder
-from .corpus import expand_paths
+from .corpus import DocumentBoundary, expand_paths
 from .shards import TokenizedCorpus, prepare_corpus
 from ...models.heads import BertForPreTraining, masked_positions_from
 from ...tokenization.tokenizer import BertTokenizer
 from ...train.distributed import Topology, barrier, init_distributed, select_device, shutdown
 from ...train.loop import TrainConfig, train
-from ...settings import build, read_recipe, resolve
+from ...settings import build, command_line_recipe, resolve
 from ...validation import check_fields
 
 logger = logging.getLogger("bertforge")
@@ -55,7 +55,7 @@ class TokenizerSettings:
 class DataSettings:
     train: list[str] = field(default_factory=list)
     heldout: list[str] = field(default_factory=list)
-    document_boundary: str = "blank_line"  # blank_line | file
+    document_boundary: DocumentBoundary = "blank_line"
     text_field: str = "text"
     instances: PretrainingConfig = field(default_factory=PretrainingConfig)
     eval_batches: int = 50  # held-out batches per evaluation (fixed instances, so evaluations compare)
@@ -76,8 +76,9 @@ class PretrainRecipe:
         check_fields(self.data, "recipe.data.")
 
     @classmethod
-    def from_file(cls, path: str | Path, overrides: list[str] = ()) -> "PretrainRecipe":
-        recipe = build(cls, read_recipe(path, overrides), "recipe")
+    def from_file(cls, path: str | Path, overrides: list[str] = (), flags: dict | None = None) -> "PretrainRecipe":
+        """The recipe at `path`, then command-line flags ({"model.init_from": ...}), then key=value overrides."""
+        recipe = build(cls, command_line_recipe(path, flags or {}, list(overrides)), "recipe")
         base = Path(path).resolve().parent
         recipe.data.train = [resolve(base, p) for p in recipe.data.train]
         recipe.data.heldout = [resolve(base, p) for p in recipe.data.heldout]

