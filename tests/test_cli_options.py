@@ -43,7 +43,8 @@ def test_choice_fields_are_literals():
     named = {(" ".join(words), option) for words, option, _ in LITERAL_OPTIONS}
     assert {("embed", "pooling"), ("embed", "layer_combine"), ("prepare", "document_boundary"), ("finetune", "task"),
             ("readmission train", "task"), ("readmission train", "kind"), ("readmission evaluate", "task"),
-            ("readmission prepare", "tasks")} <= named
+            ("readmission prepare", "tasks"), ("embed", "dtype"), ("index build", "kind"), ("index build", "pooling"),
+            ("serve", "pooling"), ("export onnx", "pooling")} <= named
     assert dict(((" ".join(w), o), v) for w, o, v in LITERAL_OPTIONS)[("prepare", "document_boundary")] == \
         ("blank_line", "file", "chapter")  # the docstring had forgotten chapter, which the Austen recipe uses
 

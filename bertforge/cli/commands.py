@@ -12,6 +12,7 @@ from pathlib import Path
 from ..atomic import write_text
 from ..embeddings.options import LayerCombine
 from ..embeddings.pooling import Pooling
+from ..engine.precision import DtypeName
 from ..errors import UsageError
 from ..resources import resolve_model
 from ..tasks import TaskName
@@ -57,7 +58,7 @@ def tokenize(text: str, vocab: list[str] = ["minilm"], lowercase: bool | None = 
 
 def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", layer_combine: LayerCombine = "mean",
           pooling: Pooling = "mean", normalize: bool = False, batch_size: int = 32, max_length: int | None = None,
-          text_field: str = "text", dtype: str = "fp32", max_batch_tokens: int | None = None,
+          text_field: str = "text", dtype: DtypeName = "fp32", max_batch_tokens: int | None = None,
           device: str | None = None) -> None:
     """Embed texts (one per line, or JSONL) into a .npy array of shape (n, hidden).
 

@@ -1,10 +1,11 @@
 """`bertforge export ...`: models for other runtimes. Signatures and docstrings are the command line."""
 from __future__ import annotations
 
+from ..embeddings.pooling import Pooling
 from ..resources import resolve_model
 
 
-def onnx(model: str, output: str, pooling: str | None = None, normalize: bool = False) -> None:
+def onnx(model: str, output: str, pooling: Pooling | None = None, normalize: bool = False) -> None:
     """Export a checkpoint to ONNX (model.onnx, config and tokenizer), checked against ONNX Runtime.
 
     Args:

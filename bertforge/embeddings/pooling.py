@@ -11,6 +11,9 @@ from torch import Tensor
 
 Pooling = Literal["cls", "mean", "max", "pooler"]
 POOLINGS = get_args(Pooling)
+# The poolings a sentence-transformers folder can name (1_Pooling/config.json): what search and
+# serving accept, since their vectors must be reproducible from the folder alone.
+SentencePooling = Literal["cls", "mean", "max"]
 
 
 def cls_pool(states: Tensor, attention_mask: Tensor) -> Tensor:

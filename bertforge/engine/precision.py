@@ -7,6 +7,7 @@ layer (`Int8Linear`), on the CPU.
 from __future__ import annotations
 
 import copy
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -16,6 +17,8 @@ INFERENCE_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bf
 # Input channels whose largest |activation| in a batch passes this stay in float (LLM.int8()'s 6.0;
 # 10 left MiniLM's lowest cosine at 0.993, 4 gained 0.0006 for 3x the float channels).
 OUTLIER_THRESHOLD = 6.0
+# The names the command line offers; the Python API also takes the long ones below and torch dtypes.
+DtypeName = Literal["fp32", "fp16", "bf16", "int8"]
 DTYPE_NAMES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16,
                "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "int8": torch.qint8, "qint8": torch.qint8}
 

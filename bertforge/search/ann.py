@@ -14,18 +14,20 @@ reaches RECALL_TARGET, on typical queries when given, else on a sample of stored
 from __future__ import annotations
 
 import math
+from typing import get_args
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import BertforgeError, UsageError
+from . import IndexKind
 
 try:
     import faiss
 except ImportError:  # an optional extra: say how to get it instead of a traceback
     raise BertforgeError("vector search needs FAISS: pip install 'bertforge[search]' (or pip install faiss-cpu)") from None
 
-KINDS = ("auto", "flat", "ivf", "hnsw")
+KINDS = get_args(IndexKind)
 # Up to this many vectors exact search stays within tens of milliseconds a query on one core
 # (benchmarks/bench_search.py), needs no training and has perfect recall.
 EXACT_UP_TO = 100_000
@@ -45,7 +47,7 @@ STORED_TUNING_FLOOR = {"ivf": 32, "hnsw": 64}
 TRAINING_PER_LIST = 64
 
 
-def resolve_kind(kind: str, count: int) -> str:
+def resolve_kind(kind: IndexKind, count: int) -> str:
     if kind not in KINDS:
         raise UsageError(f"index kind {kind!r} is not one of {KINDS}")
     if kind == "auto":

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 
+from ..embeddings.pooling import SentencePooling
+from . import IndexKind
 
-def index_build(corpus: str, *, output: str, model: str = "minilm", kind: str = "auto", chunk_size: int = 10_000,
-                pooling: str | None = None, normalize: bool = True, batch_size: int = 32, text_field: str = "text",
+
+def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexKind = "auto", chunk_size: int = 10_000,
+                pooling: SentencePooling | None = None, normalize: bool = True, batch_size: int = 32, text_field: str = "text",
                 id_field: str = "id", tune_queries: str | None = None) -> None:
     """Embed a corpus into a new vector index folder; a killed build resumes from the chunks it finished.
 

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 
+from ..embeddings.pooling import SentencePooling
 from ..errors import UsageError
 from .settings import (DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_CLIENT_BATCH_SIZE, DEFAULT_MAX_CONCURRENT_REQUESTS,
                        DEFAULT_MAX_REQUEST_BYTES, ServeSettings)
@@ -18,7 +19,7 @@ API_KEY_VARIABLE = "BERTFORGE_API_KEY"
 
 def serve(model: str = "minilm", index: str | None = None, classifier: str | None = None, mlm: str | None = None,
           vocab: list[str] | None = None, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
-          pooling: str | None = None, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+          pooling: SentencePooling | None = None, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
           max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS, max_input_length: int | None = None,
           max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH_SIZE,
           max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
@@ -54,8 +55,6 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
     settings = ServeSettings(max_batch_tokens=max_batch_tokens, max_concurrent_requests=max_concurrent_requests,
                              max_input_length=max_input_length, max_client_batch_size=max_client_batch_size,
                              max_request_bytes=max_request_bytes, api_key=api_key)
-    if pooling is not None and pooling not in ("cls", "mean", "max"):
-        raise UsageError(f"--pooling {pooling!r} is not one of cls, mean, max")
     listening = bind(host, port)  # before loading models: a busy port fails in a second, not after a minute
     if not is_loopback(host) and api_key is None:
         logger.warning("listening on %s without --api-key: anyone who can reach this port can use the server", host)
