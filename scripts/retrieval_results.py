@@ -44,7 +44,7 @@ def trained(recipe_file: Path, model_name: str, steps: int, learning_rate: float
                  f"training.learning_rate={learning_rate}", f"batch_size={batch_size}", "data.dev=",
                  "training.tensorboard=false", "training.plot=false", "training.eval_at_start=false"]
     recipe = SbertRecipe.from_file(recipe_file, overrides)
-    return run_sbert_training(recipe)["test"]
+    return run_sbert_training(recipe, overwrite=True)["test"]  # a row not in the cache starts afresh
 
 
 class RowCache:

@@ -116,6 +116,33 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
     assert "unknown retrieval set" in capsys.readouterr().err
 
 
+def test_sbert_train_keeps_the_output_folder_policy_and_prints_its_config(tmp_path, capsys, cassette_dir):
+    """A second run into a finished run's folder refuses and changes nothing; --print-config reads back."""
+    write(tmp_path / "pairs.csv", "anchor,positive\nthe cat sat,a cat was sitting\nrain today,it is raining\n")
+    recipe = write(tmp_path / "recipe.yaml", f"init_from: {cassette_dir}\nmax_length: 16\nbatch_size: 2\n"
+                   "data:\n  train: pairs.csv\ntraining:\n  max_steps: 1\n  tensorboard: false\n  plot: false\n")
+    run = tmp_path / "run"
+    assert main(["sbert", "train", "--config", str(recipe), "--output", str(run)]) == 0
+    files = lambda: {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file() and p.name != ".bertforge.lock"}
+    before = files()
+    capsys.readouterr()
+    assert main(["sbert", "train", "--config", str(recipe), "--output", str(run)]) == 2
+    error = capsys.readouterr().err
+    assert "--resume" in error and "--overwrite" in error and len(error.splitlines()) == 1
+    assert files() == before
+    assert main(["sbert", "train", "--config", str(recipe), "--output", str(run), "--overwrite"]) == 0
+    capsys.readouterr()
+
+    assert main(["sbert", "train", "--config", str(recipe), "--output", str(tmp_path / "other"), "epochs=3",
+                 "--print-config"]) == 0
+    printed = write(tmp_path / "printed.yaml", capsys.readouterr().out)
+    assert not (tmp_path / "other").exists()
+    from bertforge.tasks.retrieval.recipe import SbertRecipe
+    again = SbertRecipe.from_file(printed)
+    assert (again.epochs, again.training.output_dir, again.data.train) == (3.0, str(tmp_path / "other"),
+                                                                           str(tmp_path / "pairs.csv"))
+
+
 def test_without_dev_the_last_model_ships_even_over_an_earlier_run(tmp_path, cassette_dir):
     from safetensors.torch import load_file
 
@@ -126,7 +153,7 @@ def test_without_dev_the_last_model_ships_even_over_an_earlier_run(tmp_path, cas
         run_sbert_training(SbertRecipe.from_values({
             "init_from": str(cassette_dir), "max_length": 16, "batch_size": 2, "data": {"train": "pairs.csv"},
             "training": {"output_dir": str(tmp_path / "run"), "max_steps": 2, "learning_rate": 1e-3, "seed": seed,
-                         "tensorboard": False, "plot": False}}, base=tmp_path))
+                         "tensorboard": False, "plot": False}}, base=tmp_path), overwrite=seed == 1)
     shipped = load_file(str(tmp_path / "run" / "best" / "model.safetensors"))
     last = load_file(str(tmp_path / "run" / "step-000002" / "model" / "model.safetensors"))
     assert shipped.keys() == last.keys() and all(torch_equal(shipped[k], last[k]) for k in shipped)

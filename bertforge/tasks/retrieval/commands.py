@@ -4,9 +4,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ...atomic import write_text
+
 
 def train(*overrides: str, config: str, init_from: str | None = None, output: str | None = None,
-          resume: bool = False) -> None:
+          resume: bool = False, overwrite: bool = False, print_config: bool = False) -> None:
     """Train a sentence encoder (bi-encoder) from a recipe; the result is a sentence-transformers folder.
 
     Args:
@@ -15,18 +17,17 @@ def train(*overrides: str, config: str, init_from: str | None = None, output: st
         init_from: start from this checkpoint (folder or packaged short name) instead of the recipe's
         output: the run folder (model in OUTPUT/best, metrics in OUTPUT/results.json)
         resume: continue the run in the output folder from its latest checkpoint
+        overwrite: delete a previous run in the output folder and start afresh
+        print_config: print the recipe with every setting (file, flags and overrides applied) as YAML and exit
     """
-    from ...settings import apply_overrides, read_recipe
+    from ...settings import recipe_yaml
     from .recipe import SbertRecipe, run_sbert_training
 
-    values = read_recipe(config)
-    if init_from is not None:
-        values["init_from"] = init_from
-    if output is not None:
-        values.setdefault("training", {})["output_dir"] = output
-    apply_overrides(values, list(overrides))
-    recipe = SbertRecipe.from_values(values, Path(config).resolve().parent)
-    results = run_sbert_training(recipe, resume=resume)
+    recipe = SbertRecipe.from_file(config, list(overrides), flags={"init_from": init_from, "training.output_dir": output})
+    if print_config:
+        print(recipe_yaml(recipe), end="")
+        return
+    results = run_sbert_training(recipe, resume=resume, overwrite=overwrite)
     for split in ("dev", "test"):
         if split in results:
             print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
@@ -61,7 +62,7 @@ def evaluate(*, model: str, data: str, output: str | None = None, batch_size: in
                                     batch_size)
     print(", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     if output:
-        Path(output).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+        write_text(output, json.dumps(metrics, indent=2) + "\n")
 
 
 def prepare(name: str, *, output: str, data: str | None = None) -> None:

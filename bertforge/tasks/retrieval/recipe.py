@@ -17,12 +17,14 @@ import torch
 
 from ...train.batches import ShuffledBatches
 from ...train.optim import epoch_schedule
-from ...settings import build, over_defaults, read_recipe, resolve
+from ...atomic import write_text
+from ...settings import build, command_line_recipe, over_defaults, resolve
 from ...resources import resolve_model
 from ...tokenization.tokenizer import BertTokenizer
 from ...train.best import best_model_folder
 from ...train.distributed import select_device
 from ...train.loop import TrainConfig, train
+from ...train.run_folder import claim_run_folder
 from .bi_encoder import BiEncoder, Objective
 from .evaluation import encoder_embedder, encoder_scorer, evaluate_retrieval, evaluate_scored_pairs
 from .reader import SentencePairs, read_pairs, read_retrieval_set
@@ -58,8 +60,9 @@ class SbertRecipe:
     training: TrainConfig = field(default_factory=sbert_defaults)  # max_steps/eval_every 0: from epochs
 
     @classmethod
-    def from_file(cls, path: str | Path, overrides: list[str] = ()) -> "SbertRecipe":
-        return cls.from_values(read_recipe(path, overrides), base=Path(path).resolve().parent)
+    def from_file(cls, path: str | Path, overrides: list[str] = (), flags: dict | None = None) -> "SbertRecipe":
+        """The recipe at `path`, then command-line flags ({"init_from": ...}), then key=value overrides."""
+        return cls.from_values(command_line_recipe(path, flags or {}, list(overrides)), base=Path(path).resolve().parent)
 
     @classmethod
     def from_values(cls, values: dict, base: Path = Path(".")) -> "SbertRecipe":
@@ -71,19 +74,25 @@ class SbertRecipe:
         return recipe
 
 
-def run_sbert_training(recipe: SbertRecipe, resume: bool = False) -> dict:
+def run_sbert_training(recipe: SbertRecipe, resume: bool = False, overwrite: bool = False) -> dict:
     """Train on data.train; evaluate on data.dev during training and on dev/test at the end.
 
     Returns {"dev": metrics, "test": metrics, ...}, also written to output_dir/results.json;
-    the model (a sentence-transformers folder) is output_dir/best.
+    the model (a sentence-transformers folder) is output_dir/best. The output folder follows
+    `train.run_folder`: a new run, resume=True, or overwrite=True.
     Raises ValueError for missing or malformed data (see reader.read_pairs).
     """
     if not recipe.data.train:
         raise ValueError("no training file: set data.train (CSV, TSV or JSONL of pairs, triplets or scored pairs)")
+    with claim_run_folder(recipe.training.output_dir, resume=resume, overwrite=overwrite):
+        return train_sbert_in(recipe, resume)
+
+
+def train_sbert_in(recipe: SbertRecipe, resume: bool) -> dict:
     init_from = str(resolve_model(recipe.init_from))
     pairs = read_pairs(recipe.data.train, recipe.data.columns or None, scored=recipe.loss.needs_scores)
     held_out = {split: load_held_out(path) for split in ("dev", "test") if (path := getattr(recipe.data, split))}
-    device = select_device()
+    device = select_device(recipe.training.device)
     tokenizer = BertTokenizer.from_pretrained(init_from)
     model = BiEncoder.from_pretrained(init_from, pooling=recipe.pooling or None, normalize=recipe.normalize,
                                       max_seq_length=recipe.max_length or None, objective=recipe.loss)
@@ -93,7 +102,6 @@ def run_sbert_training(recipe: SbertRecipe, resume: bool = False) -> dict:
     config = epoch_schedule(recipe.training, recipe.epochs, batches.batches_per_epoch, has_dev="dev" in held_out,
                       default_metric=default_metric)
     run_dir = Path(config.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     logger.warning("training a %s-pooled bi-encoder from %s on %s: %d rows, loss %s, %d steps", model.pooling,
                    init_from, device, len(pairs), recipe.loss.loss, config.max_steps)
     evaluate = ((lambda m: evaluate_held_out(m, tokenizer, held_out["dev"], recipe.eval_batch_size))
@@ -107,7 +115,7 @@ def run_sbert_training(recipe: SbertRecipe, resume: bool = False) -> dict:
     results = {"init_from": init_from, "train_rows": len(pairs), "steps": config.max_steps, "loss": recipe.loss.loss}
     for split, data in held_out.items():
         results[split] = evaluate_held_out(final, tokenizer, data, recipe.eval_batch_size)
-    (run_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_text(run_dir / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
     return results
 
 
