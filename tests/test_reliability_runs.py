@@ -176,6 +176,23 @@ def test_a_temp_folder_left_by_a_killed_save_is_removed(corpus, tmp_path):
     assert not leftover.exists() and [c.name for c in list_checkpoints(tmp_path / "run")] == ["step-000004"]
 
 
+def test_a_metrics_line_torn_by_a_kill_does_not_stop_resume(corpus, tmp_path, caplog):
+    """SIGKILL while appending to metrics.jsonl leaves half a line; --resume used to die on its JSON."""
+    recipe = pretrain_recipe(tmp_path, corpus, max_steps=2)
+    assert run_cli("pretrain", "--config", recipe)[0] == 0
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    whole = metrics.read_text()
+    metrics.write_text(whole + '{"step": 3, "loss": 7.')
+    assert run_cli("pretrain", "--config", recipe, "--resume", "training.max_steps=4")[0] == 0
+    assert "half-written last line" in caplog.text
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps == sorted(steps) and steps[-1] == 4 and len(whole.splitlines()) < len(steps)
+
+    metrics.write_text('{"step": 1, "loss": 7.\n' + whole)  # damage inside the file is not a kill's: refuse
+    line = assert_one_line_error(*run_cli("pretrain", "--config", recipe, "--resume", "training.max_steps=6")[::2])
+    assert "metrics.jsonl: line 1 is not a JSON record" in line
+
+
 def test_a_full_disk_is_one_line_and_the_last_checkpoint_stays_whole(corpus, tmp_path):
     recipe = pretrain_recipe(tmp_path, corpus, max_steps=2)
     assert run_cli("pretrain", "--config", recipe)[0] == 0

@@ -6,6 +6,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ..atomic import replaced_file, write_text
+
 logger = logging.getLogger("bertforge")
 METRICS_FILE = "metrics.jsonl"
 
@@ -17,7 +19,7 @@ class RunLog:
         self.path = run_dir / METRICS_FILE
         run_dir.mkdir(parents=True, exist_ok=True)
         kept = [r for r in self.records() if r["step"] <= resume_step] if resume_step else []
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))  # a kill here keeps the old file
         self.writer = None
         if tensorboard:
             try:
@@ -28,9 +30,7 @@ class RunLog:
                 pass
 
     def records(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        return read_records(self.path) if self.path.exists() else []
 
     def write(self, record: dict[str, Any]) -> None:
         with self.path.open("a") as file:
@@ -55,7 +55,7 @@ def plot_curves(metrics_file: Path, output: Path) -> Path | None:
     except ImportError:
         logger.warning("matplotlib is not installed: no curve PNG (pip install matplotlib)")
         return None
-    records = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    records = read_records(metrics_file)
     losses = sorted({k for r in records for k in r if k.endswith("loss")})
     accuracies = sorted({k for r in records for k in r if k.endswith("accuracy")})
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -69,6 +69,22 @@ def plot_curves(metrics_file: Path, output: Path) -> Path | None:
         if keys:
             ax.legend()
     figure.tight_layout()
-    figure.savefig(output, dpi=110)
+    with replaced_file(output) as temporary:
+        figure.savefig(temporary, dpi=110)
     plt.close(figure)
     return output
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics file. A process killed while appending leaves at most its last line
+    half-written: that line is dropped (with a warning), not a reason to refuse the whole run."""
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise ValueError(f"{path}: line {number} is not a JSON record; the metrics file is damaged") from None
+            logger.warning("%s: dropped its half-written last line (the run was killed while logging)", path)
+    return records
