@@ -4,7 +4,7 @@ builds (`build_index`, `add_corpus`) and cross-encoder re-ranking (`Reranker`). 
 Names are imported on first use, so that `bertforge` commands that do not search never need faiss.
 """
 import importlib
-from typing import Literal, get_args
+from typing import Literal
 
 # flat: exact inner product; ivf: inverted lists (k-means); hnsw: a graph; auto: flat up to
 # ann.EXACT_UP_TO vectors, ivf above. Here, not in ann.py, so the command line needs no faiss.
