@@ -148,6 +148,21 @@ def test_a_second_run_on_a_held_folder_refuses_and_changes_nothing(corpus, tmp_p
     assert run_cli("pretrain", "--config", recipe)[0] == 0  # released when the first run ends
 
 
+def test_a_run_that_fails_on_its_data_leaves_no_empty_run_folder(tmp_path, cassette_dir):
+    """Bad data used to leave OUTPUT/ holding only the lock file; a folder that was there before stays."""
+    (tmp_path / "bad.csv").write_text("foo,bar\n1,2\n")
+    for command in (["finetune", "--data", tmp_path / "bad.csv", "--init-from", cassette_dir],
+                    ["readmission", "train", "--data", tmp_path / "bad.csv"]):
+        code, _, err = run_cli(*command, "--output", tmp_path / "new" / "run")
+        assert_one_line_error(code, err)
+        assert not (tmp_path / "new" / "run").exists()
+    (tmp_path / "mine").mkdir()
+    code, _, err = run_cli("finetune", "--data", tmp_path / "bad.csv", "--init-from", cassette_dir,
+                           "--output", tmp_path / "mine")
+    assert_one_line_error(code, err)
+    assert (tmp_path / "mine").is_dir()
+
+
 def test_changed_training_files_are_not_resumed_from_an_old_cache(corpus, tmp_path):
     """A run whose training files changed reused the old prepared shards: sources were recorded, never compared."""
     data = tmp_path / "data"

@@ -109,7 +109,8 @@ def test_cli_prepare_evaluate_and_train(data_dir, cassette_dir, tmp_path, capsys
 def test_cli_bad_input_is_one_line(tmp_path, capsys):
     write(tmp_path / "pairs.csv", "anchor,positive\na,b\n")
     recipe = write(tmp_path / "recipe.yaml", "loss:\n  loss: cosent\ndata:\n  train: pairs.csv\n")
-    assert main(["sbert", "train", "--config", str(recipe)]) == 1  # bad data (2 is for command-line mistakes)
+    assert main(["sbert", "train", "--config", str(recipe), "--output", str(tmp_path / "run")]) == 1  # bad data
+    assert not (tmp_path / "run").exists()  # (2 is for command-line mistakes)
     error = capsys.readouterr().err
     assert error.startswith("bertforge: error:") and "looks like a pair file" in error and len(error.splitlines()) == 1
     assert main(["sbert", "prepare", "wikipedia", "--output", str(tmp_path)]) == 2

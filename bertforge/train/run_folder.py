@@ -53,22 +53,44 @@ def claim_run_folder(folder: str | os.PathLike, *, resume: bool = False, overwri
         raise UsageError("--resume continues the run in the output folder and --overwrite deletes it: pass one")
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"output folder {folder} is a file; give a folder path")
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
-    with run_lock(folder):
-        for place in (folder, *(folder / name for name in ("best", *CACHE_FOLDERS))):
-            remove_stale_temporaries(place)  # what a run killed mid-save left: no one else can be writing now
-        previous = previous_run(folder)
-        if resume and not list_checkpoints(folder):
-            start = ", and --overwrite to start again" if previous else ""
-            raise UsageError(f"nothing to resume in {folder}: it has no complete checkpoint "
-                             f"({previous or 'no run was saved there'}); run without --resume{start}")
-        if previous and not resume:
-            if not overwrite:
-                raise UsageError(f"{folder} already holds a run ({previous}); pass --resume to continue it, "
-                                 "--overwrite to replace it, or choose another output folder")
-            remove_run(folder)
-            logger.warning("--overwrite: removed the previous run in %s (%s)", folder, previous)
-        yield folder
+    try:
+        with run_lock(folder):
+            prepare_for_this_run(folder, resume, overwrite)
+            yield folder
+    finally:
+        if created:
+            remove_if_unused(folder)
+
+
+def prepare_for_this_run(folder: Path, resume: bool, overwrite: bool) -> None:
+    """Under the lock: clear what killed runs left half-written, check the previous run against
+    the flags, and remove it for --overwrite."""
+    for place in (folder, *(folder / name for name in ("best", *CACHE_FOLDERS))):
+        remove_stale_temporaries(place)  # what a run killed mid-save left: no one else can be writing now
+    previous = previous_run(folder)
+    if resume and not list_checkpoints(folder):
+        start = ", and --overwrite to start again" if previous else ""
+        raise UsageError(f"nothing to resume in {folder}: it has no complete checkpoint "
+                         f"({previous or 'no run was saved there'}); run without --resume{start}")
+    if previous and not resume:
+        if not overwrite:
+            raise UsageError(f"{folder} already holds a run ({previous}); pass --resume to continue it, "
+                             "--overwrite to replace it, or choose another output folder")
+        remove_run(folder)
+        logger.warning("--overwrite: removed the previous run in %s (%s)", folder, previous)
+
+
+def remove_if_unused(folder: Path) -> None:
+    """Remove a folder this claim made when the run left nothing in it but the lock (bad data, say),
+    so that a failed command does not leave an empty run folder behind."""
+    try:
+        if {entry.name for entry in folder.iterdir()} <= {LOCK_FILE}:
+            (folder / LOCK_FILE).unlink(missing_ok=True)
+            folder.rmdir()
+    except OSError:  # something else appeared there meanwhile: it stays
+        pass
 
 
 def previous_run(folder: Path) -> str | None:
