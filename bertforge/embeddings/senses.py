@@ -20,6 +20,7 @@ from sklearn.metrics import silhouette_score
 from tqdm.auto import tqdm
 
 from ..atomic import replaced_file
+from ..errors import UsageError
 
 MIN_OCCURRENCES = 4  # k-means into 2 senses and a silhouette need a few points in each
 
@@ -137,17 +138,17 @@ def project(vectors: np.ndarray, seed: int = 0, umap: bool | None = None) -> dic
 
 
 def word_senses(embedder, sentences: Iterable[str], word: str, max_senses: int = 6, max_occurrences: int = 2000,
-                seed: int = 0, umap: bool | None = False) -> Senses:
+                seed: int = 0, umap: bool | None = False, source: str = "the corpus") -> Senses:
     """Find, embed, cluster and project every occurrence of word in sentences (at most max_occurrences,
     a seeded sample beyond that); umap as in `project`. Raises ValueError for a bad word or too few
-    occurrences."""
+    occurrences (naming `source`, where the sentences came from)."""
     pattern_check = word_pattern(word)  # a bad word fails before the corpus is read
     occurrences = find_occurrences(sentences, word)
     if len(occurrences) > max_occurrences:
         chosen = np.sort(np.random.default_rng(seed).choice(len(occurrences), max_occurrences, replace=False))
         occurrences = [occurrences[i] for i in chosen]
     if len(occurrences) < MIN_OCCURRENCES:
-        raise ValueError(f"{word!r} occurs {len(occurrences)} time(s) in the corpus (as a whole word, pattern "
+        raise ValueError(f"{word!r} occurs {len(occurrences)} time(s) in {source} (as a whole word, pattern "
                          f"{pattern_check.pattern}); senses need at least {MIN_OCCURRENCES}: give a larger corpus")
     vectors, kept = occurrence_vectors(embedder, occurrences)
     vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
@@ -158,9 +159,26 @@ def word_senses(embedder, sentences: Iterable[str], word: str, max_senses: int =
     return senses
 
 
+def check_plot_path(path: str | Path) -> Path:
+    """`path` as a Path when a plot can be written there; UsageError (before any work) when it is a folder
+    or its suffix is not an image format matplotlib writes."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"the plot path {path} is a folder; give a file name ending in .png, .svg or .pdf")
+    image_format = path.suffix.lstrip(".").lower() or "png"
+    if image_format not in FigureCanvasBase.get_supported_filetypes():
+        raise UsageError(f"the plot path {path} ends in {path.suffix!r}, not an image format; "
+                         "end it in .png, .svg or .pdf")
+    return path
+
+
 def plot_senses(senses: Senses, path: str | Path, examples: int = 1) -> Path:
     """A scatter plot per projection, coloured by sense, with each sense's most typical contexts below."""
     from matplotlib.figure import Figure  # no pyplot: no global figure state, no display needed
+
+    path = check_plot_path(path)
 
     k, panels = senses.num_senses, list(senses.points.items())
     lines = [f"sense {sense + 1}: {occurrence.context(50)}" for sense in range(k)
@@ -183,7 +201,6 @@ def plot_senses(senses: Senses, path: str | Path, examples: int = 1) -> Path:
     notes.text(0, 1, "\n".join(lines), fontsize=8, va="top", ha="left", family="monospace")
     figure.suptitle(f"\"{senses.word}\": {len(senses.occurrences)} occurrences, {k} senses "
                     f"(silhouette {senses.silhouettes[k]:.3f})")
-    path = Path(path)
     with replaced_file(path) as temporary:
-        figure.savefig(temporary, format=path.suffix.lstrip(".") or "png", dpi=110)
+        figure.savefig(temporary, format=path.suffix.lstrip(".").lower() or "png", dpi=110)
     return path

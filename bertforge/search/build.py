@@ -21,10 +21,11 @@ from tqdm.auto import tqdm
 
 from ..atomic import replaced_file
 from ..errors import UsageError
+from ..input_files import require_file
 from . import ann
 from .corpus import UniqueIds, check_corpus_file, chunked, count_passages, read_passages
 from .encoder import open_model
-from .folder import write_new_folder
+from .folder import refuse_existing_output, write_new_folder
 from .index import Index, gather_rows, measure_recall
 
 logger = logging.getLogger(__name__)
@@ -104,12 +105,12 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
     or an unknown kind. Chunks embedded before a kill are reused (see module doc).
     """
     corpus, output = check_corpus_file(corpus), Path(output)
-    if output.exists():
-        raise UsageError(f"{output} already exists; add to it with `bertforge index add {output} {corpus}`, "
-                         "or remove it / choose another --output to build afresh")
+    refuse_existing_output(output, corpus)
     if kind not in ann.KINDS:
         raise UsageError(f"index kind {kind!r} is not one of {ann.KINDS}")
     total = checked_total(corpus)
+    if tune_queries is not None:  # read_passages would call it a corpus
+        require_file(tune_queries, "tune-queries file")
     query_texts = [p.text for p in read_passages(tune_queries)] if tune_queries is not None else None
     if query_texts is not None and not query_texts:
         raise ValueError(f"tune-queries file {tune_queries} holds no text; give one query per line")

@@ -113,13 +113,15 @@ def senses(word: str, corpus: list[str], model: str = "minilm", plot: str | None
     from ..cli.commands import parse_layers
     from ..tasks.pretraining.corpus import read_documents
     from ..embeddings.embed import Embedder
-    from ..embeddings.senses import plot_senses, word_senses
+    from ..embeddings.senses import check_plot_path, plot_senses, word_senses
     from ..resources import resolve_model
 
+    if plot:
+        check_plot_path(plot)  # a name that cannot be drawn fails now, not after the model has run
     embedder = Embedder.from_pretrained(resolve_model(model), layers=parse_layers(layers))
     sentences = (sentence for document in read_documents(corpus, text_field=text_field) for sentence in document)
     found = word_senses(embedder, sentences, word, max_senses=max_senses, max_occurrences=max_occurrences, seed=seed,
-                        umap=None if umap else False)
+                        umap=None if umap else False, source=", ".join(corpus))
     print(f"{word!r}: {len(found.occurrences)} occurrences"
           + (f" ({found.skipped} left out: past the model's max_length)" if found.skipped else ""))
     print("silhouette by number of senses: " + ", ".join(f"{k}: {s:.3f}" for k, s in found.silhouettes.items()))

@@ -17,6 +17,9 @@ from typing import Iterable, Iterator
 from ..tasks.pretraining.corpus import jsonl_objects
 
 PassageId = str | int
+# Longer lines are refused, as the csv reader refuses a longer field in a classification file; a passage
+# is a few hundred tokens (a few kB), so such a line is a whole document or a file without line breaks.
+MAX_LINE_BYTES = 131_072
 
 
 @dataclass(frozen=True)
@@ -67,9 +70,19 @@ def jsonl_passages(path: Path, text_field: str, id_field: str) -> Iterator[Passa
 
 
 def count_passages(path: str | Path) -> int:
-    """Non-blank lines: the number of passages, for a progress bar's total (one quick pass, no parsing)."""
+    """Non-blank lines: the number of passages, for a progress bar's total (one quick pass, no parsing).
+
+    Raises ValueError for a line longer than MAX_LINE_BYTES: a file that is not one passage per line.
+    """
+    count = 0
     with open(check_corpus_file(path), "rb") as file:
-        return sum(1 for line in file if line.strip())
+        for line_number, line in enumerate(file, start=1):
+            if len(line) > MAX_LINE_BYTES:
+                raise ValueError(f"{path}:{line_number} is one line of {len(line):,} bytes: that is not one passage "
+                                 "per line (a model reads the first few hundred tokens of a passage); split the text "
+                                 "into passages, e.g. one paragraph or sentence per line")
+            count += bool(line.strip())
+    return count
 
 
 def chunked(passages: Iterable[Passage], size: int) -> Iterator[list[Passage]]:

@@ -38,9 +38,7 @@ def write_new_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passage
     Raises ValueError when `folder` exists, or when `passages` are not one per vector.
     """
     folder = Path(folder)
-    if folder.exists():
-        raise UsageError(f"{folder} already exists; add to it with `bertforge index add {folder} CORPUS`, "
-                         "or remove it / choose another --output to build afresh")
+    refuse_existing_output(folder)
     with staging_folder(folder) as staging:
         offsets = append_passages(staging / TEXTS_FILE, 0, passages)
         meta = commit(staging, {**meta, "format": FORMAT, "format_version": FORMAT_VERSION, "generation": 0},
@@ -50,6 +48,20 @@ def write_new_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passage
         os.chmod(staging, 0o777 & ~umask)  # a staging folder is private (0700); the index is not
         os.rename(staging, folder)
     return meta
+
+
+def refuse_existing_output(folder: Path, corpus: str | Path = "CORPUS") -> None:
+    """Raise UsageError when `folder` exists, with the advice that fits what is there.
+
+    Only an index is added to (`bertforge index add`); a file or another folder is the user's,
+    and is never written over.
+    """
+    if (folder / META_FILE).is_file():
+        raise UsageError(f"{folder} already exists; add to it with `bertforge index add {folder} {corpus}`, "
+                         "or remove it / choose another --output to build afresh")
+    if folder.exists():
+        what = "a folder that is not an index" if folder.is_dir() else "a file"
+        raise UsageError(f"{folder} already exists ({what}); choose a new --output for the index folder")
 
 
 def append_to_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passages: Iterable[Passage]) -> dict:
@@ -87,13 +99,9 @@ def read_folder(folder: str | Path) -> tuple[dict, faiss.Index, TextStore]:
     """
     folder = Path(folder)
     rebuild = f"rebuild it with `bertforge index build CORPUS --output {folder}` (after moving it away)"
-    if not folder.is_dir():
-        raise ValueError(f"index folder {folder} does not exist; build one with "
-                         f"`bertforge index build CORPUS --output {folder}`")
     meta_file = folder / META_FILE
     if not meta_file.is_file():
-        raise ValueError(f"{folder} is not a bertforge index (no {META_FILE}): a build killed before it finished "
-                         f"leaves none; run the same `bertforge index build` again (it resumes), or {rebuild}")
+        raise ValueError(not_an_index(folder))
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
         files, count, texts_bytes = meta["files"], int(meta["count"]), int(meta["texts_bytes"])
@@ -106,12 +114,8 @@ def read_folder(folder: str | Path) -> tuple[dict, faiss.Index, TextStore]:
     for name in (files["faiss"], files["offsets"], TEXTS_FILE):
         if not (folder / name).is_file():
             raise ValueError(f"{folder} is incomplete: {name} is missing; {rebuild}")
-    try:
-        faiss_index = faiss.read_index(str(folder / files["faiss"]))
-        offsets = np.load(folder / files["offsets"])
-    except (RuntimeError, ValueError, OSError, EOFError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"{folder} is damaged: a file does not read ({first_line}); {rebuild}") from None
+    faiss_index = read_index_file(folder / files["faiss"], faiss.read_index, rebuild)
+    offsets = read_index_file(folder / files["offsets"], np.load, rebuild)
     problems = []
     if faiss_index.ntotal != count or faiss_index.d != dim:
         problems.append(f"{files['faiss']} holds {faiss_index.ntotal} vectors of size {faiss_index.d}, "
@@ -123,3 +127,27 @@ def read_folder(folder: str | Path) -> tuple[dict, faiss.Index, TextStore]:
     if problems:
         raise ValueError(f"{folder} is inconsistent ({'; '.join(problems)}); {rebuild}")
     return meta, faiss_index, TextStore(folder / TEXTS_FILE, offsets)
+
+
+def not_an_index(folder: Path) -> str:
+    """Why `folder` (with no meta.json) is not an index, and what to do: a build only publishes a
+    whole folder, so an interrupted one is told by the OUTPUT.partial it leaves beside it."""
+    interrupted = folder.with_name(folder.name + ".partial").is_dir()
+    resume = "its build was interrupted: run the same `bertforge index build` again (it resumes)"
+    if folder.is_file():
+        return f"{folder} is a file; give an index folder (made by `bertforge index build CORPUS --output FOLDER`)"
+    if not folder.exists():
+        return (f"index folder {folder} does not exist; "
+                + (resume if interrupted else f"build one with `bertforge index build CORPUS --output {folder}`"))
+    return (f"{folder} is not a bertforge index (it has no {META_FILE}); "
+            + (resume if interrupted else "give a folder made by `bertforge index build`, or rebuild this one "
+               f"with `bertforge index build CORPUS --output {folder}` (after moving it away)"))
+
+
+def read_index_file(path: Path, read, rebuild: str):
+    """read(path), or ValueError naming the file when it is cut short or corrupt."""
+    try:
+        return read(str(path))
+    except (RuntimeError, ValueError, OSError, EOFError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{path} is damaged: it does not read ({first_line}); {rebuild}") from None

@@ -138,7 +138,7 @@ def load_for_prediction(folder: str | Path):
     config = BertConfig.from_json_file(folder / "config.json")
     architecture = (config.architectures or ["BertModel"])[0]
     if architecture not in ARCHITECTURE_TASKS:
-        raise ValueError(f"{folder} holds a {architecture}, not a fine-tuned model; predict needs one of "
+        raise ValueError(f"{folder} holds a {architecture}, not a fine-tuned model: give one of "
                          f"{', '.join(ARCHITECTURE_TASKS)} (fine-tune it with `bertforge finetune`)")
     name, settings = ARCHITECTURE_TASKS[architecture], TaskSettings()
     card_path = folder / TASK_FILE

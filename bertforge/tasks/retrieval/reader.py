@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...atomic import replaced_file
+from ...input_files import require_file
 from ..pretraining.corpus import jsonl_objects
 from ..classification.reader import DELIMITERS, JSONL_SUFFIX, read_rows
 
@@ -49,17 +50,18 @@ def file_columns(path: Path) -> list[str]:
     return [name.strip() for name in header]
 
 
-def read_pairs(path: str | os.PathLike, columns: list[str] | None = None, scored: bool = False) -> SentencePairs:
+def read_pairs(path: str | os.PathLike, columns: list[str] | None = None, scored: bool = False,
+               held_out: bool = False) -> SentencePairs:
     """Pairs/triplets (scored=False) or scored pairs (scored=True) from a .csv, .tsv or .jsonl file.
 
     columns: the file's names for anchor, positive [, negative] (default anchor, positive, and
     negative when the file has it), or for sentence1, sentence2, score (default those).
+    held_out: the file is dev/test data (scored pairs under their own names), which is what a
+    missing column's message then advises.
     Raises ValueError for a missing or empty file, missing columns (a pair file where scored
     pairs are expected is named as such), a score that is not a number, or no usable rows.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"data file {path} does not exist; check the path (relative paths start at {Path.cwd()})")
+    path = require_file(path, "data file")
     if path.suffix.lower() not in (*DELIMITERS, JSONL_SUFFIX):
         raise ValueError(f"{path}: unknown format {path.suffix!r}; use .csv, .tsv or .jsonl")
     found = file_columns(path)
@@ -69,11 +71,7 @@ def read_pairs(path: str | os.PathLike, columns: list[str] | None = None, scored
         columns = list(columns or SCORED_COLUMNS)
         if len(columns) != 3:
             raise ValueError(f"scored pairs need 3 columns (sentence1, sentence2, score); got {columns}")
-        if columns[2] not in found:
-            kind = "a triplet file" if "negative" in found else "a pair file" if "positive" in found else "a file"
-            raise ValueError(f"{path} has no {columns[2]!r} column (found {found}): it looks like {kind}, but this "
-                             "loss trains on scored pairs (sentence1, sentence2, score); use loss mnrl for pairs "
-                             "and triplets, or name the columns with data.columns")
+        check_pair_columns(path, columns, found, scored, held_out)
         rows = read_rows(path, text_columns=columns[:2], label_column=columns[2])
         scores = [parse_score(value, path, line) for value, line in zip(rows.labels, rows.row_numbers)]
         anchors, positives = (list(side) for side in zip(*rows.texts))
@@ -83,9 +81,29 @@ def read_pairs(path: str | os.PathLike, columns: list[str] | None = None, scored
     if len(columns) not in (2, 3):
         raise ValueError(f"pairs need 2 columns (anchor, positive) and triplets 3 (anchor, positive, negative); "
                          f"got {columns}")
+    check_pair_columns(path, columns, found, scored, held_out)
     rows = read_rows(path, text_columns=list(columns), max_texts=3)
     sides = [list(side) for side in zip(*rows.texts)]
     return SentencePairs(sides[0], sides[1], negatives=sides[2] if len(sides) == 3 else None)
+
+
+def check_pair_columns(path: Path, columns: list[str], found: list[str], scored: bool, held_out: bool) -> None:
+    """Raise ValueError for the first of `columns` the file lacks: what the file looks like, and the fix
+    that fits where it was given (training data can name its columns; held-out data cannot)."""
+    missing = [column for column in columns if column not in found]
+    if not missing:
+        return
+    kind = "a triplet file" if "negative" in found else "a pair file" if "positive" in found else None
+    problem = f"{path} has no column {missing[0]!r} (found {found})"
+    looks = f": it looks like {kind}, but" if kind else ";"
+    if held_out:
+        raise ValueError(f"{problem}{looks} held-out data is scored pairs (sentence1, sentence2, score) or a BEIR "
+                         "folder (queries.jsonl, corpus.jsonl, qrels.tsv)")
+    if scored:
+        raise ValueError(f"{problem}{looks} this loss trains on scored pairs (sentence1, sentence2, score); use "
+                         "loss mnrl for pairs and triplets, or name the file's columns with data.columns")
+    raise ValueError(f"{problem}; pairs need anchor and positive columns (triplets also negative): rename them, "
+                     "or name the file's columns with data.columns")
 
 
 def parse_score(value, path: Path, line: int) -> float:

@@ -83,7 +83,8 @@ def run_sbert_training(recipe: SbertRecipe, resume: bool = False, overwrite: boo
     Raises ValueError for missing or malformed data (see reader.read_pairs).
     """
     if not recipe.data.train:
-        raise ValueError("no training file: set data.train (CSV, TSV or JSONL of pairs, triplets or scored pairs)")
+        raise ValueError("the recipe has no training file: set data.train (CSV, TSV or JSONL of pairs, triplets or "
+                         "scored pairs)")
     with claim_run_folder(recipe.training.output_dir, resume=resume, overwrite=overwrite):
         return train_sbert_in(recipe, resume)
 
@@ -124,7 +125,7 @@ def load_held_out(path: str):
     folder = Path(path)
     if folder.is_dir():
         return read_retrieval_set(folder / "queries.jsonl", folder / "corpus.jsonl", folder / "qrels.tsv")
-    return read_pairs(folder, scored=True)
+    return read_pairs(folder, scored=True, held_out=True)
 
 
 def evaluate_held_out(model: BiEncoder, tokenizer, data, batch_size: int = 64) -> dict[str, float]:

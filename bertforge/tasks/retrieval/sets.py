@@ -24,6 +24,7 @@ import json
 import re
 from collections import defaultdict
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -69,10 +70,9 @@ def drug_review_rows(data_dir: Path) -> list[tuple[str, str, str, str]]:
     rows = []
     for split in ("train", "test"):
         path = data_file(data_dir, f"drug-reviews/{split}.tsv")
-        with open(path, encoding="utf-8", newline="") as file:
-            for row in csv.DictReader(file, delimiter="\t"):
-                review = html.unescape(row["review"]).strip().strip('"').strip()
-                rows.append((f"review-{row['']}", review, row["drugName"].strip(), row["condition"].strip()))
+        for row in csv_records(path, ["review", "drugName", "condition", ""], delimiter="\t"):
+            review = html.unescape(row["review"]).strip().strip('"').strip()
+            rows.append((f"review-{row['']}", review, row["drugName"].strip(), row["condition"].strip()))
     return rows
 
 
@@ -88,14 +88,34 @@ def austen_sentences(data_dir: Path) -> list[tuple[str, str, str]]:
 
 def tweet_rows(data_dir: Path) -> list[tuple[str, str]]:
     path = data_file(data_dir, "tweets-sentiment/tweets.csv")
+    return [(f"tweet-{index}", row["text"]) for index, row in enumerate(csv_records(path, ["text"]))]
+
+
+def csv_records(path: Path, columns: list[str], delimiter: str = ",") -> Iterator[dict[str, str]]:
+    """The rows of a demo data CSV/TSV as dicts; ValueError naming the file when its header lacks one of
+    `columns` or a row is cut short (another file, or a damaged copy, under the expected name)."""
+    fix = "pass the shared data folder with --data (or fetch it again with `python scripts/fetch_data.py`)"
     with open(path, encoding="utf-8", newline="") as file:
-        return [(f"tweet-{index}", row["text"]) for index, row in enumerate(csv.DictReader(file))]
+        reader = csv.DictReader(file, delimiter=delimiter)
+        found = reader.fieldnames or []
+        missing = [column for column in columns if column not in found]
+        if missing:
+            raise ValueError(f"{path} has no column {missing[0]!r} (found {found}): it is not the file this set "
+                             f"is drawn from; {fix}")
+        for row in reader:
+            if any(row[column] is None for column in columns):
+                raise ValueError(f"{path}:{reader.line_num}: the row has fewer fields than the header; {fix}")
+            yield row
 
 
 def data_file(data_dir: Path | None, relative: str) -> Path:
     """A demo data file: under data_dir when given (plain or .gz), else where bertforge finds its demo data."""
     if data_dir is None:
         return demo_data(relative)  # $BERTFORGE_DATA, the project's data/, ../shared/data; says how to fetch it
+    if not Path(data_dir).is_dir():
+        what = "is a file" if Path(data_dir).exists() else "does not exist"
+        raise ValueError(f"data folder {data_dir} {what}; pass the folder that holds {relative.split('/')[0]}/ "
+                         "with --data (the project's data/ after `python scripts/fetch_data.py`, or ../shared/data)")
     for candidate in (Path(data_dir) / relative, Path(data_dir) / f"{relative}.gz"):
         if candidate.is_file():
             return candidate
