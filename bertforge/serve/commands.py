@@ -58,8 +58,12 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
     listening = bind(host, port)  # before loading models: a busy port fails in a second, not after a minute
     if not is_loopback(host) and api_key is None:
         logger.warning("listening on %s without --api-key: anyone who can reach this port can use the server", host)
-    models = load_models(model, mlm=mlm, classifier=classifier, vocab=vocab, pooling=pooling,
-                         index=load_index(index) if index else None)
+    try:
+        models = load_models(model, mlm=mlm, classifier=classifier, vocab=vocab, pooling=pooling,
+                             index=load_index(index) if index else None)
+    except BaseException:  # a bad folder: free the port now, not whenever the socket is collected
+        listening.close()
+        raise
     app = create_app(models, settings)
     address = listening.getsockname()
     shown_host = f"[{address[0]}]" if ":" in address[0] else address[0]
