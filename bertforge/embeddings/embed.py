@@ -31,6 +31,7 @@ from ..engine.pipeline import HostResults, prefetched
 from ..engine.precision import check_inference_dtype, in_dtype
 from ..models.model import BertModel
 from ..models.outputs import EncoderOutput
+from ..resources import resolve_model
 from ..tokenization.tokenizer import BertTokenizer
 from .options import (LayerSpec, check_max_length, check_positive, check_sentence, check_texts, find_word,
                       resolve_encoder, resolve_layers, sentence_transformers_max_length)
@@ -138,7 +139,7 @@ class Embedder:
         model = in_dtype(BertModel.from_pretrained(path), check_inference_dtype(options.get("dtype")), inplace=True)
         tokenizer = tokenizer if tokenizer is not None else BertTokenizer.from_pretrained(path)
         if options.get("max_length") is None:
-            options["max_length"] = sentence_transformers_max_length(Path(path))
+            options["max_length"] = sentence_transformers_max_length(Path(resolve_model(path)))
         return cls(model, tokenizer, **options)
 
     @property

