@@ -33,12 +33,13 @@ def text_suffix(path: str | os.PathLike) -> str:
     return Path(path.stem).suffix if path.suffix in COMPRESSED else path.suffix
 
 
-def open_text(path: str | os.PathLike, encoding: str = "utf-8") -> IO[str]:
-    """Open a text file for reading, decompressing .gz / .xz on the fly; lines end in \\n."""
+def open_text(path: str | os.PathLike, encoding: str = "utf-8", newline: str | None = None) -> IO[str]:
+    """Open a text file for reading, decompressing .gz / .xz on the fly; lines end in \\n
+    (newline="" keeps them as they are, which the csv module wants)."""
     opener = COMPRESSED.get(Path(path).suffix)
     if opener is not None:
-        return opener(path, "rt", encoding=encoding)
-    return open(path, encoding=encoding)
+        return opener(path, "rt", encoding=encoding, newline=newline)
+    return open(path, encoding=encoding, newline=newline)
 
 
 def open_bytes(path: str | os.PathLike) -> IO[bytes]:

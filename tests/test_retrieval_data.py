@@ -89,6 +89,18 @@ def test_prepared_files_hold_the_real_texts(data_dir, tmp_path):
         assert tweet_key(query.split(":", 1)[1]) == tweet_key(original)
 
 
+@pytest.mark.parametrize("name, files", [("tweets", ["tweets-sentiment/tweets.csv"]),
+                                         ("drug-reviews", ["drug-reviews/train.tsv", "drug-reviews/test.tsv"])])
+def test_gzipped_demo_data_gives_the_same_set(data_dir, tmp_path, name, files):
+    """data_file finds FILE.gz under --data; its reader used to open that as plain text ("not UTF-8")."""
+    import gzip
+
+    for relative in files:
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"{relative}.gz").write_bytes(gzip.compress((data_dir / relative).read_bytes()))
+    assert build_set(name, tmp_path) == build_set(name, data_dir)
+
+
 def test_cli_prepare_evaluate_and_train(data_dir, cassette_dir, tmp_path, capsys):
     assert main(["sbert", "prepare", "drug-reviews", "--output", str(tmp_path / "set"), "--data", str(data_dir)]) == 0
     assert "train.jsonl" in capsys.readouterr().out

@@ -30,6 +30,7 @@ import numpy as np
 
 from ...atomic import replaced_file
 from ...errors import UsageError
+from ...input_files import open_text
 from ...resources import demo_data
 from ..pretraining.corpus import read_documents
 from .reader import RetrievalSet, write_retrieval_set
@@ -95,7 +96,7 @@ def csv_records(path: Path, columns: list[str], delimiter: str = ",") -> Iterato
     """The rows of a demo data CSV/TSV as dicts; ValueError naming the file when its header lacks one of
     `columns` or a row is cut short (another file, or a damaged copy, under the expected name)."""
     fix = "pass the shared data folder with --data (or fetch it again with `python scripts/fetch_data.py`)"
-    with open(path, encoding="utf-8", newline="") as file:
+    with open_text(path, newline="") as file:  # data_file may have found the .gz copy
         reader = csv.DictReader(file, delimiter=delimiter)
         found = reader.fieldnames or []
         missing = [column for column in columns if column not in found]
