@@ -109,6 +109,16 @@ def resolve(base: Path, path: str) -> str:
     return path if Path(path).is_absolute() else str((base / path).resolve())
 
 
+def build_run_recipe(cls, values: dict[str, Any], training_defaults, base: Path):
+    """A fine-tuning-style recipe (finetune, sbert): its `training` section laid over the task's
+    `training_defaults`, and its data.train/dev/test paths made relative to `base` (the recipe's folder)."""
+    recipe = build(cls, over_defaults(values, "training", training_defaults), "recipe")
+    for name in ("train", "dev", "test"):
+        if getattr(recipe.data, name):
+            setattr(recipe.data, name, resolve(base, getattr(recipe.data, name)))
+    return recipe
+
+
 def over_defaults(values: dict[str, Any], section: str, defaults) -> dict[str, Any]:
     """`values` with its `section` laid over the dataclass instance `defaults` (e.g. a recipe's
     training settings over the task's defaults); raises UsageError when the section is not a mapping."""

@@ -25,7 +25,7 @@ from . import TASKS, TaskName, TaskSettings, load_task
 from ..atomic import write_text
 from ..errors import UsageError
 from ..validation import check_fields
-from ..settings import build, over_defaults, read_recipe, resolve
+from ..settings import build, build_run_recipe, read_recipe
 
 logger = logging.getLogger("bertforge")
 RESULTS_FILE = "results.json"
@@ -60,11 +60,7 @@ class FinetuneRecipe:
     @classmethod
     def from_values(cls, values: dict, base: Path = Path(".")) -> "FinetuneRecipe":
         """A recipe from a (YAML-shaped) mapping; data paths are relative to `base`."""
-        recipe = build(cls, over_defaults(values, "training", finetuning_defaults()), "recipe")
-        for name in ("train", "dev", "test"):
-            if getattr(recipe.data, name):
-                setattr(recipe.data, name, resolve(base, getattr(recipe.data, name)))
-        return recipe
+        return build_run_recipe(cls, values, finetuning_defaults(), base)
 
 
 def run_finetuning(recipe: FinetuneRecipe, resume: bool = False, overwrite: bool = False) -> dict:

@@ -18,7 +18,7 @@ import torch
 from ...train.batches import ShuffledBatches
 from ...train.optim import epoch_schedule
 from ...atomic import write_text
-from ...settings import build, command_line_recipe, over_defaults, resolve
+from ...settings import build_run_recipe, command_line_recipe
 from ...resources import resolve_model
 from ...tokenization.tokenizer import BertTokenizer
 from ...train.best import best_model_folder
@@ -67,11 +67,7 @@ class SbertRecipe:
     @classmethod
     def from_values(cls, values: dict, base: Path = Path(".")) -> "SbertRecipe":
         """A recipe from a (YAML-shaped) mapping; data paths are relative to `base`."""
-        recipe = build(cls, over_defaults(values, "training", sbert_defaults()), "recipe")
-        for name in ("train", "dev", "test"):
-            if getattr(recipe.data, name):
-                setattr(recipe.data, name, resolve(base, getattr(recipe.data, name)))
-        return recipe
+        return build_run_recipe(cls, values, sbert_defaults(), base)
 
 
 def run_sbert_training(recipe: SbertRecipe, resume: bool = False, overwrite: bool = False) -> dict:
