@@ -110,18 +110,31 @@ def test_packed_forward_on_minilm_matches_transformers(minilm_dir):
 
 # ---------------------------------------------------------------- precision
 
-def test_int8_linear_is_close_to_float_with_outlier_tokens_and_outlier_channels():
+@pytest.mark.parametrize("kernel", ["int_mm", "fbgemm"])
+def test_int8_linear_is_close_to_float_with_outlier_tokens_and_outlier_channels(kernel):
+    if kernel == "fbgemm" and "fbgemm" not in torch.backends.quantized.supported_engines:
+        pytest.skip("this torch has no FBGEMM")
     torch.manual_seed(0)
     linear = torch.nn.Linear(64, 48)
     states = torch.randn(2, 9, 64)
     states[0, 3] *= 100  # an outlier token: one scale per tensor would flatten every other token to 0
     states[..., 5] *= 80  # an outlier channel: one scale per token would leave the others a few levels
-    quantized = Int8Linear(linear)
+    quantized = Int8Linear(linear, kernel)
     with torch.no_grad():
         expected, actual = linear(states), quantized(states)
     assert actual.shape == (2, 9, 48) and quantized.weight_t.dtype == torch.int8
     relative = (actual - expected).norm(dim=-1) / expected.norm(dim=-1)
     assert relative.max() < 0.02
+
+
+def test_the_int8_kernel_is_fbgemm_only_where_the_cpu_lacks_vnni(monkeypatch):
+    """_int_mm is a plain loop without VNNI (36x slower than float32 on AVX2): FBGEMM there."""
+    from bertforge.engine.precision import int8_kernel
+
+    monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: True, raising=False)
+    assert int8_kernel() == "int_mm"
+    monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: False, raising=False)
+    assert int8_kernel() == ("fbgemm" if "fbgemm" in torch.backends.quantized.supported_engines else "int_mm")
 
 
 def test_in_dtype_copies_unless_inplace_and_refuses_to_undo_int8(tiny_model):
