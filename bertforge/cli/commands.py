@@ -14,6 +14,7 @@ from ..embeddings.options import LayerCombine
 from ..embeddings.pooling import Pooling
 from ..engine.precision import DtypeName
 from ..errors import UsageError
+from ..input_files import open_text, require_file, text_suffix
 from ..resources import resolve_model
 from ..tasks import TaskName
 from ..tasks.pretraining.corpus import DocumentBoundary
@@ -118,11 +119,12 @@ def parse_layers(text: str) -> int | list[int] | str:
 
 
 def read_texts(path: Path, text_field: str) -> list[str]:
-    if not path.exists():
-        raise ValueError(f"input file {path} does not exist")
-    if path.suffix == ".jsonl":
+    """The texts of a .txt (one per line) or .jsonl file, either of them possibly .gz / .xz."""
+    with open_text(require_file(path)) as file:
+        if text_suffix(path) != ".jsonl":
+            return [line.rstrip("\n") for line in file if line.strip()]
         texts = []
-        for number, line in enumerate(path.open(encoding="utf-8"), start=1):
+        for number, line in enumerate(file, start=1):
             if not line.strip():
                 continue
             try:
@@ -131,7 +133,6 @@ def read_texts(path: Path, text_field: str) -> list[str]:
                 raise ValueError(f"{path}:{number} is not a JSON object with a {text_field!r} field "
                                  "(choose the field with --text-field)") from None
         return texts
-    return [line.rstrip("\n") for line in path.open(encoding="utf-8") if line.strip()]
 
 
 def info(model: str = "minilm", all_layers: bool = False) -> None:
