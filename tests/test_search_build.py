@@ -79,6 +79,20 @@ def test_chunks_of_another_corpus_are_discarded(tmp_path, monkeypatch, corpus_li
     assert Index.load(tmp_path / "index").search(corpus_lines[100], top_k=1)[0].row == 0
 
 
+def test_a_gzipped_corpus_indexes_as_the_plain_file(tmp_path, corpus_lines, cassette_dir):
+    import gzip
+
+    plain = write_lines(tmp_path / "sentences.txt", corpus_lines[:60])
+    packed = tmp_path / "sentences.txt.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    build_index(plain, tmp_path / "plain", cassette_dir)
+    build_index(packed, tmp_path / "packed", cassette_dir)
+    first, second = Index.load(tmp_path / "plain"), Index.load(tmp_path / "packed")
+    np.testing.assert_array_equal(first.faiss_index.reconstruct_n(0, 60), second.faiss_index.reconstruct_n(0, 60))
+    hit = second.search(corpus_lines[7], top_k=1)[0]
+    assert (hit.id, hit.text) == ("sentences.txt.gz:8", corpus_lines[7])
+
+
 def test_jsonl_corpus_keeps_its_ids_and_ivf_is_tuned_at_build(tmp_path, corpus_lines, cassette_dir):
     corpus = tmp_path / "passages.jsonl"
     corpus.write_text("".join(json.dumps({"doc": f"n{i}", "body": text}) + "\n" for i, text in enumerate(corpus_lines))

