@@ -62,6 +62,33 @@ def test_embed_equals_sentence_transformers(client, sbert):
     np.testing.assert_allclose(np.array(response.json()), expected, atol=1e-5)
 
 
+def test_int8_sentence_vectors_are_served_close_to_sentence_transformers(minilm_dir, sbert):
+    """--dtype int8 (CPU): the served vectors are int8's; the explorer keeps float32 word vectors."""
+    models = load_models(str(minilm_dir), device="cpu", dtype="int8")
+    assert models.embedding.embedder.dtype == torch.qint8
+    assert all(e.dtype == torch.float32 for e in models.embedding.word_embedders.values())
+    with TestClient(create_app(models)) as client:
+        vectors = np.array(client.post("/embed", json={"inputs": TEXTS}).json())
+        attention = client.post("/explorer/attention", json={"text": TEXTS[0]})
+    assert attention.status_code == 200
+    assert (vectors * sbert.encode(TEXTS, normalize_embeddings=True)).sum(axis=1).min() > 0.99
+
+
+def test_the_serving_device_is_the_gpu_only_when_there_is_one(monkeypatch):
+    from bertforge.errors import UsageError
+    from bertforge.serve.models import serving_device
+
+    assert serving_device("cpu") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert serving_device(None) == serving_device("auto") == torch.device("cpu")
+    for wrong, words in (("cuda", "torch sees no GPU"), ("cuda:1", "torch sees no GPU"), ("tpu", "not a device"),
+                         ("meta", "serves on cpu or cuda")):
+        with pytest.raises(UsageError, match=words):
+            serving_device(wrong)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert serving_device("auto") == torch.device("cuda")
+
+
 def test_embed_one_text_without_normalising(client, sbert):
     from sentence_transformers import SentenceTransformer
 

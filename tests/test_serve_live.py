@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("uvicorn")
 import httpx  # noqa: E402
@@ -259,7 +260,9 @@ USAGE, FAILED = 2, 1  # the CLI's exit codes: the command line is wrong / a file
     (["--index", "/no/such/index"], "--index /no/such/index is not a folder", FAILED),
     (["--vocab", "/no/such/vocab.txt"], "--vocab /no/such/vocab.txt does not exist", FAILED),
     (["--mlm", "minilm"], "--mlm minilm holds a BertModel, which has no MLM head", FAILED),
-])
+    (["--device", "tpu"], "--device 'tpu' is not a device", USAGE),
+    (["--dtype", "int4"], "argument --dtype: invalid choice: 'int4'", USAGE),
+] + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device cuda: torch sees no GPU here", USAGE)]))
 def test_cli_mistakes_are_one_line(arguments, message, code, capsys, minilm_dir):
     from bertforge.cli.parser import main
 

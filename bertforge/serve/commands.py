@@ -9,6 +9,7 @@ import signal
 import socket
 
 from ..embeddings.pooling import SentencePooling
+from ..engine.precision import DtypeName
 from ..errors import UsageError
 from .settings import (DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_CLIENT_BATCH_SIZE, DEFAULT_MAX_CONCURRENT_REQUESTS,
                        DEFAULT_MAX_REQUEST_BYTES, ServeSettings)
@@ -22,7 +23,7 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
           pooling: SentencePooling | None = None, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
           max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS, max_input_length: int | None = None,
           max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH_SIZE,
-          max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+          max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, device: str = "auto", dtype: DtypeName = "fp32") -> None:
     """Serve a model over HTTP (embed, OpenAI embeddings, tokenize, fill-mask, classify, search) with the explorer page at /.
 
     Args:
@@ -40,6 +41,8 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
         max_input_length: tokens per input (the model's limit if not given); longer ones get 413 unless the request truncates
         max_client_batch_size: texts per request; more get 413
         max_request_bytes: request body size limit; larger bodies get 413
+        device: auto (the GPU when torch sees one, else the CPU), cpu, cuda or cuda:N
+        dtype: the sentence vectors' number format: fp32, fp16 or bf16 (GPU), int8 (CPU)
     """
     try:
         import uvicorn
@@ -60,14 +63,15 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
         logger.warning("listening on %s without --api-key: anyone who can reach this port can use the server", host)
     try:
         models = load_models(model, mlm=mlm, classifier=classifier, vocab=vocab, pooling=pooling,
-                             index=load_index(index) if index else None)
+                             index=load_index(index) if index else None, device=device, dtype=dtype)
     except BaseException:  # a bad folder: free the port now, not whenever the socket is collected
         listening.close()
         raise
     app = create_app(models, settings)
     address = listening.getsockname()
     shown_host = f"[{address[0]}]" if ":" in address[0] else address[0]
-    print(f"bertforge serve: {models.embedding.name} on http://{shown_host}:{address[1]} "
+    print(f"bertforge serve: {models.embedding.name} ({models.embedding.embedder.device.type}, {dtype}) "
+          f"on http://{shown_host}:{address[1]} "
           f"(explorer at /, API docs at /docs); Ctrl-C or SIGTERM stops it", flush=True)
     # uvicorn handles SIGINT/SIGTERM: stop accepting, finish in-flight requests, run the app's shutdown
     # (which drains the batch queues). Then it re-raises the signal to the handlers it found, so that

@@ -27,9 +27,10 @@ def attention_maps(embedder: Embedder, text: str, max_tokens: int = ATTENTION_MA
     """Every layer's and head's attention probabilities for one text, cut to max_tokens tokens."""
     full_length = len(embedder.tokenizer(text)["input_ids"])
     encoded = embedder.tokenizer([text], truncation=True, max_length=max_tokens, return_tensors="pt")
+    encoded = {name: tensor.to(embedder.device) for name, tensor in encoded.items()}
     output = embedder.model(encoded["input_ids"], attention_mask=encoded["attention_mask"],
                             token_type_ids=encoded["token_type_ids"], output_attentions=True)
-    attentions = torch.stack(output.attentions)[:, 0].float().numpy()  # (layers, heads, seq, seq)
+    attentions = torch.stack(output.attentions)[:, 0].float().cpu().numpy()  # (layers, heads, seq, seq)
     tokens = embedder.tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist())
     return AttentionMaps(tokens, attentions, truncated=full_length > max_tokens)
 

