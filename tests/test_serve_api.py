@@ -86,7 +86,10 @@ def test_the_serving_device_is_the_gpu_only_when_there_is_one(monkeypatch):
         with pytest.raises(UsageError, match=words):
             serving_device(wrong)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert serving_device("auto") == torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert serving_device("auto") == torch.device("cuda") and serving_device("cuda:0") == torch.device("cuda:0")
+    with pytest.raises(UsageError, match="has 1 GPU"):
+        serving_device("cuda:1")
 
 
 def test_embed_one_text_without_normalising(client, sbert):

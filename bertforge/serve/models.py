@@ -47,6 +47,9 @@ def serving_device(preference: str | None) -> torch.device:
         raise UsageError(f"--device {preference!r} is not a device; use auto, cpu, cuda or cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device {preference}: torch sees no GPU here; use --device cpu (or auto)")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise UsageError(f"--device {preference}: this machine has {torch.cuda.device_count()} GPU(s), "
+                         f"numbered from 0")
     if device.type not in ("cpu", "cuda"):
         raise UsageError(f"--device {preference}: bertforge serves on cpu or cuda")
     return device
