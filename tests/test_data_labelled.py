@@ -45,6 +45,28 @@ def test_reads_text_pairs_from_the_real_drug_reviews_tsv(data_dir):
     assert sorted(set(rows.labels)) == ["negative", "neutral", "positive"]
 
 
+@pytest.mark.parametrize("name, columns", [("train.tsv", ["drugName", "review"]), ("train.jsonl", ["review"])])
+def test_a_compressed_file_reads_as_the_plain_one(data_dir, tmp_path, name, columns):
+    """finetune / predict / sbert data as .csv.gz, .tsv.xz, .jsonl.gz: the suffix before .gz picks the format."""
+    import gzip
+    import lzma
+
+    plain = tmp_path / name
+    if name.endswith(".jsonl"):
+        tsv = read_rows(data_dir / "drug-reviews" / "train.tsv", text_columns=["review"], label_column="rating")
+        plain.write_text("".join(json.dumps({"review": t[0], "rating": label}) + "\n"
+                                 for t, label in zip(tsv.texts, tsv.labels)), encoding="utf-8")
+    else:
+        plain.write_bytes((data_dir / "drug-reviews" / name).read_bytes())
+    expected = read_rows(plain, text_columns=columns, label_column="rating")
+    for suffix, compress in ((".gz", gzip.compress), (".xz", lzma.compress)):
+        packed = tmp_path / f"{name}{suffix}"
+        packed.write_bytes(compress(plain.read_bytes()))
+        rows = read_rows(packed, text_columns=columns, label_column="rating")
+        assert (rows.texts, rows.labels, rows.row_numbers) == (expected.texts, expected.labels, expected.row_numbers)
+    assert len(expected) == 600
+
+
 def test_bom_quoted_newlines_and_row_numbers(tmp_path):
     # A BOM before the header (Excel writes one) must not become part of the first column's name.
     path = tmp_path / "train.csv"

@@ -101,6 +101,25 @@ def test_gzipped_demo_data_gives_the_same_set(data_dir, tmp_path, name, files):
     assert build_set(name, tmp_path) == build_set(name, data_dir)
 
 
+@pytest.mark.parametrize("name", ["pairs.csv", "pairs.jsonl"])
+def test_a_gzipped_pairs_file_reads_as_the_plain_one(tmp_path, name):
+    import gzip
+
+    rows = [("the cat sat", "a cat was sitting", "a dog ran"), ("rain today", "it is raining", "sunny skies")]
+    plain = tmp_path / name
+    if name.endswith(".csv"):
+        plain.write_text("anchor,positive,negative\n" + "".join(",".join(r) + "\n" for r in rows), encoding="utf-8")
+    else:
+        plain.write_text("".join(json.dumps(dict(zip(("anchor", "positive", "negative"), r))) + "\n" for r in rows),
+                         encoding="utf-8")
+    packed = tmp_path / f"{name}.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    expected, actual = read_pairs(plain), read_pairs(packed)
+    assert (actual.anchors, actual.positives, actual.negatives) == (expected.anchors, expected.positives,
+                                                                    expected.negatives)
+    assert expected.negatives == [r[2] for r in rows]
+
+
 def test_cli_prepare_evaluate_and_train(data_dir, cassette_dir, tmp_path, capsys):
     assert main(["sbert", "prepare", "drug-reviews", "--output", str(tmp_path / "set"), "--data", str(data_dir)]) == 0
     assert "train.jsonl" in capsys.readouterr().out

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...input_files import require_file
+from ...input_files import open_text, require_file, text_suffix
 from ..pretraining.corpus import jsonl_objects
 
 logger = logging.getLogger(__name__)
@@ -68,9 +68,9 @@ def read_rows(path: str | os.PathLike, *, text_columns: list[str], label_column:
         raise ValueError(f"text_columns must name 1 to {max_texts} columns (e.g. a text, or a text pair), "
                          f"got {text_columns}")
     require_file(path, "labelled file")
-    suffix = path.suffix.lower()
+    suffix = text_suffix(path).lower()  # a.csv.gz is a CSV file
     if suffix not in (*DELIMITERS, JSONL_SUFFIX):
-        raise ValueError(f"{path}: unknown format {path.suffix!r}; use .csv, .tsv or .jsonl")
+        raise ValueError(f"{path}: unknown format {suffix!r}; use .csv, .tsv or .jsonl (optionally .gz / .xz)")
     columns = [*text_columns, *([label_column] if label_column is not None else []),
                *([id_column] if id_column is not None else [])]
     records = _jsonl_records(path, columns, text_columns) if suffix == JSONL_SUFFIX else _table_records(path, columns)
@@ -124,8 +124,8 @@ def _table_records(path: Path, columns: list[str]):
     """(start line, {column: str}) for each data row of a CSV/TSV file with a header; a str instead
     of the dict says why the row is malformed."""
     # newline="" lets the csv module handle quoted fields that span lines.
-    with open(path, encoding="utf-8-sig", newline="") as file:
-        reader = csv.reader(file, delimiter=DELIMITERS[path.suffix.lower()])
+    with open_text(path, encoding="utf-8-sig", newline="") as file:
+        reader = csv.reader(file, delimiter=DELIMITERS[text_suffix(path).lower()])
         header = next(reader, None)
         if header is None:
             raise ValueError(f"{path}: the file is empty; it needs a header row naming its columns")

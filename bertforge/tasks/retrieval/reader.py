@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...atomic import replaced_file
-from ...input_files import require_file
+from ...input_files import open_text, require_file, text_suffix
 from ..pretraining.corpus import jsonl_objects
 from ..classification.reader import DELIMITERS, JSONL_SUFFIX, read_rows
 
@@ -41,12 +41,13 @@ class SentencePairs:
 
 def file_columns(path: Path) -> list[str]:
     """The column names of a CSV/TSV header or of the first JSONL object; [] for an empty file."""
-    if path.suffix.lower() == JSONL_SUFFIX:
+    suffix = text_suffix(path).lower()  # a.tsv.gz is a TSV file
+    if suffix == JSONL_SUFFIX:
         for _, record in jsonl_objects(path):
             return list(record)
         return []
-    with open(path, encoding="utf-8-sig", newline="") as file:
-        header = next(csv.reader(file, delimiter=DELIMITERS.get(path.suffix.lower(), ",")), [])
+    with open_text(path, encoding="utf-8-sig", newline="") as file:
+        header = next(csv.reader(file, delimiter=DELIMITERS.get(suffix, ",")), [])
     return [name.strip() for name in header]
 
 
@@ -62,8 +63,8 @@ def read_pairs(path: str | os.PathLike, columns: list[str] | None = None, scored
     pairs are expected is named as such), a score that is not a number, or no usable rows.
     """
     path = require_file(path, "data file")
-    if path.suffix.lower() not in (*DELIMITERS, JSONL_SUFFIX):
-        raise ValueError(f"{path}: unknown format {path.suffix!r}; use .csv, .tsv or .jsonl")
+    if text_suffix(path).lower() not in (*DELIMITERS, JSONL_SUFFIX):
+        raise ValueError(f"{path}: unknown format {text_suffix(path)!r}; use .csv, .tsv or .jsonl (optionally .gz / .xz)")
     found = file_columns(path)
     if not found:
         raise ValueError(f"{path} is empty; it needs a header row (or JSON keys) and at least one row")
