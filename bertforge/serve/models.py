@@ -18,11 +18,11 @@ from torch import Tensor
 
 from ..models.config import BertConfig
 from ..embeddings.embed import Embedder, sentence_transformers_max_length
-from ..errors import UsageError
 from ..models.heads import BertForMaskedLM, BertForSequenceClassification
 from ..models.model import BertModel
 from ..resources import PACKAGED_CHECKPOINTS, resolve_model
 from ..tokenization.tokenizer import BertTokenizer
+from ..train.distributed import device_from_option
 from .batching import length_groups
 from .index import SearchIndex
 
@@ -35,24 +35,6 @@ POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "m
 FORWARD_BATCH_SIZE = 32
 # Layer choices the explorer offers for word-in-context vectors (seed 003 averages the last four).
 WORD_LAYER_CHOICES = ("last_four_mean", "last", "second_to_last")
-
-
-def serving_device(preference: str | None) -> torch.device:
-    """--device: None or "auto" is the GPU when torch sees one, else the CPU; "cpu", "cuda", "cuda:N" as given."""
-    if preference in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(preference)
-    except RuntimeError:
-        raise UsageError(f"--device {preference!r} is not a device; use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {preference}: torch sees no GPU here; use --device cpu (or auto)")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise UsageError(f"--device {preference}: this machine has {torch.cuda.device_count()} GPU(s), "
-                         f"numbered from 0")
-    if device.type not in ("cpu", "cuda"):
-        raise UsageError(f"--device {preference}: bertforge serves on cpu or cuda")
-    return device
 
 
 class InputTooLong(ValueError):
@@ -262,13 +244,11 @@ class ServedModels:
 def load_models(model: str, mlm: str | None = None, classifier: str | None = None, vocab: list[str] | None = None,
                 index: SearchIndex | None = None, pooling: str | None = None, device: str | None = None,
                 dtype: str | None = None) -> ServedModels:
-    """Load what `bertforge serve` was given, on `device` (see serving_device). The fill-mask model
+    """Load what `bertforge serve` was given, on `device` (see device_from_option). The fill-mask model
     is `mlm`, or `model` itself when its checkpoint has an MLM head; `dtype` is the sentence
     vectors' number format. Raises ValueError naming the option that is wrong."""
-    where = serving_device(device)
+    where = device_from_option(device)
     folder = checkpoint_folder(model, "--model")
-    if dtype == "int8" and where.type != "cpu":
-        raise UsageError("--dtype int8 runs on the CPU only; on a GPU use --dtype fp16 or bf16")
     embedding = EmbeddingModel(folder, display_name(model), pooling, where, dtype)
     if mlm is not None:
         mlm_folder = checkpoint_folder(mlm, "--mlm")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ..errors import BertforgeError
+from ..errors import BertforgeError, UsageError
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,24 @@ def select_device(preference: str = "auto") -> torch.device:
             "process on the CPU (gloo)"
         )
     return torch.device("cuda", local_rank)
+
+
+def device_from_option(value: str | None, option: str = "--device") -> torch.device:
+    """A command's --device: None or "auto" as `select_device` picks (torchrun-aware); "cpu", "cuda",
+    "cuda:N" as given, checked here so that a device torch cannot use is one line, not an error deep in torch."""
+    if value in (None, "auto"):
+        return select_device("auto")
+    try:
+        device = torch.device(value)
+    except RuntimeError:
+        raise UsageError(f"{option} {value!r} is not a device; use auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"{option} {value}: bertforge runs on cpu or cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"{option} {value}: torch sees no GPU here; use {option} cpu (or auto)")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise UsageError(f"{option} {value}: this machine has {torch.cuda.device_count()} GPU(s), numbered from 0")
+    return device
 
 
 def init_distributed(device: torch.device) -> Topology:
