@@ -43,6 +43,20 @@ def test_the_readme_override_example_gives_a_float_learning_rate():
     assert isinstance(recipe.training.learning_rate, float)
 
 
+def test_a_recipe_or_override_cannot_run_code(tmp_path):
+    """Recipes are read with a SafeLoader subclass: python/* tags are refused, never constructed."""
+    marker = tmp_path / "ran"
+    payload = f"!!python/object/apply:os.system ['touch {marker}']"
+    recipe = tmp_path / "evil.yaml"
+    recipe.write_text(f"training:\n  seed: {payload}\n", encoding="utf-8")
+    line = assert_one_line_error(*run_cli("pretrain", "--config", recipe, "--print-config")[::2], codes=(2,))
+    assert "not valid YAML" in line and "python/object/apply" in line
+    line = assert_one_line_error(*run_cli("finetune", "--data", tmp_path / "x.csv", f"training.seed={payload}",
+                                          "--print-config")[::2], codes=(2,))
+    assert "not a valid YAML value" in line
+    assert not marker.exists()
+
+
 def test_recipe_files_read_numbers_as_people_write_them(tmp_path):
     (tmp_path / "r.yaml").write_text("training:\n  learning_rate: 5e-5\n  max_steps: 1e3\n  seed: '7'\n"
                                      "batch_size: 1_024\ndata:\n  train: [a.txt]\n")
