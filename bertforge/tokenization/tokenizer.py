@@ -15,6 +15,7 @@ from pathlib import Path
 from tokenizers import AddedToken
 
 from ..atomic import replaced_file
+from .encoding import Encoding, as_tensors
 from .vocab_training import SPECIAL_TOKENS, build_engine, check_vocab, load_settings, read_vocab_file, train_vocab
 
 DEFAULT_MODEL_MAX_LENGTH = 512
@@ -48,42 +49,6 @@ def _final_sigmas(text: str) -> str:
             chars[i] = "ς"
         position += len(ch.lower())  # only Σ is context-dependent, so per-char lengths add up
     return "".join(chars)
-
-
-# ---------------------------------------------------------------- outputs
-
-class Encoding(dict):
-    """What `BertTokenizer.__call__` returns: model inputs under transformers' key names.
-
-    input_ids, token_type_ids, attention_mask (+ offset_mapping, special_tokens_mask when asked):
-    lists for one text, lists of lists for a batch, or tensors (batch, seq) [offsets (batch, seq, 2)]
-    with return_tensors. `enc.input_ids` works as well as `enc["input_ids"]`.
-    """
-
-    def __init__(self, data: dict, encodings: list):
-        super().__init__(data)
-        self._encodings = encodings  # the engine's, one per text: word and sequence ids on demand
-
-    def __getattr__(self, name):
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def word_ids(self, batch_index: int = 0) -> list[int | None]:
-        """Per token, the index of the word it came from (None for special and padding tokens).
-
-        Words are numbered per sequence, so the second text of a pair counts from 0 again.
-        """
-        return self._encodings[batch_index].word_ids
-
-    def sequence_ids(self, batch_index: int = 0) -> list[int | None]:
-        """Per token, 0 for the first text, 1 for text_pair, None for special and padding tokens."""
-        return self._encodings[batch_index].sequence_ids
-
-    def to(self, device) -> "Encoding":
-        """Move tensor values to a device (return_tensors="pt" only)."""
-        return Encoding({key: value.to(device) for key, value in self.items()}, self._encodings)
 
 
 # ---------------------------------------------------------------- the tokenizer
@@ -251,7 +216,7 @@ class BertTokenizer:
         if return_special_tokens_mask:
             data["special_tokens_mask"] = [e.special_tokens_mask for e in encodings]
         if return_tensors is not None:
-            data = _as_tensors(data, return_tensors)
+            data = as_tensors(data, return_tensors)
         elif not batched:
             data = {key: value[0] for key, value in data.items()}
         return Encoding(data, encodings)
@@ -389,21 +354,6 @@ def _strategy(kind: str, value, choices: tuple[str, ...], aliases: dict) -> str 
     if isinstance(value, str) and value in choices:
         return value
     raise ValueError(f"unknown {kind} {value!r}; use True, False or one of {', '.join(choices)}")
-
-
-def _as_tensors(data: dict, return_tensors: str) -> dict:
-    """Lists of lists -> (batch, seq) tensors; raises ValueError when lengths differ."""
-    lengths = {len(row) for row in data["input_ids"]}
-    if len(lengths) > 1:
-        raise ValueError(f"cannot make tensors from sequences of lengths {sorted(lengths)}; "
-                         "pass padding=True (or padding='max_length') with return_tensors")
-    if return_tensors == "np":
-        import numpy as np
-
-        return {key: np.array(value, dtype=np.int64) for key, value in data.items()}
-    import torch
-
-    return {key: torch.tensor(value, dtype=torch.long) for key, value in data.items()}
 
 
 def _clean_up_tokenization(text: str) -> str:
