@@ -78,13 +78,14 @@ def plot_curves(metrics_file: Path, output: Path) -> Path | None:
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The records of a metrics file. A process killed while appending leaves at most its last line
     half-written: that line is dropped (with a warning), not a reason to refuse the whole run."""
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = [(number, line) for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+             if line.strip()]
     records = []
-    for number, line in enumerate(lines, start=1):
+    for position, (number, line) in enumerate(lines, start=1):
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:
-            if number < len(lines):
+            if position < len(lines):
                 raise ValueError(f"{path}: line {number} is not a JSON record; the metrics file is damaged") from None
             logger.warning("%s: dropped its half-written last line (the run was killed while logging)", path)
     return records
