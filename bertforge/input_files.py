@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import codecs
 import gzip
+import io
 import lzma
 import os
+import zlib
 from pathlib import Path
 from typing import IO
 
@@ -33,18 +35,65 @@ def text_suffix(path: str | os.PathLike) -> str:
     return Path(path.stem).suffix if path.suffix in COMPRESSED else path.suffix
 
 
+# The first bytes of every file of each compressed format.
+SIGNATURES = {".gz": ("gzip", b"\x1f\x8b"), ".xz": ("xz", b"\xfd7zXZ\x00")}
+
+
 def open_text(path: str | os.PathLike, encoding: str = "utf-8", newline: str | None = None) -> IO[str]:
     """Open a text file for reading, decompressing .gz / .xz on the fly; lines end in \\n
     (newline="" keeps them as they are, which the csv module wants)."""
-    opener = COMPRESSED.get(Path(path).suffix)
-    if opener is not None:
-        return opener(path, "rt", encoding=encoding, newline=newline)
+    if Path(path).suffix in COMPRESSED:
+        return io.TextIOWrapper(open_bytes(path), encoding=encoding, newline=newline)
     return open(path, encoding=encoding, newline=newline)
 
 
 def open_bytes(path: str | os.PathLike) -> IO[bytes]:
-    opener = COMPRESSED.get(Path(path).suffix, open)
-    return opener(path, "rb")
+    """Open a file for reading bytes, decompressing .gz / .xz on the fly."""
+    suffix = Path(path).suffix
+    if suffix not in COMPRESSED:
+        return open(path, "rb")
+    check_signature(path)
+    return io.BufferedReader(Decompressed(COMPRESSED[suffix](path, "rb"), path))
+
+
+class Decompressed(io.RawIOBase):
+    """A decompressing stream whose damage (a file cut short, corrupt data) is a ValueError naming
+    the file, raised wherever in the file a reader meets it, instead of the codec's bare EOFError."""
+
+    def __init__(self, stream, path: str | os.PathLike):
+        self.stream, self.path = stream, path
+
+    @property
+    def name(self) -> str:  # what io's wrappers report, and the CLI names in a UTF-8 error
+        return str(self.path)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        try:
+            data = self.stream.read(len(buffer))
+        except (EOFError, gzip.BadGzipFile, lzma.LZMAError, zlib.error) as error:
+            raise ValueError(f"{self.path} is damaged ({error}): a download or copy cut short? "
+                             "fetch or compress it again") from None
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self.stream.close()
+        super().close()
+
+
+def check_signature(path: str | os.PathLike) -> None:
+    """ValueError naming the file when a .gz / .xz file (not empty) is not in that format: the
+    decompressor would only say "Not a gzipped file" somewhere in the middle of a read."""
+    suffix = Path(path).suffix
+    name, signature = SIGNATURES[suffix]
+    with open(path, "rb") as file:
+        start = file.read(len(signature))
+    if start and start != signature:
+        raise ValueError(f"{path} is not {name} data (its first bytes are not {name}'s): "
+                         f"rename it without {suffix} if it is plain text, or compress it with {name}")
 
 
 def utf8_problem(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str | None:

