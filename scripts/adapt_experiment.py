@@ -78,8 +78,8 @@ def main() -> None:
         logs = train_method(model, tokenizer, held_out.corpus, held_out.texts(), settings, Path(run_dir), evaluate,
                             torch.device("cpu"))
         record["train_s"] = round(time.time() - train_started, 1)
-    record["evals"] = [{k: r[k] for k in ("step", "ndcg@10", "test_ndcg@10") if k in r}
-                       for r in logs if "test_ndcg@10" in r]
+    record["evals"] = [{"step": r["step"], "ndcg@10": r["eval_ndcg@10"], "test_ndcg@10": r["eval_test_ndcg@10"]}
+                       for r in logs if "eval_test_ndcg@10" in r]
     best = max(record["evals"], key=lambda r: r["ndcg@10"])
     record["best"] = best
     record["ratio_test"] = round(best["test_ndcg@10"] / record["base"]["test"]["ndcg@10"], 3)

@@ -35,10 +35,32 @@ def st_scorer(model):
     return scores
 
 
-def main() -> None:
-    from datasets import Dataset
-    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+def train_one_epoch(model, anchors, positives, batch_size=32, learning_rate=2e-5, warmup=0.1, seed=0):
+    """What SentenceTransformer.fit does for one epoch (the `datasets`-free way): shuffled batches,
+    MultipleNegativesRankingLoss with its defaults, AdamW, linear warm-up then decay, clipping at 1."""
     from sentence_transformers.losses import MultipleNegativesRankingLoss
+    from transformers import get_linear_schedule_with_warmup
+
+    loss_function = MultipleNegativesRankingLoss(model)
+    order = np.random.default_rng(seed).permutation(len(anchors))
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
+    schedule = get_linear_schedule_with_warmup(optimizer, int(warmup * len(batches)), len(batches))
+    model.train()
+    for number, batch in enumerate(batches, start=1):
+        features = [model.tokenize([anchors[i] for i in batch]), model.tokenize([positives[i] for i in batch])]
+        loss = loss_function(features, None)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+        print(f"step {number}/{len(batches)} loss {loss.item():.4f}", flush=True)
+    model.eval()
+
+
+def main() -> None:
+    from sentence_transformers import SentenceTransformer
 
     import sys
     sys.path.insert(0, str(Path(__file__).parent))
@@ -64,14 +86,7 @@ def main() -> None:
     record = {"corpus": args.corpus, "words": words, "pairs": len(anchors),
               "bm25": ict_metrics(bm25_scores, held_out), "base": ict_metrics(st_scorer(model), held_out)}
     started = time.time()
-    arguments = SentenceTransformerTrainingArguments(output_dir="/tmp/adapt-naive-st", num_train_epochs=1,
-                                                     per_device_train_batch_size=32, learning_rate=2e-5,
-                                                     warmup_ratio=0.1, save_strategy="no", report_to="none",
-                                                     use_cpu=True, seed=0, logging_steps=10)
-    trainer = SentenceTransformerTrainer(model=model, args=arguments,
-                                         train_dataset=Dataset.from_dict({"anchor": anchors, "positive": positives}),
-                                         loss=MultipleNegativesRankingLoss(model))
-    trainer.train()
+    train_one_epoch(model, anchors, positives)
     record["train_s"] = round(time.time() - started, 1)
     record["naive_st"] = ict_metrics(st_scorer(model), held_out)
     RESULTS.parent.mkdir(exist_ok=True)

@@ -7,11 +7,12 @@ Layouts, picked by each file's extension (compressed .gz / .xz read on the fly):
 - .jsonl: one passage per record, its text under `text` and an optional `title` (kept apart:
   a title is not a sentence an ICT query could be cut from);
 - .csv / .tsv: one passage per row, its text in `text_column`.
-Whitespace is normalised, exact duplicates are dropped (after normalisation), and a passage
+Whitespace and HTML entities are normalised, exact duplicates are dropped (after normalisation), and a passage
 over `max_words` is split on sentence boundaries into passages of about that many words.
 """
 from __future__ import annotations
 
+import html
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -154,7 +155,8 @@ def sentences_of(text: str) -> list[str]:
 
 
 def normalise(text: str) -> str:
-    return _WHITESPACE.sub(" ", text).strip()
+    """Whitespace runs as one space; HTML entities (&#039; in scraped reviews) as their characters."""
+    return _WHITESPACE.sub(" ", html.unescape(text)).strip()
 
 
 def split_long(passage: Passage, max_words: int) -> list[Passage]:
@@ -164,13 +166,11 @@ def split_long(passage: Passage, max_words: int) -> list[Passage]:
     total = passage.words
     parts = -(-total // max_words)
     target = total / parts  # even parts: no 5-word tail passage
-    pieces, current, count = [], [], 0
-    for sentence in passage.sentences:
+    pieces: list[list[str]] = [[] for _ in range(parts)]
+    position = 0
+    for sentence in passage.sentences:  # a sentence goes to the part its middle word falls in
         words = len(sentence.split())
-        if current and count + words / 2 > target:
-            pieces.append(current)
-            current, count = [], 0
-        current.append(sentence)
-        count += words
-    pieces.append(current)
+        pieces[min(parts - 1, int((position + words / 2) / target))].append(sentence)
+        position += words
+    pieces = [piece for piece in pieces if piece]
     return [Passage(f"{passage.id}#{i}", sentences, passage.title) for i, sentences in enumerate(pieces)]
