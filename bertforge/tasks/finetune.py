@@ -20,7 +20,8 @@ from . import TASKS, TaskName, TaskSettings, load_task
 from ..atomic import write_text
 from ..errors import UsageError
 from ..validation import check_fields
-from ..settings import build, build_run_recipe, read_recipe
+from ..models.config import BertConfig
+from ..settings import CHECKPOINT, KEYS_OF, build, recipe_from_values
 
 logger = logging.getLogger("bertforge")
 TASK_FILE = "task.json"  # beside the best model: the task and how its inputs are read, for `predict`
@@ -34,12 +35,12 @@ def finetuning_defaults() -> TrainConfig:
 @dataclass
 class FinetuneRecipe:
     task: TaskName = "classification"
-    init_from: str = "minilm"  # any BERT checkpoint folder (or packaged short name)
+    init_from: str = field(default="minilm", metadata=CHECKPOINT)  # any BERT checkpoint folder (or packaged short name)
     data: TaskSettings = field(default_factory=TaskSettings)
     epochs: float = 3.0
     batch_size: int = 32
     eval_batch_size: int = 64
-    model_overrides: dict = field(default_factory=dict)  # BertConfig fields, e.g. hidden_dropout_prob
+    model_overrides: dict = field(default_factory=dict, metadata={KEYS_OF: BertConfig})  # e.g. hidden_dropout_prob
     training: TrainConfig = field(default_factory=finetuning_defaults)  # max_steps/eval_every 0: from epochs
 
     def __post_init__(self) -> None:
@@ -48,13 +49,9 @@ class FinetuneRecipe:
         check_fields(self, "recipe.")
 
     @classmethod
-    def from_file(cls, path: str | Path, overrides: list[str] = ()) -> "FinetuneRecipe":
-        return cls.from_values(read_recipe(path, overrides), base=Path(path).resolve().parent)
-
-    @classmethod
     def from_values(cls, values: dict, base: Path = Path(".")) -> "FinetuneRecipe":
-        """A recipe from a (YAML-shaped) mapping; data paths are relative to `base`."""
-        return build_run_recipe(cls, values, finetuning_defaults(), base)
+        """A recipe from a (YAML-shaped) mapping; its relative paths are relative to `base`."""
+        return recipe_from_values(cls, values, base)
 
 
 def run_finetuning(recipe: FinetuneRecipe, resume: bool = False, overwrite: bool = False) -> dict:

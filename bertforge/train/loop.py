@@ -18,7 +18,7 @@ import contextlib
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Protocol, get_args
 
@@ -28,6 +28,8 @@ from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from ..errors import TrainingDiverged
+from ..settings import PATH
+from ..validation import STEPS_TO_RUN, check_bound, check_fields
 from .best import BestModel, best_model_folder
 from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_state, save_checkpoint
 from .distributed import Topology, all_reduce_sum, barrier
@@ -56,7 +58,7 @@ class BatchStream(Protocol):
 class TrainConfig:
     """The loop's knobs; defaults are BERT's pretraining values where it has one."""
 
-    output_dir: str = "runs/bert"
+    output_dir: str = field(default="runs/bert", metadata=PATH)  # a path: see settings.resolve_paths
     max_steps: int = 1000
     learning_rate: float = 1e-4
     weight_decay: float = 0.01
@@ -85,9 +87,7 @@ class TrainConfig:
                              "(fp16 needs loss scaling, not supported)")
         if self.device not in get_args(Device):
             raise ValueError(f"device={self.device!r}: use auto, cuda or cpu")
-        if self.max_steps < 0 or self.grad_accumulation < 1:
-            raise ValueError("max_steps must be at least 1 (0 only where a recipe derives it from epochs) "
-                             "and grad_accumulation at least 1")
+        check_fields(self, "training.")  # the bounds of validation.BOUNDS, for callers that skip settings.build
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule={self.schedule!r}: use one of {', '.join(SCHEDULES)}")
         if self.early_stopping_patience and not self.best_metric:
@@ -108,8 +108,7 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
 
     Raises TrainingDiverged when the loss stops being finite; the last checkpoint is untouched.
     """
-    if config.max_steps < 1:
-        raise ValueError("max_steps must be at least 1")
+    check_bound(STEPS_TO_RUN, "max_steps", config.max_steps, "training.")
     run_dir = Path(config.output_dir)
     model.to(device)
     optimizer = build_optimizer(model, config.learning_rate, config.weight_decay, fused=device.type == "cuda")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ...settings import build_run_recipe, command_line_recipe
+from ...settings import CHECKPOINT, PATH, load_recipe, recipe_from_values
 from ...train.batches import ShuffledBatches
 from ...train.loop import TrainConfig
 from ...train.runner import RecipeRun, run_recipe
@@ -32,15 +32,15 @@ def sbert_defaults() -> TrainConfig:
 
 @dataclass
 class SbertData:
-    train: str = ""  # .csv/.tsv/.jsonl: anchor, positive[, negative] (mnrl) or sentence1, sentence2, score
+    train: str = field(default="", metadata=PATH)  # .csv/.tsv/.jsonl: anchor, positive[, negative] (mnrl) or sentence1, sentence2, score
     columns: list[str] = field(default_factory=list)  # the file's own names for those columns, in that order
-    dev: str = ""  # a BEIR folder (queries.jsonl, corpus.jsonl, qrels.tsv) or a scored-pairs file
-    test: str = ""  # the same kinds; scored once with the final model
+    dev: str = field(default="", metadata=PATH)  # a BEIR folder (queries.jsonl, corpus.jsonl, qrels.tsv) or a scored-pairs file
+    test: str = field(default="", metadata=PATH)  # the same kinds; scored once with the final model
 
 
 @dataclass
 class SbertRecipe:
-    init_from: str = "minilm"  # any BERT checkpoint folder, a sentence-transformers folder, or a packaged name
+    init_from: str = field(default="minilm", metadata=CHECKPOINT)  # any BERT checkpoint folder, a sentence-transformers folder, or a packaged name
     pooling: str = ""  # mean | cls; "": the folder's own (sentence-transformers), else mean
     normalize: bool | None = None  # L2-normalise the vectors; None: the folder's own, else no
     max_length: int = 0  # tokens per text; 0: the folder's max_seq_length, else 256
@@ -54,12 +54,12 @@ class SbertRecipe:
     @classmethod
     def from_file(cls, path: str | Path, overrides: list[str] = (), flags: dict | None = None) -> "SbertRecipe":
         """The recipe at `path`, then command-line flags ({"init_from": ...}), then key=value overrides."""
-        return cls.from_values(command_line_recipe(path, flags or {}, list(overrides)), base=Path(path).resolve().parent)
+        return load_recipe(cls, path, flags, list(overrides))
 
     @classmethod
     def from_values(cls, values: dict, base: Path = Path(".")) -> "SbertRecipe":
-        """A recipe from a (YAML-shaped) mapping; data paths are relative to `base`."""
-        return build_run_recipe(cls, values, sbert_defaults(), base)
+        """A recipe from a (YAML-shaped) mapping; its relative paths are relative to `base`."""
+        return recipe_from_values(cls, values, base)
 
 
 def run_sbert_training(recipe: SbertRecipe, resume: bool = False, overwrite: bool = False) -> dict:
