@@ -1,5 +1,10 @@
 """Recipe files: YAML read into dataclasses, with command-line flags and `section.key=value` overrides.
 
+`load_recipe` is the one way a command loads a recipe (pretrain, finetune, baseline, sbert train):
+file, then flags, then overrides; `build` checks every key (an unknown one is refused naming the
+nearest, `refuse_unknown`), type and bound; `resolve_paths` gives every path one rule (the file's
+folder for paths written in it, the working folder for the command line and defaults).
+
 Numbers are read the way people write them: PyYAML follows YAML 1.1, where `3e-5` (no dot) is
 a string, so the README's own `training.learning_rate=3e-5` reached AdamW as text. The loader
 here also reads YAML 1.2's exponent floats, and `build` converts every value to its field's
