@@ -306,12 +306,11 @@ def finetune(*overrides: str, task: TaskName | None = None, data: str | None = N
 
 
 def finetune_recipe(config: str | None, overrides: tuple[str, ...], flags: dict):
-    """The FinetuneRecipe of a command line: recipe file, then flags, then overrides; paths relative to the file."""
-    from ..settings import command_line_recipe
+    """The FinetuneRecipe of a command line: recipe file, then flags, then overrides (`settings.load_recipe`)."""
+    from ..settings import load_recipe
     from ..tasks.finetune import FinetuneRecipe
 
-    values = command_line_recipe(config, flags, list(overrides))
-    return FinetuneRecipe.from_values(values, Path(config).resolve().parent if config else Path.cwd())
+    return load_recipe(FinetuneRecipe, config, flags, list(overrides))
 
 
 def predict(*, model: str, input: str, output: str, batch_size: int = 64) -> None:
