@@ -13,6 +13,7 @@ run_dir/best (the loop's best-model tracking, metric ndcg@10).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,10 @@ import torch
 
 from ..tasks.retrieval.bi_encoder import BiEncoder, Objective
 from ..train.batches import ShuffledBatches
-from ..train.loop import TrainConfig, train
+from ..train.best import best_model_folder
+from ..train.loop import TrainConfig
+from ..train.run_log import METRICS_FILE
+from ..train.runner import RecipeRun, run_recipe
 from .corpus import Passage
 from .ict import IctCollator, training_passages
 from .mining import bm25_negatives
@@ -56,27 +60,41 @@ class MethodSettings:
             raise ValueError(f"method {self.method!r} is not one of {', '.join(METHODS)}")
 
 
-def train_method(model: BiEncoder, tokenizer, corpus: list[Passage], texts: list[str], settings: MethodSettings,
-                 run_dir: Path, evaluate: Callable[[BiEncoder], dict[str, float]], device: torch.device,
-                 resume: bool = False) -> list[dict]:
-    """Train `model` with settings.method on the corpus; returns the loop's logged records.
+def train_method(init: Path, corpus: list[Passage], texts: list[str], settings: MethodSettings, run_dir: Path,
+                 evaluate: Callable[[BiEncoder], dict[str, float]], device: str = "auto", resume: bool = False
+                 ) -> tuple[BiEncoder, list[dict]]:
+    """Train the encoder at `init` with settings.method on the corpus, with the recipe runner (the one loop).
 
     corpus / texts: the passages as indexed (held-out ones without their cut sentence).
+    Returns the best model on the dev queries (loaded from run_dir/best) and the loop's records,
+    evaluations included (from run_dir's metrics log, so those before a kill count too).
     """
-    model.objective = Objective(loss="mnrl", scale=settings.scale, symmetric=settings.symmetric,
-                                mini_batch_size=settings.mini_batch_size)
-    model.max_seq_length = settings.max_length
-    collate = make_collator(settings, corpus, texts, tokenizer)
-    batches = ShuffledBatches(len(collate), settings.batch_size, collate, seed=settings.seed)
-    per_epoch = batches.batches_per_epoch
-    steps = max(1, round(settings.epochs * per_epoch))
-    config = TrainConfig(output_dir=str(run_dir), max_steps=steps, learning_rate=settings.learning_rate,
-                         warmup=settings.warmup, weight_decay=0.01, log_every=10,
-                         eval_every=max(1, per_epoch // settings.evaluations_per_epoch), save_every=0, keep_last=1,
-                         seed=settings.seed, tensorboard=False, plot=False, eval_at_start=False,
-                         best_metric="ndcg@10", device=device.type)
-    logger.info("%s: %d examples, batch %d, %d steps", settings.method, len(collate), settings.batch_size, steps)
-    return train(model, batches, config, evaluate=evaluate, tokenizer=tokenizer, device=device, resume=resume)
+    config = TrainConfig(output_dir=str(run_dir), max_steps=0, learning_rate=settings.learning_rate,
+                         warmup=settings.warmup, weight_decay=0.01, log_every=10, keep_last=1, seed=settings.seed,
+                         tensorboard=False, plot=False, eval_at_start=False, device=device)
+
+    def body(run: RecipeRun) -> dict:
+        objective = Objective(loss="mnrl", scale=settings.scale, symmetric=settings.symmetric,
+                              mini_batch_size=settings.mini_batch_size)
+        model = run.build(BiEncoder, max_seq_length=settings.max_length, objective=objective)
+        collate = make_collator(settings, corpus, texts, run.tokenizer)
+        batches = ShuffledBatches(len(collate), settings.batch_size, collate, seed=settings.seed)
+        every = max(1, batches.batches_per_epoch // settings.evaluations_per_epoch)
+        schedule = dataclasses.replace(run.schedule(batches, settings.epochs, has_dev=True, default_metric="ndcg@10"),
+                                       eval_every=every, save_every=every)
+        logger.info("%s: %d examples, batch %d, %d steps", settings.method, len(collate), settings.batch_size,
+                    schedule.max_steps)
+        run.fit(model, batches, schedule, evaluate=evaluate)
+        return {"steps": schedule.max_steps}
+
+    run_recipe(config, body, init_from=str(init), resume=resume)
+    best = BiEncoder.from_pretrained(best_model_folder(run_dir))
+    return best, read_records(run_dir)
+
+
+def read_records(run_dir: Path) -> list[dict]:
+    path = run_dir / METRICS_FILE
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def make_collator(settings: MethodSettings, corpus: list[Passage], texts: list[str], tokenizer):

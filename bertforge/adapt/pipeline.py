@@ -10,13 +10,14 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..errors import UsageError
+from ..models.folder import read_model_folder
 from ..resources import resolve_model
 from ..search.encoder import model_fingerprint
 from ..tokenization.tokenizer import BertTokenizer
@@ -64,6 +65,7 @@ class Run:
     corpus_key: str
     base_key: str
     vocabulary: Fragmentation
+    max_seq_length: int  # the base's: no stage trains on longer texts than it was made for
 
 
 def run_adapt(options: AdaptOptions) -> dict:
@@ -76,6 +78,7 @@ def run_adapt(options: AdaptOptions) -> dict:
     systems = (baseline.done or baseline.finish({"systems": baseline_systems(run)}))["systems"]
     stages, key, init = [], stage_key(run.corpus_key, run.base_key), run.base_folder
     for name, settings in stage_settings(options.preset, len(training_passages(run.held_out.corpus)), options.seed):
+        settings = replace(settings, max_length=min(settings.max_length, run.max_seq_length))
         stage = Stage.of(run.output, name, key, settings)
         stages.append(stage)
         systems.append(stage.done or run_stage(run, stage, settings, init))
@@ -100,10 +103,11 @@ def run_adapt(options: AdaptOptions) -> dict:
 
 def open_run(options: AdaptOptions) -> Run:
     """Read and check the corpus, claim the output folder, draw the held-out queries, print the corpus."""
-    base_folder = Path(resolve_model(options.base))
-    if not (base_folder / "config.json").is_file():
-        raise UsageError(f"--base {options.base} is not a model folder (no config.json); give a sentence-transformers "
-                         "or BERT folder, or minilm")
+    base = read_model_folder(resolve_model(options.base))  # one line for a folder it cannot reproduce
+    if base.pooling not in ("mean", "cls") or base.transformer != base.root:
+        raise UsageError(f"--base {options.base}: adapt trains mean- or cls-pooled encoders stored at the folder's "
+                         f"root; this one pools with {base.pooling} in {base.transformer}")
+    base_folder = base.root
     corpus = read_corpus(options.corpus, text_column=options.text_column, max_words=MAX_WORDS)
     check_corpus(corpus, options)
     output = Path(options.output)
@@ -116,7 +120,8 @@ def open_run(options: AdaptOptions) -> Run:
     beir = read_beir_folder(options.eval) if options.eval else None
     corpus_key = stage_key([asdict(p) for p in corpus.passages], options.seed, options.preset)
     return Run(options, output, corpus, held_out, Evaluator(held_out, tokenizer, beir), tokenizer, base_folder,
-               select_device(options.device), corpus_key, model_fingerprint(base_folder)[:12], vocabulary)
+               select_device(options.device), corpus_key, model_fingerprint(base_folder)[:12], vocabulary,
+               base.max_seq_length)
 
 
 def check_corpus(corpus: Corpus, options: AdaptOptions) -> None:
@@ -159,20 +164,20 @@ def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path) -> d
     started = time.time()
     print(f"stage {stage.name}: {settings.method}, {settings.epochs} epoch(s), batch {settings.batch_size}, "
           f"lr {settings.learning_rate}" + (", BM25 hard negatives" if settings.hard_negatives else ""))
-    model = BiEncoder.from_pretrained(init)
     resume = stage.run.is_dir() and latest_checkpoint(stage.run) is not None
     if stage.run.is_dir() and not resume:
         shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
     run.evaluator.history = []
-    records = train_method(model, run.tokenizer, run.held_out.corpus, run.held_out.texts(), settings, stage.run,
-                           run.evaluator.during_training, run.device, resume=resume)
+    best_model, records = train_method(init, run.held_out.corpus, run.held_out.texts(), settings, stage.run,
+                                       run.evaluator.during_training, run.options.device, resume=resume)
     evaluations = [r for r in records if "eval_ndcg@10" in r]
     best = max(evaluations, key=lambda r: r["eval_ndcg@10"])  # the first of equals, as the loop keeps it
     shutil.rmtree(stage.model, ignore_errors=True)
     (stage.run / "best").rename(stage.model)
     # This process saw the last len(history) evaluations; one from before a kill is measured again.
-    seen = dict(zip([r["step"] for r in evaluations][-len(run.evaluator.history):], run.evaluator.history))
-    best_model = BiEncoder.from_pretrained(stage.model).to(run.device)
+    seen = dict(zip([r["step"] for r in evaluations][len(evaluations) - len(run.evaluator.history):],
+                    run.evaluator.history))
+    best_model.to(run.device)
     metrics = seen.get(best["step"]) or run.evaluator.ict(best_model)
     if run.evaluator.beir is not None:
         metrics["beir"] = run.evaluator.beir_metrics(run.evaluator.scorer(best_model))
@@ -221,7 +226,7 @@ def build_report(run: Run, systems: list[dict], final: dict, seconds: float) -> 
                        "words": corpus.words, "duplicates": corpus.duplicates, "split": corpus.split},
             "vocabulary": run.vocabulary.to_json(), "vocabulary_table": fragmentation_table(run.vocabulary),
             "queries": {split: len(q) for split, q in run.held_out.queries.items()},
-            "max_seq_length": settings.get("max_length") or BiEncoder.from_pretrained(run.base_folder).max_seq_length,
+            "max_seq_length": settings.get("max_length") or run.max_seq_length,
             "systems": systems, "seconds": round(seconds, 1),
             "skipped": ["continued MLM: the base has no MLM head (all-MiniLM-L6-v2 ships the encoder only)",
                         "GPL pseudo-queries: no query generator (a T5 doc2query model) is available offline"]}
