@@ -66,6 +66,7 @@ class Run:
     base_key: str
     vocabulary: Fragmentation
     max_seq_length: int  # the base's: no stage trains on longer texts than it was made for
+    architecture: str
 
 
 def run_adapt(options: AdaptOptions) -> dict:
@@ -91,6 +92,7 @@ def run_adapt(options: AdaptOptions) -> dict:
     report = build_report(run, systems, final, time.time() - started)
     write_model(run, final, report)
     if not index_stage.done:
+        print(f"indexing {len(run.corpus.passages):,} passages with the final model ({final['name']})", flush=True)
         build_corpus_index(run)
         index_stage.finish({"model": final["name"]})
     report["seconds"] = round(time.time() - started, 1)
@@ -121,7 +123,7 @@ def open_run(options: AdaptOptions) -> Run:
     corpus_key = stage_key([asdict(p) for p in corpus.passages], options.seed, options.preset)
     return Run(options, output, corpus, held_out, Evaluator(held_out, tokenizer, beir), tokenizer, base_folder,
                select_device(options.device), corpus_key, model_fingerprint(base_folder)[:12], vocabulary,
-               base.max_seq_length)
+               base.max_seq_length, base.architecture)
 
 
 def check_corpus(corpus: Corpus, options: AdaptOptions) -> None:
@@ -150,6 +152,10 @@ def baseline_systems(run: Run) -> list[dict]:
     """BM25 and the base model zero-shot on every evaluation set."""
     from ..tasks.retrieval.baselines import bm25_scores
 
+    queries = sum(len(q) for q in run.held_out.queries.values())
+    print(f"scoring BM25 and the base model: {queries} held-out ICT queries over {len(run.held_out.corpus):,} passages"
+          + (f", and the --eval set's {len(run.evaluator.beir.queries)} queries" if run.evaluator.beir else ""),
+          flush=True)
     started = time.time()
     bm25 = {"name": "bm25", "metrics": run.evaluator.everything(bm25_scores), "seconds": time.time() - started}
     started = time.time()
@@ -163,7 +169,7 @@ def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path) -> d
     """Train one stage from `init` (resuming its checkpoints after a kill); its record, finished."""
     started = time.time()
     print(f"stage {stage.name}: {settings.method}, {settings.epochs} epoch(s), batch {settings.batch_size}, "
-          f"lr {settings.learning_rate}" + (", BM25 hard negatives" if settings.hard_negatives else ""))
+          f"lr {settings.learning_rate}" + (", BM25 hard negatives" if settings.hard_negatives else ""), flush=True)
     resume = stage.run.is_dir() and latest_checkpoint(stage.run) is not None
     if stage.run.is_dir() and not resume:
         shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
@@ -228,8 +234,18 @@ def build_report(run: Run, systems: list[dict], final: dict, seconds: float) -> 
             "queries": {split: len(q) for split, q in run.held_out.queries.items()},
             "max_seq_length": settings.get("max_length") or run.max_seq_length,
             "systems": systems, "seconds": round(seconds, 1),
-            "skipped": ["continued MLM: the base has no MLM head (all-MiniLM-L6-v2 ships the encoder only)",
-                        "GPL pseudo-queries: no query generator (a T5 doc2query model) is available offline"]}
+            "skipped": skipped_methods(run.architecture)}
+
+
+def skipped_methods(architecture: str) -> list[str]:
+    """What the issue's recipe names that this run did not do, and why."""
+    if architecture.endswith(("ForMaskedLM", "ForPreTraining")):
+        mlm = ("continued MLM: the base has an MLM head, but adapt does not run MLM itself yet; run `bertforge "
+               "pretrain` from it on the corpus and pass the result as --base")
+    else:
+        mlm = f"continued MLM: the base ({architecture}) has no MLM head"
+    return [mlm, "TSDAE: not implemented (ICT and SimCSE are)",
+            "GPL pseudo-queries: no query generator (a doc2query T5) is available offline"]
 
 
 def write_model(run: Run, final: dict, report: dict) -> None:
