@@ -19,9 +19,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..input_files import require_file, text_suffix, utf8_problem
+from ..input_files import text_suffix, utf8_problem
 from ..tasks.classification.reader import DELIMITERS, read_rows
-from ..tasks.pretraining.corpus import _blocks, jsonl_objects, split_sentences
+from ..tasks.pretraining.corpus import _blocks, expand_paths, jsonl_objects, split_sentences
 
 TEXT_SUFFIXES = (".txt", ".text", ".md", "")
 JSONL = ".jsonl"
@@ -58,29 +58,13 @@ class Corpus:
         return sum(passage.words for passage in self.passages)
 
 
-def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """Files to read in order: a folder stands for every file under it (sorted), hidden files skipped."""
-    files = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-            if not found:
-                raise ValueError(f"folder {path} has no files; put the domain's text files in it")
-            files.extend(found)
-        else:
-            files.append(require_file(path, "corpus file"))
-    if not files:
-        raise ValueError("no corpus given; pass text files, .jsonl / .csv / .tsv files or folders of them")
-    return files
-
-
 def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", max_words: int = MAX_WORDS) -> Corpus:
     """Every file's passages, normalised, deduplicated and split to at most ~max_words words.
 
     Raises ValueError (one line naming the file and the fix) for a binary or non-UTF-8 file,
     a table without `text_column`, or a malformed JSONL line.
     """
-    files = corpus_files(paths)
+    files = expand_paths(list(paths), suffixes=None, recursive=True)  # a folder: every file under it
     passages, seen, corpus = [], set(), Corpus([], files)
     for path in files:
         check_text_file(path)
