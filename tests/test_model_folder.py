@@ -305,3 +305,26 @@ def test_cls_pooled_normalised_minilm_folder_embeds_as_sentence_transformers(min
     code, _, err = run_cli("embed", source, tmp_path / "v.npy", "--model", tmp_path / "cls-minilm")
     assert code == 0, err
     assert_same_vectors(np.load(tmp_path / "v.npy"), model.encode(TEXTS))
+
+
+def test_a_default_prompt_is_put_before_every_text_as_sentence_transformers_does(tiny_bert, tmp_path):
+    from bertforge import embed
+    from bertforge.embeddings.embed import Embedder
+
+    st = sentence_transformers()
+    folder = legacy_folder(tiny_bert, tmp_path / "st", {"pooling_mode_mean_tokens": True})
+    write_json(folder / "config_sentence_transformers.json",
+               {"prompts": {"query": "query: ", "passage": ""}, "default_prompt_name": "query"})
+    expected = st.SentenceTransformer(str(folder), device="cpu").encode(TEXTS)
+    assert_same_vectors(embed(str(folder), TEXTS), expected)
+    without = Embedder.from_pretrained(folder, prompt="").encode(TEXTS)  # the prompt is what makes them equal
+    assert (unit(without) * unit(expected)).sum(1).min() < 0.999
+
+
+def test_info_reads_the_model_class_from_a_transformer_subfolder(tiny_bert, tmp_path):
+    from cli_run import run_cli
+
+    folder = legacy_folder(tiny_bert, tmp_path / "st", {"pooling_mode_cls_token": True}, subfolder="0_Transformer")
+    code, out, err = run_cli("info", "--model", folder)
+    assert code == 0, err
+    assert out.startswith("BertModel: 2 layers, hidden 32")

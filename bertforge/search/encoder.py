@@ -75,7 +75,7 @@ def open_model(model: str | Path, pooling: str | None = None, normalize: bool = 
     """
     folder = Path(resolve_model(model))
     if not folder.is_dir():
-        raise ValueError(f"model {model} is not a checkpoint folder (no such folder); "
+        raise ValueError(f"model {model} is not a checkpoint folder; "
                          "pass a folder written by save_pretrained or a packaged name such as minilm")
     read = read_model_folder(folder.resolve())
     embedder = Embedder.from_pretrained(read, pooling=pooling, normalize=normalize, max_length=max_length,
