@@ -172,6 +172,7 @@ def test_a_second_run_reuses_every_stage(adapted, corpus_folder, cassette_dir, c
     assert time.time() - started < 30
 
 
+@pytest.mark.slow
 def test_a_changed_corpus_reruns_the_stages_and_drops_the_stale_ones(adapted, cassette_dir, tmp_path, capsys):
     output = tmp_path / "copy"
     import shutil
