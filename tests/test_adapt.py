@@ -60,10 +60,10 @@ def test_plain_text_blocks_are_passages_short_ones_joined_duplicates_dropped(tmp
 def test_jsonl_titles_csv_columns_and_gzip(tmp_path):
     with gzip.open(tmp_path / "docs.jsonl.gz", "wt", encoding="utf-8") as file:
         file.write(json.dumps({"id": 7, "title": "Aspirin", "text": "It helps.  It  thins blood."}) + "\n")
-    (tmp_path / "rows.tsv").write_text("id\treview\n1\tGood drug. Would take again.\n", encoding="utf-8")
+    (tmp_path / "rows.tsv").write_text("id\treview\n1\tGood drug. Wouldn&#039;t stop.\n", encoding="utf-8")
     corpus = read_corpus([tmp_path], text_column="review")
     assert [(p.id, p.title, p.sentences) for p in corpus.passages] == [
-        ("7", "Aspirin", ["It helps.", "It thins blood."]), ("rows.tsv:2", "", ["Good drug.", "Would take again."])]
+        ("7", "Aspirin", ["It helps.", "It thins blood."]), ("rows.tsv:2", "", ["Good drug.", "Wouldn't stop."])]  # HTML entities undone
 
 
 def test_long_passages_split_on_sentence_boundaries_into_even_parts():
@@ -71,6 +71,18 @@ def test_long_passages_split_on_sentence_boundaries_into_even_parts():
     pieces = split_long(Passage("p", sentences), max_words=25)
     assert [s for piece in pieces for s in piece.sentences] == sentences  # nothing lost, order kept
     assert len(pieces) == 3 and all(12 <= piece.words <= 30 for piece in pieces)
+
+
+def test_fragmentation_counts_pieces_per_word_and_lists_the_most_split(cassette_dir):
+    from bertforge.adapt.vocabulary import fragmentation, fragmentation_table
+
+    tokenizer = BertTokenizer.from_pretrained(cassette_dir)
+    report = fragmentation(["the rheumatologist saw the rheumatologist and the nurse"] * 3, tokenizer, min_count=3)
+    pieces = len(tokenizer.tokenize("rheumatologist"))
+    assert pieces > 1 and report.words == 24 and report.distinct == 5
+    assert report.split_share == pytest.approx(6 / 24)
+    assert report.pieces_per_word == pytest.approx((18 + 6 * pieces) / 24)
+    assert report.most_split[0]["word"] == "rheumatologist" and "| rheumatologist | 6 |" in fragmentation_table(report)
 
 
 def test_a_binary_file_is_one_line(tmp_path, capsys):
