@@ -194,6 +194,8 @@ def over_default_sections(cls, values: dict[str, Any]) -> dict[str, Any]:
     """`values` with each section (a mapping for a dataclass field) laid over that field's default instance."""
     for field in dataclasses.fields(cls):
         given = values.get(field.name)
+        if field.name in values and given is None:  # `training:` with every key commented out: the defaults
+            given = {}
         if isinstance(given, dict) and field.default_factory is not dataclasses.MISSING:
             default = field.default_factory()
             if dataclasses.is_dataclass(default):
