@@ -58,8 +58,8 @@ def problem_line(error: yaml.YAMLError) -> str:
     return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
 
 
-def read_recipe(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
-    """The YAML mapping at `path`, with each `a.b.c=value` override applied (value parsed as YAML)."""
+def read_recipe(path: str | Path) -> dict[str, Any]:
+    """The YAML mapping at `path` (a recipe file); UsageError in one line when it is missing or not a mapping."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"recipe {path} is a folder; pass a .yaml file (see recipes/*.yaml)")
@@ -71,7 +71,7 @@ def read_recipe(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
         raise UsageError(f"{path} is not valid YAML: {problem_line(error)}") from None
     if not isinstance(values, dict):
         raise UsageError(f"{path} must hold a mapping of sections (model, data, training, ...)")
-    return apply_overrides(values, overrides)
+    return values
 
 
 def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -194,6 +194,8 @@ def over_default_sections(cls, values: dict[str, Any]) -> dict[str, Any]:
     """`values` with each section (a mapping for a dataclass field) laid over that field's default instance."""
     for field in dataclasses.fields(cls):
         given = values.get(field.name)
+        if field.name in values and given is None:  # `training:` with every key commented out: the defaults
+            given = {}
         if isinstance(given, dict) and field.default_factory is not dataclasses.MISSING:
             default = field.default_factory()
             if dataclasses.is_dataclass(default):

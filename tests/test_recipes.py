@@ -146,3 +146,10 @@ def test_the_runner_writes_results_last_and_only_for_a_finished_run(tmp_path):
     assert seen["folder"] == tmp_path / "run" and seen["tokenizer"] is None
     with pytest.raises(UsageError, match="already holds a run"):  # the run folder policy: one run per folder
         run_recipe(training, body)
+
+
+def test_a_section_given_in_part_or_left_empty_keeps_the_tasks_defaults(tmp_path):
+    """Finetuning's own training defaults (lr 2e-5, steps from epochs), not TrainConfig's pretraining ones."""
+    for text in ("training:\n", "training:\n  seed: 3\n"):
+        recipe = load_recipe(FinetuneRecipe, write(tmp_path / "r.yaml", "data:\n  train: a.csv\n" + text))
+        assert (recipe.training.learning_rate, recipe.training.max_steps, recipe.training.keep_last) == (2e-5, 0, 1)

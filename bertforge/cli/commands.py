@@ -306,6 +306,7 @@ def finetune(*overrides: str, task: TaskName | None = None, data: str | None = N
     """
     from ..settings import recipe_yaml
     from ..tasks.finetune import run_finetuning
+    from ..train.runner import run_summary
 
     recipe = finetune_recipe(config, overrides, {
         "task": task, "init_from": init_from, "data.train": data, "data.dev": dev, "data.test": test,
@@ -313,11 +314,7 @@ def finetune(*overrides: str, task: TaskName | None = None, data: str | None = N
     if print_config:
         print(recipe_yaml(recipe), end="")
         return
-    results = run_finetuning(recipe, resume=resume, overwrite=overwrite)
-    for split in ("dev", "test"):
-        if split in results:
-            print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
-    print(f"best model: {Path(recipe.training.output_dir) / 'best'}")
+    print("\n".join(run_summary(run_finetuning(recipe, resume=resume, overwrite=overwrite), recipe.training)))
 
 
 def finetune_recipe(config: str | None, overrides: tuple[str, ...], flags: dict):
@@ -368,6 +365,7 @@ def baseline(*overrides: str, data: str | None = None, dev: str | None = None, t
     """
     from ..settings import recipe_yaml
     from ..tasks.classification.tfidf import run_baseline
+    from ..train.runner import split_metrics
 
     recipe = finetune_recipe(config, overrides, {"data.train": data, "data.dev": dev, "data.test": test,
                                                  "data.text_columns": text_columns, "data.label_column": label_column})
@@ -375,8 +373,7 @@ def baseline(*overrides: str, data: str | None = None, dev: str | None = None, t
         print(recipe_yaml({"data": recipe.data}), end="")
         return
     results = run_baseline(recipe.data, seed=seed)
-    for split in ("dev", "test"):
-        if split in results:
-            print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
+    for line in split_metrics(results):
+        print(line)
     if output:
         write_text(output, json.dumps(results, indent=2) + "\n")

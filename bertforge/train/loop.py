@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from ..errors import TrainingDiverged
 from ..settings import PATH
-from ..validation import STEPS_TO_RUN, check_bound, check_fields
+from ..validation import STEPS_TO_RUN, check_bound, check_value
 from .best import BestModel, best_model_folder
 from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_state, save_checkpoint
 from .distributed import Topology, all_reduce_sum, barrier
@@ -112,7 +112,8 @@ class TrainConfig:
                              "(fp16 needs loss scaling, not supported)")
         if self.device not in get_args(Device):
             raise ValueError(f"device={self.device!r}: use auto, cuda or cpu")
-        check_fields(self, "training.")  # the bounds of validation.BOUNDS, for callers that skip settings.build
+        for name in ("max_steps", "grad_accumulation"):  # for callers that skip settings.build, which checks all
+            check_value(name, getattr(self, name), "training.")  # (max_grad_norm=inf, no clipping, is the API's)
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule={self.schedule!r}: use one of {', '.join(SCHEDULES)}")
         if self.early_stopping_patience and not self.best_metric:

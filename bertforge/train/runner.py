@@ -114,3 +114,14 @@ def run_recipe(training: TrainConfig, body: Callable[[RecipeRun], dict], *, init
 
 def write_results(folder: str | Path, results: dict) -> None:
     write_text(Path(folder) / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
+
+
+def run_summary(results: dict, training: TrainConfig, shipped: str = "best model") -> list[str]:
+    """What a recipe command prints after a run: the splits' metrics, then where the model that ships is."""
+    return [*split_metrics(results), f"{shipped}: {best_model_folder(training.output_dir)}"]
+
+
+def split_metrics(results: dict) -> list[str]:
+    """The held-out splits' metrics of a run's results, a line per split: `dev: accuracy 0.8123, f1 0.7990`."""
+    return [f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items())
+            for split in ("dev", "test") if split in results]
