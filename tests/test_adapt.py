@@ -198,6 +198,16 @@ def test_a_changed_corpus_reruns_the_stages_and_drops_the_stale_ones(adapted, ca
     assert len(list((output / "stages").glob("ict-*"))) == 1
 
 
+@pytest.mark.slow
+def test_the_full_preset_runs_ict_with_mined_negatives_then_simcse(corpus_folder, cassette_dir, tmp_path):
+    output = tmp_path / "full"
+    assert main(["adapt", str(corpus_folder), "--output", str(output), "--base", str(cassette_dir), "--preset", "full",
+                 "--device", "cpu"]) == 0
+    report = json.loads((output / "report.json").read_text())
+    assert [s["name"] for s in report["systems"]] == ["bm25", "base", "ict", "ict+simcse"]
+    assert report["systems"][2]["settings"]["hard_negatives"] and report["systems"][3]["settings"]["method"] == "simcse"
+
+
 # ---------------------------------------------------------------- bad input: one line
 
 @pytest.mark.parametrize("case, expected", [
