@@ -122,14 +122,14 @@ def test_thirty_two_concurrent_clients_each_get_their_own_vectors(models, senten
 def test_a_request_that_fails_in_the_model_does_not_fail_the_others(models, sentences, minilm_dir, monkeypatch):
     expected = Embedder.from_pretrained(minilm_dir, normalize=True).encode(sentences[:4])
     poison = models.embedding.tokenizer.convert_tokens_to_ids("zebra")
-    forward = models.embedding.forward
+    pooled = models.embedding.pooled
 
-    def fails_on_zebra(id_lists):
-        if any(poison in ids for ids in id_lists):
+    def fails_on_zebra(inputs):
+        if any(poison in item.ids for item in inputs):
             raise RuntimeError("the model cannot take zebras")
-        return forward(id_lists)
+        return pooled(inputs)
 
-    monkeypatch.setattr(models.embedding, "forward", fails_on_zebra)
+    monkeypatch.setattr(models.embedding, "pooled", fails_on_zebra)
     with serving(create_app(models)) as base:
         bodies = [sentences[:2], ["a zebra crossed the road"], sentences[2:4]]
         responses = in_threads([lambda b=b: httpx.post(f"{base}/embed", json={"inputs": b}, timeout=TIMEOUT)
@@ -172,13 +172,13 @@ def test_a_stalled_upload_gets_408_while_others_are_served(models):
 def test_a_client_that_disconnects_is_dropped_from_the_queue(models, long_texts, monkeypatch):
     import json
 
-    gate, forward = threading.Event(), models.embedding.forward
+    gate, pooled = threading.Event(), models.embedding.pooled
 
-    def held_forward(id_lists):  # the model thread waits until the test has queued and left
+    def held_pooled(inputs):  # the model thread waits until the test has queued and left
         gate.wait(TIMEOUT)
-        return forward(id_lists)
+        return pooled(inputs)
 
-    monkeypatch.setattr(models.embedding, "forward", held_forward)
+    monkeypatch.setattr(models.embedding, "pooled", held_pooled)
     with serving(create_app(models)) as base:
         blocker = threading.Thread(target=lambda: httpx.post(f"{base}/embed", json={"inputs": long_texts},
                                                              timeout=TIMEOUT))
@@ -197,19 +197,6 @@ def test_a_client_that_disconnects_is_dropped_from_the_queue(models, long_texts,
         assert metric(base, "bertforge_inputs_dropped_total", '{model="embed"}') == 16
         assert metric(base, "bertforge_requests_total", '{route="/embed",status="200"}') == 1
         assert httpx.post(f"{base}/embed", json={"inputs": "still serving"}, timeout=TIMEOUT).status_code == 200
-
-
-def test_the_openai_client_reads_our_embeddings(models, minilm_dir):
-    openai = pytest.importorskip("openai")
-    texts = ["I took it for a week.", "No side effects at all."]
-    expected = Embedder.from_pretrained(minilm_dir, normalize=True).encode(texts)
-    with serving(create_app(models)) as base:
-        client = openai.OpenAI(base_url=f"{base}/v1", api_key="not-checked", max_retries=0)
-        response = client.embeddings.create(model="all-MiniLM-L6-v2", input=texts)  # asks for base64 by default
-        np.testing.assert_allclose([d.embedding for d in response.data], expected, atol=1e-5)
-        assert response.usage.prompt_tokens == sum(len(ids) for ids in models.embedding.tokenizer(texts)["input_ids"])
-        with pytest.raises(openai.UnprocessableEntityError, match="384"):
-            client.embeddings.create(model="m", input="x", dimensions=3)
 
 
 def test_sigterm_finishes_queued_requests_and_exits_zero(minilm_dir, long_texts):

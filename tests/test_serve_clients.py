@@ -1,0 +1,85 @@
+"""The clients people already run, unchanged, against a live default server (issue 24).
+
+One real uvicorn server on 127.0.0.1 for the module; the answers are checked against
+sentence-transformers on the same folder.
+"""
+import base64
+
+import numpy as np
+import pytest
+
+pytest.importorskip("uvicorn")
+openai = pytest.importorskip("openai")
+
+from bertforge.serve.app import create_app  # noqa: E402
+from bertforge.serve.background import serving  # noqa: E402
+from bertforge.serve.models import load_models  # noqa: E402
+from serve_support import review_sentences  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def sentences(data_dir):
+    return review_sentences(data_dir, 2048)
+
+
+@pytest.fixture(scope="module")
+def sbert(minilm_dir):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_dir), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def base_url(minilm_dir):
+    with serving(create_app(load_models(str(minilm_dir)))) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(base_url):
+    return openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def vectors_of(response) -> np.ndarray:
+    assert [d.index for d in response.data] == list(range(len(response.data)))
+    return np.array([d.embedding for d in response.data])
+
+
+def test_openai_client_one_text_asks_base64_and_gets_float32_vectors(client, sbert, sentences):
+    """The openai client asks for base64 by default and decodes it as little-endian float32."""
+    response = client.embeddings.create(model="minilm", input=sentences[0], user="someone")
+    assert response.model == "minilm" and response.object == "list"
+    np.testing.assert_allclose(vectors_of(response)[0], sbert.encode(sentences[0], normalize_embeddings=True),
+                               atol=1e-5)
+    tokens = len(sbert.tokenizer(sentences[0])["input_ids"])
+    assert (response.usage.prompt_tokens, response.usage.total_tokens) == (tokens, tokens)
+
+
+@pytest.mark.parametrize("count", [40, 1000, 2048])
+def test_openai_client_sends_up_to_2048_inputs_in_one_call(client, sbert, sentences, count):
+    texts = [" ".join(sentence.split()[:4]) for sentence in sentences[:count]]  # short: the count is what is tested
+    vectors = vectors_of(client.embeddings.create(model="minilm", input=texts))
+    assert vectors.shape == (count, 384)
+    rows = np.r_[0:8, count - 8:count]  # both ends: the order survives the server's token-budget batches
+    cosines = (vectors[rows] * sbert.encode([texts[i] for i in rows], normalize_embeddings=True)).sum(axis=1)
+    assert cosines.min() >= 0.9999
+
+
+def test_openai_client_dimensions_and_float_format(client, sbert, sentences):
+    texts = sentences[:3]
+    shortened = vectors_of(client.embeddings.create(model="minilm", input=texts, dimensions=128,
+                                                    encoding_format="float"))
+    first = sbert.encode(texts, normalize_embeddings=True)[:, :128]
+    np.testing.assert_allclose(shortened, first / np.linalg.norm(first, axis=1, keepdims=True), atol=1e-5)
+    with pytest.raises(openai.BadRequestError, match="384"):
+        client.embeddings.create(model="minilm", input=texts, dimensions=1024)
+
+
+def test_openai_client_token_id_inputs(client, sbert, sentences):
+    ids = [sbert.tokenizer(text, add_special_tokens=False)["input_ids"] for text in sentences[:3]]
+    vectors = vectors_of(client.embeddings.create(model="minilm", input=ids))
+    np.testing.assert_allclose(vectors, sbert.encode(sentences[:3], normalize_embeddings=True), atol=1e-5)
+    raw = client.embeddings.with_raw_response.create(model="minilm", input=ids[0], encoding_format="base64")
+    encoded = raw.http_response.json()["data"][0]["embedding"]
+    decoded = np.frombuffer(base64.b64decode(encoded), dtype="<f4")
+    np.testing.assert_allclose(decoded, sbert.encode(sentences[0], normalize_embeddings=True), atol=1e-5)
