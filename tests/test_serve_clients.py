@@ -83,3 +83,15 @@ def test_openai_client_token_id_inputs(client, sbert, sentences):
     encoded = raw.http_response.json()["data"][0]["embedding"]
     decoded = np.frombuffer(base64.b64decode(encoded), dtype="<f4")
     np.testing.assert_allclose(decoded, sbert.encode(sentences[0], normalize_embeddings=True), atol=1e-5)
+
+
+def test_huggingface_hub_inference_client_feature_extraction(base_url, sbert, sentences):
+    """InferenceClient(base_url=...) posts to / as to a TEI server; / answers as /embed."""
+    from huggingface_hub import InferenceClient
+
+    inference = InferenceClient(base_url=base_url)
+    vector = inference.feature_extraction(sentences[0])
+    assert vector.shape == (1, 384)
+    np.testing.assert_allclose(vector[0], sbert.encode(sentences[0], normalize_embeddings=True), atol=1e-5)
+    unnormalised = inference.feature_extraction(sentences[0], normalize=False, truncate=True)
+    assert abs(np.linalg.norm(unnormalised[0]) - 1) > 0.01  # the folder's Normalize module left out, as asked

@@ -202,10 +202,11 @@ def test_a_client_that_disconnects_is_dropped_from_the_queue(models, long_texts,
 def test_sigterm_finishes_queued_requests_and_exits_zero(minilm_dir, long_texts):
     environment = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen([sys.executable, "-m", "bertforge.cli", "serve", "--model", str(minilm_dir),
-                                "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=environment, cwd=PROJECT_ROOT)
+                                "--port", "0", "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=environment, cwd=PROJECT_ROOT)
     try:
         banner = process.stdout.readline()
+        assert "1 thread)" in banner  # --threads, and the figure said at start
         base = re.search(r"http://\S+:\d+", banner).group(0)
         assert base.startswith("http://127.0.0.1:")  # loopback unless told otherwise
 

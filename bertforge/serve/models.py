@@ -58,13 +58,18 @@ def checkpoint_folder(spec: str, option: str) -> Path:
 
 
 def loaded(option: str, spec: str, load):
-    """load(), with a checkpoint torch refuses to unpickle said in one line naming the option."""
+    """load(), with a checkpoint torch refuses to unpickle said in one line naming the option.
+
+    The checkpoint reader passes torch's refusal on as a ValueError holding torch's whole
+    multi-line explanation (about weights_only, which bertforge never turns off).
+    """
     try:
         return load()
-    except pickle.UnpicklingError:
+    except (ValueError, pickle.UnpicklingError) as error:
+        if not isinstance(error, pickle.UnpicklingError) and not isinstance(error.__context__, pickle.UnpicklingError):
+            raise
         raise ValueError(f"{option} {spec}: its pytorch_model.bin holds Python objects besides tensors, which "
-                         "bertforge never unpickles (weights_only); convert it to model.safetensors with a tool "
-                         "you trust") from None
+                         "bertforge never unpickles; convert it to model.safetensors with a tool you trust") from None
 
 
 @dataclass

@@ -1,0 +1,197 @@
+"""text-embeddings-inference's routes, with TEI's request and response shapes, against the peers:
+sentence-transformers (vectors, token vectors, similarity, SPLADE, cross-encoder) and transformers."""
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from bertforge import BertConfig, BertForSequenceClassification, BertTokenizer  # noqa: E402
+from bertforge.serve.app import create_app  # noqa: E402
+from bertforge.serve.models import load_models  # noqa: E402
+from bertforge.serve.settings import ServeSettings  # noqa: E402
+from serve_support import tiny_classifier  # noqa: E402
+
+TEXTS = ["The patient was admitted with severe chest pain.", "It worked well for my migraines.",
+         "Side effects: nausea, dizziness and a dry mouth.", "ok"]
+LONG = " ".join(["headache"] * 300)  # 302 tokens; MiniLM's folder says 256
+
+
+def tiny_reranker(folder, vocab_from, seed: int = 1):
+    """A random-weight one-label BertForSequenceClassification: a cross-encoder's shape."""
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=37, id2label={0: "LABEL_0"})
+    BertForSequenceClassification(config).save_pretrained(folder, tokenizer=BertTokenizer.from_pretrained(vocab_from))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, minilm_dir):
+    root = tmp_path_factory.mktemp("tei")
+    return {"classifier": tiny_classifier(root / "sentiment", minilm_dir),
+            "reranker": tiny_reranker(root / "reranker", minilm_dir)}
+
+
+@pytest.fixture(scope="module")
+def models(minilm_dir, cassette_dir, folders):
+    return load_models(str(minilm_dir), mlm=str(cassette_dir), classifier=str(folders["classifier"]),
+                       reranker=str(folders["reranker"]))
+
+
+@pytest.fixture(scope="module")
+def client(models):
+    with TestClient(create_app(models)) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def sbert(minilm_dir):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_dir), device="cpu")
+
+
+def cosines(a, b) -> np.ndarray:
+    a, b = np.asarray(a), np.asarray(b)
+    return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+
+
+def test_embed_with_a_prompt_equals_sentence_transformers(models, sbert):
+    with TestClient(create_app(models, ServeSettings(default_prompt="query: "))) as client:
+        vectors = client.post("/embed", json={"inputs": TEXTS}).json()
+        assert client.get("/info").json()["default_prompt"] == "query: "
+        unknown = client.post("/embed", json={"inputs": TEXTS, "prompt_name": "passage"})
+    assert cosines(vectors, sbert.encode(TEXTS, prompt="query: ")).min() >= 0.9999
+    assert unknown.status_code == 422 and "passage" in unknown.json()["error"]
+
+
+def test_auto_truncate_and_the_413_that_names_it(models, sbert):
+    with TestClient(create_app(models, ServeSettings(auto_truncate=True))) as client:
+        cut = client.post("/embed", json={"inputs": LONG}).json()
+        refused = client.post("/embed", json={"inputs": LONG, "truncate": False})
+    assert cosines(cut[0], sbert.encode(LONG)) >= 0.9999
+    assert refused.status_code == 413 and "--auto-truncate" in refused.json()["error"]
+
+
+def test_truncation_direction_left_keeps_the_end(client, sbert):
+    ids = sbert.tokenizer(LONG + " nausea", add_special_tokens=False)["input_ids"]
+    left = client.post("/embed", json={"inputs": LONG + " nausea", "truncate": True,
+                                       "truncation_direction": "Left"}).json()
+    kept = client.post("/embed", json={"inputs": [ids[-254:]]}).json()  # [CLS] + the last 254 + [SEP]
+    np.testing.assert_allclose(left, kept, atol=1e-6)
+
+
+def test_embed_all_equals_sentence_transformers_token_embeddings(client, sbert):
+    answer = client.post("/embed_all", json={"inputs": TEXTS[:2]}).json()
+    expected = sbert.encode(TEXTS[:2], output_value="token_embeddings")
+    for served, tokens in zip(answer, expected):
+        assert np.array(served).shape == tuple(tokens.shape)  # [CLS] and [SEP] included
+        assert cosines(served, tokens.numpy()).min() >= 0.999
+
+
+def test_embed_sparse_equals_sentence_transformers_splade(client, cassette_dir):
+    from sentence_transformers.sparse_encoder import SparseEncoder
+    from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
+
+    splade = SparseEncoder(modules=[MLMTransformer(str(cassette_dir)), SpladePooling("max")], device="cpu")
+    expected = splade.encode(TEXTS[:2], convert_to_tensor=True).to_dense().numpy()
+    answer = client.post("/embed_sparse", json={"inputs": TEXTS[:2]}).json()
+    for served, dense in zip(answer, expected):
+        assert [v["index"] for v in served] == np.flatnonzero(dense).tolist()
+        np.testing.assert_allclose([v["value"] for v in served], dense[dense != 0], rtol=1e-4, atol=1e-5)
+
+
+def test_similarity_equals_sentence_transformers(client, sbert):
+    answer = client.post("/similarity", json={"inputs": {"source_sentence": TEXTS[0], "sentences": TEXTS[1:]}}).json()
+    vectors = sbert.encode(TEXTS)
+    np.testing.assert_allclose(answer, sbert.similarity(vectors[:1], vectors[1:])[0].numpy(), atol=1e-4)
+    empty = client.post("/similarity", json={"inputs": {"source_sentence": "x", "sentences": []}})
+    assert empty.status_code == 400
+
+
+def test_decode_equals_transformers(client, minilm_dir):
+    from transformers import BertTokenizerFast
+
+    reference = BertTokenizerFast.from_pretrained(str(minilm_dir))
+    ids = [reference(text)["input_ids"] for text in TEXTS[:2]]
+    assert client.post("/decode", json={"ids": ids}).json() == reference.batch_decode(ids, skip_special_tokens=True)
+    kept = client.post("/decode", json={"ids": ids[0], "skip_special_tokens": False}).json()
+    assert kept == [reference.decode(ids[0])]
+    assert client.post("/decode", json={"ids": [5, 10**7]}).status_code == 422
+
+
+def test_rerank_equals_the_cross_encoder(client, folders):
+    from sentence_transformers import CrossEncoder
+
+    query = "what helps a migraine?"
+    expected = CrossEncoder(str(folders["reranker"]), device="cpu").predict([(query, t) for t in TEXTS])
+    answer = client.post("/rerank", json={"query": query, "texts": TEXTS, "return_text": True}).json()
+    assert [r["index"] for r in answer] == np.argsort(-expected, kind="stable").tolist()
+    np.testing.assert_allclose([r["score"] for r in answer], np.sort(expected)[::-1], atol=1e-5)
+    assert all(r["text"] == TEXTS[r["index"]] for r in answer)
+    raw = client.post("/rerank", json={"query": query, "texts": TEXTS[:1], "raw_scores": True}).json()
+    assert raw[0]["score"] == pytest.approx(float(np.log(expected[0] / (1 - expected[0]))), abs=1e-4)
+    assert set(raw[0]) == {"index", "score"}  # text only when asked, as TEI
+
+
+def test_predict_takes_texts_pairs_and_batches_as_tei(client, folders):
+    from transformers import AutoModelForSequenceClassification, BertTokenizerFast
+
+    reference = AutoModelForSequenceClassification.from_pretrained(str(folders["classifier"])).eval()
+    tokenizer = BertTokenizerFast.from_pretrained(str(folders["classifier"]))
+
+    def expected(*texts):
+        with torch.no_grad():
+            return reference(**tokenizer(*texts, return_tensors="pt")).logits.softmax(-1)[0].numpy()
+
+    labels = ["negative", "neutral", "positive"]
+    one = client.post("/predict", json={"inputs": TEXTS[0]}).json()
+    pair = client.post("/predict", json={"inputs": TEXTS[:2]}).json()  # [text, text] is one pair
+    batch = client.post("/predict", json={"inputs": [[TEXTS[0]], TEXTS[:2]]}).json()
+    for answer, probabilities in ((one, expected(TEXTS[0])), (pair, expected(TEXTS[0], TEXTS[1])),
+                                  (batch[0], expected(TEXTS[0])), (batch[1], expected(TEXTS[0], TEXTS[1]))):
+        assert {p["label"]: p["score"] for p in answer} == pytest.approx(dict(zip(labels, probabilities)), abs=1e-5)
+        assert [p["score"] for p in answer] == sorted((p["score"] for p in answer), reverse=True)
+    assert client.post("/predict", json={"inputs": TEXTS[:3]}).status_code == 422
+
+
+def test_post_root_is_embed_as_tei_routes_it(client, sbert):
+    answer = client.post("/", json={"inputs": TEXTS[:2]}).json()
+    assert cosines(answer, sbert.encode(TEXTS[:2])).min() >= 0.9999
+    assert "explorer.js" in client.get("/").text  # GET / is still the page
+
+
+def test_features_not_loaded_say_how_to_load_them(minilm_dir):
+    with TestClient(create_app(load_models(str(minilm_dir)))) as client:
+        for path, body, words in (("/rerank", {"query": "q", "texts": ["t"]}, "--reranker"),
+                                  ("/embed_sparse", {"inputs": "t"}, "--mlm"),
+                                  ("/predict", {"inputs": "t"}, "--classifier")):
+            response = client.post(path, json=body)
+            assert response.status_code == 424 and words in response.json()["error"], path
+
+
+def test_a_pickled_checkpoint_is_refused_in_one_line(tmp_path, minilm_dir):
+    import shutil
+
+    folder = tmp_path / "planted"
+    shutil.copytree(minilm_dir, folder, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+
+    class Payload:
+        def __reduce__(self):
+            return (print, ("this should never run",))
+
+    torch.save({"embeddings.word_embeddings.weight": Payload()}, folder / "pytorch_model.bin")
+    with pytest.raises(ValueError) as refused:
+        load_models(str(folder))
+    message = str(refused.value)
+    assert "\n" not in message and "--model" in message and "pytorch_model.bin" in message
+
+
+def test_threads_default_to_the_usable_physical_cores(client, models):
+    from bertforge.engine.threads import usable_threads
+
+    assert client.get("/info").json()["threads"] == usable_threads() == torch.get_num_threads()
+    with pytest.raises(ValueError, match="threads"):
+        create_app(models, ServeSettings(threads=0))
