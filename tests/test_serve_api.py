@@ -13,7 +13,7 @@ from bertforge import BertForSequenceClassification, BertTokenizer  # noqa: E402
 from bertforge.serve.app import create_app  # noqa: E402
 from bertforge.serve.models import ServedModels, load_models  # noqa: E402
 from bertforge.serve.settings import ServeSettings  # noqa: E402
-from serve_support import review_sentences, sentence_index, tiny_classifier, trained_vocabulary  # noqa: E402
+from serve_support import review_sentences, sentence_index, tiny_classifier, trained_vocabulary, sbert  # noqa: E402,F401 (sbert: a fixture)
 
 TEXTS = ["The patient was admitted with severe chest pain.", "It worked well for my migraines.",
          "Side effects: nausea, dizziness and a dry mouth.", "ok"]
@@ -40,13 +40,6 @@ def models(minilm_dir, cassette_dir, classifier_dir, sentences, tmp_path_factory
 def client(models):
     with TestClient(create_app(models)) as client:
         yield client
-
-
-@pytest.fixture(scope="module")
-def sbert(minilm_dir):
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(minilm_dir), device="cpu")
 
 
 def app_client(models, **settings) -> TestClient:

@@ -14,19 +14,12 @@ openai = pytest.importorskip("openai")
 from bertforge.serve.app import create_app  # noqa: E402
 from bertforge.serve.background import serving  # noqa: E402
 from bertforge.serve.models import load_models  # noqa: E402
-from serve_support import review_sentences  # noqa: E402
+from serve_support import review_sentences, sbert  # noqa: E402,F401 (sbert: a fixture)
 
 
 @pytest.fixture(scope="module")
 def sentences(data_dir):
     return review_sentences(data_dir, 2048)
-
-
-@pytest.fixture(scope="module")
-def sbert(minilm_dir):
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(minilm_dir), device="cpu")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from bertforge import BertConfig, BertForSequenceClassification, BertTokenizer  
 from bertforge.serve.app import create_app  # noqa: E402
 from bertforge.serve.models import load_models  # noqa: E402
 from bertforge.serve.settings import ServeSettings  # noqa: E402
-from serve_support import tiny_classifier  # noqa: E402
+from serve_support import tiny_classifier, sbert  # noqa: E402,F401 (sbert: a fixture)
 
 TEXTS = ["The patient was admitted with severe chest pain.", "It worked well for my migraines.",
          "Side effects: nausea, dizziness and a dry mouth.", "ok"]
@@ -44,13 +44,6 @@ def models(minilm_dir, cassette_dir, folders):
 def client(models):
     with TestClient(create_app(models)) as client:
         yield client
-
-
-@pytest.fixture(scope="module")
-def sbert(minilm_dir):
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(minilm_dir), device="cpu")
 
 
 def cosines(a, b) -> np.ndarray:
