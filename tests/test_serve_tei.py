@@ -188,3 +188,37 @@ def test_threads_default_to_the_usable_physical_cores(client, models):
     assert client.get("/info").json()["threads"] == usable_threads() == torch.get_num_threads()
     with pytest.raises(ValueError, match="threads"):
         create_app(models, ServeSettings(threads=0))
+
+
+@pytest.fixture(scope="module")
+def cls_prompted_dir(tmp_path_factory, minilm_dir):
+    """MiniLM re-declared as a CLS-pooled, normalised ST folder with prompts (BGE / E5 style)."""
+    import json
+    import shutil
+
+    folder = tmp_path_factory.mktemp("bge-style") / "model"
+    shutil.copytree(minilm_dir, folder)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 384, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "query"}))
+    return folder
+
+
+def test_a_folders_pooling_and_prompts_are_served_as_sentence_transformers_encodes(cls_prompted_dir):
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(str(cls_prompted_dir), device="cpu")
+    with TestClient(create_app(load_models(str(cls_prompted_dir)))) as client:
+        info = client.get("/info").json()
+        default = client.post("/embed", json={"inputs": TEXTS}).json()  # the folder's default prompt, "query"
+        passage = client.post("/embed", json={"inputs": TEXTS, "prompt_name": "passage"}).json()
+        tokens = client.post("/tokenize", json={"inputs": "ok", "prompt_name": "passage"}).json()[0]
+    assert info["pooling"] == "cls" and info["prompts"] == ["query", "passage"] and info["default_prompt"] == "query: "
+    assert cosines(default, reference.encode(TEXTS)).min() >= 0.9999
+    assert cosines(passage, reference.encode(TEXTS, prompt_name="passage")).min() >= 0.9999
+    assert [t["text"] for t in tokens] == ["[CLS]", "passage", ":", "ok", "[SEP]"]
+    with TestClient(create_app(load_models(str(cls_prompted_dir)), ServeSettings(default_prompt_name="passage"))) as c:
+        np.testing.assert_allclose(c.post("/embed", json={"inputs": TEXTS}).json(), passage, atol=1e-6)
+    with pytest.raises(ValueError, match="query, passage"):
+        create_app(load_models(str(cls_prompted_dir)), ServeSettings(default_prompt_name="document"))

