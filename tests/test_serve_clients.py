@@ -4,6 +4,10 @@ One real uvicorn server on 127.0.0.1 for the module; the answers are checked aga
 sentence-transformers on the same folder.
 """
 import base64
+import json
+import re
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -88,3 +92,44 @@ def test_huggingface_hub_inference_client_feature_extraction(base_url, sbert, se
     np.testing.assert_allclose(vector[0], sbert.encode(sentences[0], normalize_embeddings=True), atol=1e-5)
     unnormalised = inference.feature_extraction(sentences[0], normalize=False, truncate=True)
     assert abs(np.linalg.norm(unnormalised[0]) - 1) > 0.01  # the folder's Normalize module left out, as asked
+
+
+# --- the README's "Use it from the clients you have", run as written ------------------------------
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+README_URL = "http://127.0.0.1:8080"
+
+
+def readme_blocks(language: str) -> list[str]:
+    """The code blocks of the README's clients section, in order."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("### Use it from the clients you have"):]
+    section = section[:section.index("\n## ")] if "\n## " in section else section
+    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.DOTALL)
+
+
+def run_readme_block(package: str, base_url: str) -> np.ndarray:
+    block = next(b for b in readme_blocks("python") if f"pip install {package}" in b)
+    namespace: dict = {}
+    exec(block.replace(README_URL, base_url), namespace)  # the README's lines, only the address changed
+    return np.array(namespace["vectors"])
+
+
+@pytest.mark.parametrize("package", ["openai", "langchain-openai", "llama-index-embeddings-openai",
+                                     "huggingface_hub"])
+def test_readme_client_lines_run_unchanged(base_url, sbert, package):
+    pytest.importorskip({"openai": "openai", "langchain-openai": "langchain_openai",
+                         "llama-index-embeddings-openai": "llama_index.embeddings.openai",
+                         "huggingface_hub": "huggingface_hub"}[package])
+    vectors = run_readme_block(package, base_url)
+    texts = ["first text", "second text"][:len(vectors)]
+    expected = sbert.encode(texts, normalize_embeddings=True)
+    assert vectors.shape == expected.shape and (vectors * expected).sum(axis=1).min() >= 0.9999
+
+
+def test_readme_curl_line(base_url, sbert):
+    (block,) = readme_blocks("bash")
+    answer = subprocess.run(block.replace(README_URL, base_url), shell=True, capture_output=True, text=True,
+                            timeout=60, check=True).stdout
+    np.testing.assert_allclose(json.loads(answer), sbert.encode(["first text", "second text"],
+                                                                normalize_embeddings=True), atol=1e-5)
