@@ -247,7 +247,7 @@ USAGE, FAILED = 2, 1  # the CLI's exit codes: the command line is wrong / a file
     (["--max-batch-tokens", "100"], "--max-batch-tokens 100 is smaller than --max-input-length 256", USAGE),
     (["--index", "/no/such/index"], "--index /no/such/index is not a folder", FAILED),
     (["--vocab", "/no/such/vocab.txt"], "--vocab /no/such/vocab.txt does not exist", FAILED),
-    (["--mlm", "minilm"], "--mlm minilm holds a BertModel, which has no MLM head", FAILED),
+    (["--mlm", "minilm"], "--mlm minilm holds a BertModel model, which has no MLM head", FAILED),
     (["--device", "tpu"], "--device 'tpu' is not a device", USAGE),
     (["--dtype", "int4"], "argument --dtype: invalid choice: 'int4'", USAGE),
 ] + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device cuda: torch sees no GPU here", USAGE)]))
@@ -263,7 +263,7 @@ def test_cli_refuses_a_classifier_that_is_not_one(capsys, minilm_dir):
     from bertforge.cli.parser import main
 
     assert main(["serve", "--port", "0", "--classifier", str(minilm_dir)]) == FAILED
-    assert "holds a BertModel; give a fine-tuned BertForSequenceClassification folder" in capsys.readouterr().err
+    assert "holds a BertModel model; give a fine-tuned BertForSequenceClassification folder" in capsys.readouterr().err
 
 
 def test_cli_says_when_the_port_is_taken(capsys):

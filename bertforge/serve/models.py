@@ -90,7 +90,7 @@ def load_masked_lm(model: str, folder: ModelFolder, mlm: str | None, where) -> M
         return loaded("--model", model, lambda: MaskedLanguageModel(folder.transformer, display_name(model), where))
     mlm_folder = checkpoint_folder(mlm, "--mlm")
     if mlm_folder.architecture not in MASKED_LM_ARCHITECTURES:
-        raise ValueError(f"--mlm {mlm} holds a {mlm_folder.architecture}, which has no MLM head; "
+        raise ValueError(f"--mlm {mlm} holds a {mlm_folder.architecture} model, which has no MLM head; "
                          f"give a {' or '.join(MASKED_LM_ARCHITECTURES)} checkpoint")
     return loaded("--mlm", mlm, lambda: MaskedLanguageModel(mlm_folder.transformer, display_name(mlm), where))
 
@@ -98,7 +98,7 @@ def load_masked_lm(model: str, folder: ModelFolder, mlm: str | None, where) -> M
 def load_classifier(spec: str, option: str, where, one_label: bool = False) -> SequenceClassifier:
     folder = checkpoint_folder(spec, option)
     if folder.architecture != "BertForSequenceClassification":
-        raise ValueError(f"{option} {spec} holds a {folder.architecture}; give a fine-tuned "
+        raise ValueError(f"{option} {spec} holds a {folder.architecture} model; give a fine-tuned "
                          "BertForSequenceClassification folder (the best/ folder of `bertforge finetune`)")
     model = loaded(option, spec, lambda: SequenceClassifier(folder.transformer, display_name(spec), where))
     if one_label and len(model.labels) != 1:
