@@ -1,5 +1,5 @@
 """How many compute threads: physical cores under the affinity mask, capped by a cgroup quota."""
-from bertforge.engine.threads import cgroup_cpu_quota, physical_cores, usable_threads
+from bertforge.engine.threads import cgroup_cpu_quota, physical_cores, requested_threads, usable_threads
 
 
 def fake_sysfs(root, cores_of_cpus):
@@ -33,3 +33,9 @@ def test_a_cgroup_quota_caps_the_threads(tmp_path):
 def test_without_topology_files_the_logical_cpus_count(tmp_path):
     assert physical_cores({0, 1, 5}, tmp_path) == 3
     assert usable_threads(set(), tmp_path, tmp_path) == 1
+
+
+def test_omp_num_threads_is_the_users_choice():
+    assert requested_threads({"OMP_NUM_THREADS": "3"}) == 3
+    assert requested_threads({"OMP_NUM_THREADS": "0"}) is None and requested_threads({}) is None
+    assert requested_threads({"OMP_NUM_THREADS": "many"}) is None

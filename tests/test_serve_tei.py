@@ -183,9 +183,9 @@ def test_a_pickled_checkpoint_is_refused_in_one_line(tmp_path, minilm_dir):
 
 
 def test_threads_default_to_the_usable_physical_cores(client, models):
-    from bertforge.engine.threads import usable_threads
+    from bertforge.engine.threads import default_threads
 
-    assert client.get("/info").json()["threads"] == usable_threads() == torch.get_num_threads()
+    assert client.get("/info").json()["threads"] == default_threads() == torch.get_num_threads()
     with pytest.raises(ValueError, match="threads"):
         create_app(models, ServeSettings(threads=0))
 

@@ -53,6 +53,17 @@ def cgroup_cpu_quota(cgroup_root: Path = CGROUP_ROOT) -> float | None:
         return None
 
 
+def requested_threads(environ=os.environ) -> int | None:
+    """The thread count the user set for OpenMP (OMP_NUM_THREADS, which torch also reads), if a positive integer."""
+    value = environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def default_threads() -> int:
+    """What a command uses without a --threads option: OMP_NUM_THREADS when set, else `usable_threads()`."""
+    return requested_threads() or usable_threads()
+
+
 def usable_threads(cpus: set[int] | None = None, sysfs: Path = CPU_SYSFS, cgroup_root: Path = CGROUP_ROOT) -> int:
     """Threads for compute: the physical cores under this process's affinity, capped by its cgroup
     quota (rounded up: a quota of 1.5 CPUs keeps 2 threads busy), and at least 1."""

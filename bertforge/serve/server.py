@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 from fastapi import Request
 
-from ..engine.threads import usable_threads
+from ..engine.threads import default_threads
 from .batching import Batcher, ShuttingDown
 from .errors import ApiError
 from .inputs import InputEncoder, Prompts
@@ -41,11 +41,11 @@ class Server:
     tokenizing: ThreadPoolExecutor = field(default_factory=lambda: single_thread("bertforge-tokenize"))
     batchers: dict[str, Batcher] = field(default_factory=dict)
     encoders: dict[str, InputEncoder] = field(default_factory=dict)
-    threads: int = 0  # CPU threads for the models: settings.threads, else the physical cores usable
+    threads: int = 0  # CPU threads for the models: --threads, else OMP_NUM_THREADS, else the usable physical cores
 
     def __post_init__(self):
         models, settings = self.models, self.settings
-        self.threads = settings.threads or usable_threads()
+        self.threads = settings.threads or default_threads()
         prompts = Prompts(models.prompts, self.default_prompt())
         for name, model in (("embed", models.embedding), ("mlm", models.masked_lm), ("classify", models.classifier),
                             ("rerank", models.reranker)):

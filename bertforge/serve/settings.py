@@ -43,7 +43,8 @@ class ServeSettings:
         default_prompt_name: the prompt (by name, from the model folder's prompts) put before every text a request
             sends without prompt_name
         default_prompt: the text put before every text a request sends without prompt_name
-        threads: CPU threads for the models (default: the physical cores this process may use)
+        threads: CPU threads for the models (default: OMP_NUM_THREADS if set, else the physical cores this process
+            may use)
     """
 
     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
