@@ -61,13 +61,7 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
     except BaseException:  # a bad folder or setting: free the port now, not whenever the socket is collected
         listening.close()
         raise
-    address = listening.getsockname()
-    shown_host = f"[{address[0]}]" if ":" in address[0] else address[0]
-    threads = app.state.server.threads
-    print(f"bertforge serve: {models.embedding.name} ({models.embedding.embedder.device.type}, {dtype}, "
-          f"{threads} thread{'s' * (threads != 1)}) "
-          f"on http://{shown_host}:{address[1]} "
-          f"(explorer at /, API docs at /docs); Ctrl-C or SIGTERM stops it", flush=True)
+    print(banner(app, listening, dtype), flush=True)
     # uvicorn handles SIGINT/SIGTERM: stop accepting, finish in-flight requests, run the app's shutdown
     # (which drains the batch queues). Then it re-raises the signal to the handlers it found, so that
     # the process would die by it; a graceful stop is a success here, so those handlers ignore it.
@@ -79,6 +73,17 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print("bertforge serve: stopped", flush=True)
+
+
+def banner(app, listening: socket.socket, dtype: str) -> str:
+    """The line said at start: the model, where it runs, on how many threads, and the address."""
+    address = listening.getsockname()
+    shown_host = f"[{address[0]}]" if ":" in address[0] else address[0]
+    server = app.state.server
+    embedding, threads = server.models.embedding, server.threads
+    return (f"bertforge serve: {embedding.name} ({embedding.embedder.device.type}, {dtype}, "
+            f"{threads} thread{'s' * (threads != 1)}) on http://{shown_host}:{address[1]} "
+            "(explorer at /, API docs at /docs); Ctrl-C or SIGTERM stops it")
 
 
 def ignore_signal(number, frame) -> None:
