@@ -179,3 +179,152 @@ def test_refuses_what_it_cannot_reproduce_in_one_line_naming_the_file(tiny_bert,
 def test_a_folder_without_config_json_is_named(tmp_path):
     with pytest.raises(ValueError, match=f"{tmp_path} is not a checkpoint folder"):
         read_model_folder(tmp_path)
+
+
+# ---- every way in gives sentence-transformers' vectors -----------------------------------------------
+
+def unit(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_embed_and_embedder_follow_the_folder(st_folders):
+    from bertforge import embed
+    from bertforge.embeddings.embed import Embedder
+
+    for (pooling, normalize), (folder, expected) in st_folders.items():
+        embedder = Embedder.from_pretrained(folder)
+        assert (embedder.pooling, embedder.normalize, embedder.max_length) == (pooling, normalize, MAX_SEQ_LENGTH)
+        assert_same_vectors(embedder.encode(TEXTS), expected)
+    for case in [("cls", True), ("lasttoken", False)]:
+        assert_same_vectors(embed(str(st_folders[case][0]), TEXTS), st_folders[case][1])
+
+
+def test_an_older_folder_written_by_hand_is_read_as_sentence_transformers_reads_it(tiny_bert, tmp_path):
+    """2.x names, pooling_mode_* booleans (concatenated), the transformer in 0_Transformer, do_lower_case."""
+    from bertforge import embed
+
+    st = sentence_transformers()
+    flags = {"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True, "pooling_mode_lasttoken": True}
+    folder = legacy_folder(tiny_bert, tmp_path / "st", flags, subfolder="0_Transformer")
+    texts = [text.upper() for text in TEXTS]
+    expected = st.SentenceTransformer(str(folder), device="cpu").encode(texts)
+    assert expected.shape == (len(texts), 96)
+    assert_same_vectors(embed(str(folder), texts), expected)
+
+
+def test_cli_embed_follows_the_folder_and_says_when_an_option_overrides_it(st_folders, tmp_path):
+    from cli_run import run_cli
+
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    # Each pooling once, normalised or not in turn (the full cross runs through Embedder above).
+    for number, pooling in enumerate(POOLINGS):
+        normalize = bool(number % 2)
+        folder, expected = st_folders[(pooling, normalize)]
+        code, _, err = run_cli("embed", source, tmp_path / f"{pooling}-{normalize}.npy", "--model", folder)
+        assert code == 0 and "overrides" not in err, err
+        assert_same_vectors(np.load(tmp_path / f"{pooling}-{normalize}.npy"), expected)
+    folder, _ = st_folders[("cls", True)]
+    code, _, err = run_cli("embed", source, tmp_path / "over.npy", "--model", folder, "--pooling", "mean",
+                           "--no-normalize")
+    assert code == 0
+    assert "pooling: cls (from the folder's sentence-transformers modules); --pooling mean overrides it" in err
+    assert "normalize: true (from the folder's sentence-transformers modules); --no-normalize overrides it" in err
+    assert_same_vectors(np.load(tmp_path / "over.npy"), st_folders[("mean", False)][1])
+
+
+def test_index_build_and_search_follow_the_folder(st_folders, tmp_path):
+    from cli_run import run_cli
+
+    from bertforge.search.index import Index
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    st = sentence_transformers()
+    for case in [("cls", True), ("weightedmean", False), ("cls+mean", False)]:
+        folder, expected = st_folders[case]
+        output = tmp_path / "+".join(map(str, case))
+        code, out, err = run_cli("index", "build", corpus, "--output", output, "--model", folder)
+        assert code == 0, err
+        index = Index.load(output)
+        assert (index.spec.pooling, index.spec.max_length) == (case[0], MAX_SEQ_LENGTH)
+        assert_same_vectors(index.faiss_index.reconstruct_n(0, len(TEXTS)), unit(expected))
+        query = "a cat in the garden"
+        code, out, err = run_cli("search", output, query, "--as-json", "--top-k", str(len(TEXTS)))
+        assert code == 0, err
+        hits = [json.loads(line) for line in out.splitlines()]
+        query_vector = unit(st.SentenceTransformer(str(folder), device="cpu").encode([query]))[0]
+        truth = unit(expected) @ query_vector
+        np.testing.assert_allclose([hit["score"] for hit in hits], np.sort(truth)[::-1], atol=1e-4)
+
+
+def test_sbert_evaluate_encodes_as_the_folder_does(st_folders):
+    from bertforge.embeddings.embed import load_tokenizer
+    from bertforge.tasks.retrieval.bi_encoder import BiEncoder
+    from bertforge.tasks.retrieval.evaluation import encoder_embedder
+
+    for (pooling, normalize), (folder, expected) in st_folders.items():
+        model = BiEncoder.from_pretrained(folder)
+        assert (model.pooling, model.normalize, model.max_seq_length) == (pooling, normalize, MAX_SEQ_LENGTH)
+        embedder = encoder_embedder(model, load_tokenizer(read_model_folder(folder)))
+        assert_same_vectors(embedder.encode(TEXTS), expected)
+
+
+def test_export_onnx_follows_the_folder(st_folders, tmp_path):
+    pytest.importorskip("onnxruntime")
+    import onnxruntime
+    from cli_run import run_cli
+
+    from bertforge import BertTokenizer
+
+    for case in [("cls+mean", True)]:  # several modes and Normalize in one graph (an export takes seconds)
+        folder, expected = st_folders[case]
+        output = tmp_path / f"onnx-{case[0]}-{case[1]}"
+        code, _, err = run_cli("export", "onnx", folder, output)
+        assert code == 0, err
+        session = onnxruntime.InferenceSession(str(output / "model.onnx"), providers=["CPUExecutionProvider"])
+        inputs = BertTokenizer.from_pretrained(output)(TEXTS, padding=True, truncation=True, max_length=MAX_SEQ_LENGTH,
+                                                       return_tensors="np")
+        names = [o.name for o in session.get_outputs()]
+        vectors = session.run(["sentence_embedding"], {i.name: inputs[i.name] for i in session.get_inputs()})[0]
+        assert "sentence_embedding" in names
+        assert_same_vectors(vectors, expected)
+
+
+def test_cls_pooled_normalised_minilm_folder_embeds_as_sentence_transformers(minilm_dir, tmp_path):
+    """A BGE/E5-style folder (CLS + Normalize) on real weights: `bertforge embed` wrote mean-pooled,
+    unnormalised vectors at cosine 0.13 from sentence-transformers', with exit 0."""
+    from cli_run import run_cli
+
+    st = sentence_transformers()
+    model = st.SentenceTransformer(modules=[st.models.Transformer(str(minilm_dir), max_seq_length=128),
+                                            st.models.Pooling(384, "cls"), st.models.Normalize()], device="cpu")
+    model.save(str(tmp_path / "cls-minilm"))
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    code, _, err = run_cli("embed", source, tmp_path / "v.npy", "--model", tmp_path / "cls-minilm")
+    assert code == 0, err
+    assert_same_vectors(np.load(tmp_path / "v.npy"), model.encode(TEXTS))
+
+
+def test_a_default_prompt_is_put_before_every_text_as_sentence_transformers_does(tiny_bert, tmp_path):
+    from bertforge import embed
+    from bertforge.embeddings.embed import Embedder
+
+    st = sentence_transformers()
+    folder = legacy_folder(tiny_bert, tmp_path / "st", {"pooling_mode_mean_tokens": True})
+    write_json(folder / "config_sentence_transformers.json",
+               {"prompts": {"query": "query: ", "passage": ""}, "default_prompt_name": "query"})
+    expected = st.SentenceTransformer(str(folder), device="cpu").encode(TEXTS)
+    assert_same_vectors(embed(str(folder), TEXTS), expected)
+    without = Embedder.from_pretrained(folder, prompt="").encode(TEXTS)  # the prompt is what makes them equal
+    assert (unit(without) * unit(expected)).sum(1).min() < 0.999
+
+
+def test_info_reads_the_model_class_from_a_transformer_subfolder(tiny_bert, tmp_path):
+    from cli_run import run_cli
+
+    folder = legacy_folder(tiny_bert, tmp_path / "st", {"pooling_mode_cls_token": True}, subfolder="0_Transformer")
+    code, out, err = run_cli("info", "--model", folder)
+    assert code == 0, err
+    assert out.startswith("BertModel: 2 layers, hidden 32")

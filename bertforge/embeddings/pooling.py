@@ -66,8 +66,9 @@ def pooling_modes(pooling: str) -> tuple[str, ...]:
     modes = tuple(pooling.split(POOLING_JOIN)) if isinstance(pooling, str) else (pooling,)
     unknown = [mode for mode in modes if mode not in POOL_FUNCTIONS]
     if unknown:
-        raise ValueError(f"pooling={pooling!r} is not one of {(*POOL_FUNCTIONS, 'pooler')}, nor several of "
-                         f"{tuple(POOL_FUNCTIONS)} joined by {POOLING_JOIN!r}")
+        common, others = ("cls", "mean", "max", "pooler"), tuple(m for m in POOL_FUNCTIONS if m not in ("cls", "mean", "max"))
+        raise ValueError(f"pooling={pooling!r} is not one of {common}, sentence-transformers' {others}, "
+                         f"nor modes joined by {POOLING_JOIN!r} (e.g. 'cls{POOLING_JOIN}mean')")
     return modes
 
 

@@ -12,6 +12,11 @@ modules.pooling.Pooling` (6.x), `sentence_transformers.models.BERT` (0.x), and s
 name at the end is what counts. A Pooling config holds `pooling_mode` (6.x: a name or a list) or
 the older `pooling_mode_*` booleans; several modes are concatenated, in ST's order. A plain HF
 folder (no modules.json) is read as ST reads one: mean pooling, no normalisation.
+
+Use: `folder = read_model_folder(path)`; load weights and tokenizer from `folder.transformer`
+(`embeddings.embed.load_tokenizer(folder)` also applies ST's do_lower_case); `Embedder.from_pretrained`,
+`BiEncoder.from_pretrained` and `export_onnx` take the ModelFolder itself, and
+`embeddings.embed.folder_options(folder)` is the Embedder options that give its vectors.
 """
 from __future__ import annotations
 
@@ -71,7 +76,7 @@ class ModelFolder:
     max_seq_length: int = 512
     include_prompt: bool = True
     do_lower_case: bool = False
-    prompts: dict[str, str] = field(default_factory=dict)
+    prompts: dict[str, str] = field(default_factory=dict, hash=False)
     default_prompt_name: str | None = None
     similarity_fn_name: str = "cosine"
     sentence_transformers: bool = False  # the folder has a modules.json

@@ -125,14 +125,14 @@ def load_for_prediction(folder: str | Path):
 
     Raises ValueError for a model that is not fine-tuned for one of the tasks, or whose task.json
     and architecture disagree."""
-    from ..models.checkpoint import resolve_checkpoint
     from ..models.config import BertConfig
+    from ..models.folder import read_model_folder
     from ..resources import resolve_model
     from . import TaskSettings
 
-    folder = resolve_checkpoint(resolve_model(folder))
+    read = read_model_folder(resolve_model(folder))
+    folder, architecture = read.transformer, read.architecture
     config = BertConfig.from_json_file(folder / "config.json")
-    architecture = (config.architectures or ["BertModel"])[0]
     if architecture not in ARCHITECTURE_TASKS:
         raise ValueError(f"{folder} holds a {architecture}, not a fine-tuned model: give one of "
                          f"{', '.join(ARCHITECTURE_TASKS)} (fine-tune it with `bertforge finetune`)")

@@ -43,8 +43,9 @@ def evaluate(*, model: str, data: str, output: str | None = None, batch_size: in
         output: also write the metrics to this JSON file
         batch_size: texts per forward pass
     """
+    from ...embeddings.embed import load_tokenizer
+    from ...models.folder import read_model_folder
     from ...resources import resolve_model
-    from ...tokenization.tokenizer import BertTokenizer
     from .baselines import BASELINES
     from .bi_encoder import BiEncoder
     from .evaluation import evaluate_retrieval
@@ -57,9 +58,8 @@ def evaluate(*, model: str, data: str, output: str | None = None, batch_size: in
             raise ValueError(f"{model} is a retrieval baseline; scored pairs are evaluated with an encoder")
         metrics = evaluate_retrieval(BASELINES[model], held_out)
     else:
-        folder = resolve_model(model)
-        metrics = evaluate_held_out(BiEncoder.from_pretrained(folder), BertTokenizer.from_pretrained(folder), held_out,
-                                    batch_size)
+        folder = read_model_folder(resolve_model(model))
+        metrics = evaluate_held_out(BiEncoder.from_pretrained(folder), load_tokenizer(folder), held_out, batch_size)
     print(", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     if output:
         write_text(output, json.dumps(metrics, indent=2) + "\n")
