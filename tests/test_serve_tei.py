@@ -86,7 +86,7 @@ def test_embed_all_equals_sentence_transformers_token_embeddings(client, sbert):
 
 def test_embed_sparse_equals_sentence_transformers_splade(client, cassette_dir):
     from sentence_transformers.sparse_encoder import SparseEncoder
-    from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
 
     splade = SparseEncoder(modules=[MLMTransformer(str(cassette_dir)), SpladePooling("max")], device="cpu")
     expected = splade.encode(TEXTS[:2], convert_to_tensor=True).to_dense().numpy()

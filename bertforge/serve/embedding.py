@@ -1,21 +1,19 @@
 """The embedding model a server holds: sentence vectors and token vectors, computed packed on the model thread.
 
-Its tokenizer (`tokenizer`) is for the event loop's side; the Embedders have their own
+Its tokenizer (`tokenizer`) is for the tokenizer thread's side; the Embedders have their own
 instance for the explorer's model-thread work: a BertTokenizer call sets its engine's
 truncation and padding, so one instance must never be used by two threads at once.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 
-from ..embeddings.embed import Embedder, eval_mode
+from ..embeddings.embed import Embedder, eval_mode, load_tokenizer
 from ..engine.batching import TokenBatch
 from ..engine.packed_forward import packed_forward
+from ..models.folder import ModelFolder
 from ..models.model import BertModel
-from ..tokenization.tokenizer import BertTokenizer
 from .passes import Tokens, run_in_passes
 
 # Layer choices the explorer offers for word-in-context vectors (seed 003 averages the last four).
@@ -25,14 +23,16 @@ WORD_LAYER_CHOICES = ("last_four_mean", "last", "second_to_last")
 class EmbeddingModel:
     """Sentence vectors: the encoder and pooling of `bertforge.embed`, run on pre-tokenized inputs."""
 
-    def __init__(self, folder: Path, name: str, pooling: str, max_length: int, device: torch.device | None = None,
+    def __init__(self, folder: ModelFolder, name: str, pooling: str, device: torch.device | None = None,
                  dtype: str | None = None):
-        """folder: the transformer's own folder (config.json, weights, vocabulary); pooling and
-        max_length as the model folder says (models.folder) unless an option overrides them."""
+        """folder: as `models.folder.read_model_folder` read it; its max length and tokenizer (lower-casing
+        as its sentence-transformers config says) are used; pooling is the folder's unless an option overrides it.
+        The prompts are the server's to add (`inputs.InputEncoder`), so the Embedders here have none."""
         self.name = name
-        encoder = BertModel.from_pretrained(folder).to(device or "cpu")
-        self.tokenizer = BertTokenizer.from_pretrained(folder)  # event loop
-        worker_tokenizer = BertTokenizer.from_pretrained(folder)  # model thread (explorer)
+        encoder = BertModel.from_pretrained(folder.transformer).to(device or "cpu")
+        self.tokenizer = load_tokenizer(folder)  # tokenizer thread
+        worker_tokenizer = load_tokenizer(folder)  # model thread (explorer)
+        max_length = folder.max_seq_length
         self.pooling = pooling
         # dtype (fp16/bf16 weights, int8) is for the sentence vectors; the explorer's word vectors stay float32.
         self.embedder = Embedder(encoder, worker_tokenizer, pooling=pooling, max_length=max_length, dtype=dtype)

@@ -118,8 +118,7 @@ def load_models(model: str, mlm: str | None = None, classifier: str | None = Non
     if pooling is not None and pooling != folder.pooling:
         logger.warning("--pooling %s overrides the pooling %s (%s): vectors will differ from sentence-transformers'",
                        pooling, folder.pooling, folder.source)
-    embedding = loaded("--model", model, lambda: EmbeddingModel(folder.transformer, display_name(model),
-                                                                pooling or folder.pooling, folder.max_seq_length,
+    embedding = loaded("--model", model, lambda: EmbeddingModel(folder, display_name(model), pooling or folder.pooling,
                                                                 where, dtype))
     served = ServedModels(embedding, load_masked_lm(model, folder, mlm, where), index=index,
                           classifier=load_classifier(classifier, "--classifier", where) if classifier else None,
