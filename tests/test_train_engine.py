@@ -8,7 +8,8 @@ import torch
 import bertforge
 from bertforge import BertConfig
 from bertforge.errors import BertforgeError
-from bertforge.train import distributed, loop
+from bertforge.engine import devices
+from bertforge.train import loop
 from bertforge.train.batches import ShuffledBatches
 from bertforge.train.loop import TrainConfig, precision_of, train
 from bertforge.train.optim import build_optimizer
@@ -119,15 +120,15 @@ def test_torchrun_with_more_processes_than_gpus_names_the_fix(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     with pytest.raises(BertforgeError, match=r"2 processes .* 1 GPU.*--nproc_per_node 1.*training.device=cpu"):
-        distributed.select_device("auto")
-    assert distributed.select_device("cpu") == torch.device("cpu")  # gloo, when asked
+        devices.select_device("auto")
+    assert devices.select_device("cpu") == torch.device("cpu")  # gloo, when asked
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     monkeypatch.setenv("LOCAL_RANK", "0")
-    assert distributed.select_device("auto") == torch.device("cuda", 0)
+    assert devices.select_device("auto") == torch.device("cuda", 0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert distributed.select_device("auto") == torch.device("cpu")
+    assert devices.select_device("auto") == torch.device("cpu")
     with pytest.raises(BertforgeError, match="no GPU"):
-        distributed.select_device("cuda")
+        devices.select_device("cuda")
 
 
 def test_fused_adamw_takes_the_same_steps_as_the_default():

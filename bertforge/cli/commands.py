@@ -326,7 +326,7 @@ def predict(*, model: str, input: str, output: str, batch_size: int = 64) -> Non
     """
     from ..input_files import require_file
     from ..tasks.finetune import load_for_prediction
-    from ..train.distributed import select_device
+    from ..engine.devices import select_device
 
     require_file(input)
     task, network = load_for_prediction(model)

@@ -19,10 +19,9 @@ import typing
 import docstring_parser
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
-from ..search import commands as search_commands
 from ..serve import commands as serve_commands
 from ..tasks.retrieval import commands as sbert_commands
-from . import commands, export, readmission_commands
+from . import commands, export, readmission_commands, search_commands
 from .boundary import USAGE, describe, report
 from .options import command_line_style
 

@@ -27,6 +27,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
+from ..engine.devices import to_device
 from ..errors import TrainingDiverged
 from .best import BestModel, best_model_folder
 from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_state, save_checkpoint
@@ -34,7 +35,7 @@ from .distributed import Topology, all_reduce_sum, barrier
 from .interrupt import StopRequests
 from .memory import TRIM_EVERY, release_freed_memory
 from .optim import SCHEDULES, build_optimizer, learning_rate_schedule, warmup_steps_from
-from .prefetch import Prefetcher, prefetched, to_device
+from .prefetch import Prefetcher, prefetched
 from .run_log import RunLog, plot_curves
 
 logger = logging.getLogger("bertforge")
@@ -303,7 +304,7 @@ class Window:
         self.first_unchecked_step = first_step
         self.started = time.perf_counter()
 
-    def on_device(self, value) -> torch.Tensor:
+    def as_device_float(self, value) -> torch.Tensor:
         return torch.as_tensor(value).detach().to(self.device, torch.float32, non_blocking=True)
 
     def add(self, batch: dict, output, statistics: Statistics | None) -> None:
@@ -314,12 +315,12 @@ class Window:
         if statistics is not None:
             values.update(statistics(batch, output))
         for key, (total, count) in values.items():
-            pair = torch.stack([self.on_device(total), self.on_device(count)])
+            pair = torch.stack([self.as_device_float(total), self.as_device_float(count)])
             self.sums[key] = self.sums[key] + pair if key in self.sums else pair
 
     def end_step(self) -> None:
         losses = torch.stack(self.micro_losses)
-        self.step_losses.append(torch.stack([losses.sum(), self.on_device(len(losses))]))
+        self.step_losses.append(torch.stack([losses.sum(), self.as_device_float(len(losses))]))
         self.micro_losses = []
 
     def raise_if_diverged(self, topology: Topology, run_dir: Path) -> None:

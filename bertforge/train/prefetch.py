@@ -112,9 +112,3 @@ def prefetched(batches, model: torch.nn.Module, device: torch.device) -> Prefetc
 
     return Prefetcher(batches, prepare, pin=device.type == "cuda")
 
-
-def to_device(batch: Batch, device: torch.device) -> Batch:
-    """Every tensor (and Packing) of `batch` on `device`; asynchronous from pinned memory."""
-    non_blocking = device.type == "cuda"
-    return {key: value.to(device, non_blocking=non_blocking) if hasattr(value, "to") else value
-            for key, value in batch.items()}
