@@ -35,7 +35,7 @@ from .distributed import Topology, all_reduce_sum, barrier
 from .interrupt import StopRequests
 from .memory import TRIM_EVERY, release_freed_memory
 from .optim import SCHEDULES, build_optimizer, learning_rate_schedule, warmup_steps_from
-from .prefetch import Prefetcher, prefetched
+from .prefetch import Prefetcher
 from .run_log import RunLog, plot_curves
 
 logger = logging.getLogger("bertforge")
@@ -127,8 +127,8 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
     progress = tqdm(total=config.max_steps, initial=step, desc="train", disable=not topology.is_main, dynamic_ncols=True)
     if evaluate is not None and step == 0 and config.eval_at_start:
         run_evaluation(model, evaluate, 0, log, progress, topology)
-    window = Window(device, first_step=step + 1)
-    stream = prefetched(batches, model, device)
+    running = RunningMetrics(device, first_step=step + 1)
+    stream = Prefetcher.for_model(batches, model, device)
     model.train()
     report_compile_time = config.compile and topology.is_main
     stop = StopRequests().install()  # Ctrl-C / SIGTERM: finish the step, save, then stop (train/interrupt.py)
@@ -137,7 +137,7 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
             started = time.perf_counter()
             # Dropout noise is a function of (seed, rank, step): a resumed run draws what the original would have.
             torch.manual_seed(config.seed * 1_000_003 + topology.rank * 7_919 + step)
-            accumulate_gradients(forward_model, stream, config, topology, device, autocast, window, statistics,
+            accumulate_gradients(forward_model, stream, config, topology, device, autocast, running, statistics,
                                  forward_kwargs or {})
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
@@ -156,9 +156,9 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
             evaluating = evaluate is not None and (end or (config.eval_every and step % config.eval_every == 0))
             saving = end or stopping or (config.save_every and step % config.save_every == 0)
             if step % config.log_every == 0 or evaluating or saving or device.type == "cpu":
-                window.raise_if_diverged(topology, run_dir)  # reading the losses waits for the device
+                running.raise_if_diverged(topology, run_dir)  # reading the losses waits for the device
             if step % config.log_every == 0 or step == config.max_steps:
-                record = {"step": step, "lr": scheduler.get_last_lr()[0], **window.summary(topology, stream)}
+                record = {"step": step, "lr": scheduler.get_last_lr()[0], **running.summary(topology, stream)}
                 progress.set_postfix({k: fmt(v) for k, v in record.items() if k not in ("step", "lr")}, refresh=False)
                 if log:
                     log.write(record)
@@ -198,7 +198,7 @@ def precision_of(config: TrainConfig, device: torch.device) -> str:
 
 
 def accumulate_gradients(forward_model, stream: Prefetcher, config: TrainConfig, topology: Topology,
-                         device: torch.device, autocast, window: "Window", statistics: Statistics | None,
+                         device: torch.device, autocast, running: "RunningMetrics", statistics: Statistics | None,
                          forward_kwargs: dict) -> None:
     """Forward and backward over grad_accumulation micro-batches; DDP all-reduces on the last one only."""
     for micro_step in range(config.grad_accumulation):
@@ -209,8 +209,8 @@ def accumulate_gradients(forward_model, stream: Prefetcher, config: TrainConfig,
             with autocast:
                 output = forward_model(**batch, **forward_kwargs)
             (output.loss / config.grad_accumulation).backward()
-        window.add(batch, output, statistics)
-    window.end_step()
+        running.add(batch, output, statistics)
+    running.end_step()
 
 
 def run_evaluation(model, evaluate, step: int, log: RunLog | None, progress, topology: Topology) -> dict[str, float]:
@@ -289,7 +289,7 @@ def restore(checkpoint: Path, model, optimizer, scheduler, batches: BatchStream,
     return state["step"]
 
 
-class Window:
+class RunningMetrics:
     """Sums of loss, statistics and tokens since the last log line, kept on the device.
 
     Nothing here reads a value back until `raise_if_diverged` or `summary`, which the loop calls
