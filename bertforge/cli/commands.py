@@ -298,15 +298,11 @@ def finetune(*overrides: str, task: TaskName | None = None, data: str | None = N
     if print_config:
         print(recipe_yaml(recipe), end="")
         return
-    print_results(run_finetuning(recipe, resume=resume, overwrite=overwrite))
-    print(f"best model: {Path(recipe.training.output_dir) / 'best'}")
-
-
-def print_results(results: dict[str, dict[str, float]]) -> None:
-    """A line of metrics per held-out split a training run scored (dev, then test)."""
+    results = run_finetuning(recipe, resume=resume, overwrite=overwrite)
     for split in ("dev", "test"):
         if split in results:
             print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
+    print(f"best model: {Path(recipe.training.output_dir) / 'best'}")
 
 
 def finetune_recipe(config: str | None, overrides: tuple[str, ...], flags: dict):

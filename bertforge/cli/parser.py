@@ -20,7 +20,8 @@ import docstring_parser
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
 from ..serve import commands as serve_commands
-from . import commands, export, readmission_commands, sbert_commands, search_commands
+from ..tasks.retrieval import commands as sbert_commands
+from . import commands, export, readmission_commands, search_commands
 from .boundary import USAGE, describe, report
 from .options import command_line_style
 

@@ -1,13 +1,12 @@
-"""Token states -> one vector per text, and vectors -> unit vectors.
+"""Token states -> one vector per text.
 
-Each pooling function takes (batch, seq, dim) token states and the (batch, seq) 1/0 attention
-mask and returns (batch, dim); padded positions never count.
+Each function takes (batch, seq, dim) token states and the (batch, seq) 1/0 attention mask
+and returns (batch, dim); padded positions never count.
 """
 from __future__ import annotations
 
 from typing import Literal, get_args
 
-import numpy as np
 from torch import Tensor
 
 Pooling = Literal["cls", "mean", "max", "pooler"]
@@ -34,8 +33,3 @@ def max_pool(states: Tensor, attention_mask: Tensor) -> Tensor:
 
 
 POOL_FUNCTIONS = {"cls": cls_pool, "mean": mean_pool, "max": max_pool}
-
-
-def l2_normalized(vectors: np.ndarray) -> np.ndarray:
-    """(n, dim) vectors scaled to length 1, so dot products are cosines; a zero vector stays zero."""
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from ..atomic import replaced_file
 from ..errors import UsageError
-from .pooling import l2_normalized
+from .similarity import l2_normalized
 
 MIN_OCCURRENCES = 4  # k-means into 2 senses and a silhouette need a few points in each
 

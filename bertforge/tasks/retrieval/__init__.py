@@ -9,6 +9,5 @@
     baselines.py       BM25 (bm25s) and TF-IDF (scikit-learn)
     sets.py            the drug-reviews, austen and tweets sets from the shared data, by id
     recipe.py          the `sbert train` recipe on the one training loop
-
-The `bertforge sbert train | evaluate | prepare` commands over these are in cli/sbert_commands.py.
+    commands.py        `bertforge sbert train | evaluate | prepare`
 """

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ...embeddings.embed import Embedder
-from ...embeddings.pooling import l2_normalized
+from ...embeddings.similarity import l2_normalized
 from .metrics import relevant_indices, retrieval_metrics, spearman
 from .reader import RetrievalSet, SentencePairs
 

@@ -1,11 +1,10 @@
-"""`bertforge sbert train|evaluate|prepare`: the sentence-encoder sub-commands (signatures are the CLI, see parser.py)."""
+"""`bertforge sbert train|evaluate|prepare`: the sentence-encoder sub-commands (signatures are the CLI, see cli/parser.py)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from ..atomic import write_text
-from .commands import print_results
+from ...atomic import write_text
 
 
 def train(*overrides: str, config: str, init_from: str | None = None, output: str | None = None,
@@ -21,14 +20,17 @@ def train(*overrides: str, config: str, init_from: str | None = None, output: st
         overwrite: delete a previous run in the output folder and start afresh
         print_config: print the recipe with every setting (file, flags and overrides applied) as YAML and exit
     """
-    from ..settings import recipe_yaml
-    from ..tasks.retrieval.recipe import SbertRecipe, run_sbert_training
+    from ...settings import recipe_yaml
+    from .recipe import SbertRecipe, run_sbert_training
 
     recipe = SbertRecipe.from_file(config, list(overrides), flags={"init_from": init_from, "training.output_dir": output})
     if print_config:
         print(recipe_yaml(recipe), end="")
         return
-    print_results(run_sbert_training(recipe, resume=resume, overwrite=overwrite))
+    results = run_sbert_training(recipe, resume=resume, overwrite=overwrite)
+    for split in ("dev", "test"):
+        if split in results:
+            print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
     print(f"model (sentence-transformers folder): {Path(recipe.training.output_dir) / 'best'}")
 
 
@@ -41,13 +43,13 @@ def evaluate(*, model: str, data: str, output: str | None = None, batch_size: in
         output: also write the metrics to this JSON file
         batch_size: texts per forward pass
     """
-    from ..resources import resolve_model
-    from ..tokenization.tokenizer import BertTokenizer
-    from ..tasks.retrieval.baselines import BASELINES
-    from ..tasks.retrieval.bi_encoder import BiEncoder
-    from ..tasks.retrieval.evaluation import evaluate_retrieval
-    from ..tasks.retrieval.reader import SentencePairs
-    from ..tasks.retrieval.recipe import evaluate_held_out, load_held_out
+    from ...resources import resolve_model
+    from ...tokenization.tokenizer import BertTokenizer
+    from .baselines import BASELINES
+    from .bi_encoder import BiEncoder
+    from .evaluation import evaluate_retrieval
+    from .reader import SentencePairs
+    from .recipe import evaluate_held_out, load_held_out
 
     held_out = load_held_out(data)
     if model in BASELINES:
@@ -71,7 +73,7 @@ def prepare(name: str, *, output: str, data: str | None = None) -> None:
         output: folder for train.jsonl, {dev,test}/ and the scored-pairs files
         data: the data folder the texts are read from (default: $BERTFORGE_DATA, the project's data/, ../shared/data)
     """
-    from ..tasks.retrieval.sets import load_split_ids, prepare_set
+    from .sets import load_split_ids, prepare_set
 
     counts = prepare_set(load_split_ids(name), Path(data) if data else None, Path(output))
     for file, rows in counts.items():
