@@ -5,7 +5,6 @@ import os
 
 import torch
 
-from ...errors import UsageError
 from ...models.checkpoint import resolve_checkpoint, weight_names
 from ...models.config import BertConfig
 from ...models.heads import BertForMaskedLM, BertForPreTraining
@@ -34,12 +33,8 @@ def load_masked_lm(folder: str | os.PathLike) -> BertForMaskedLM | BertForPreTra
 def fill_mask(model: BertForMaskedLM | BertForPreTraining, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
     """For each [MASK] in `text`, in order, the top_k (token, probability) pairs.
 
-    Raises ValueError when the text has no [MASK] token, UsageError when top_k is more than the vocabulary.
+    Raises ValueError when the text has no [MASK] token.
     """
-    vocabulary = model.config.vocab_size
-    if top_k > vocabulary:  # torch's topk would fail deep inside with "selected index k out of range"
-        raise UsageError(f"top-k {top_k:,} is more than the {vocabulary:,} tokens of the model's vocabulary; "
-                         f"ask for at most {vocabulary:,}")
     encoding = tokenizer(text, return_tensors="pt", truncation=True)
     input_ids = encoding["input_ids"]
     positions = (input_ids[0] == tokenizer.mask_token_id).nonzero().flatten()
