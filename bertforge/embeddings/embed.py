@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -29,13 +28,13 @@ from ..engine.batching import TokenBatch, collate, fit_to_budget, plan_batches
 from ..models.packed_forward import packed_forward
 from ..engine.pipeline import HostResults, prefetched
 from ..engine.precision import check_inference_dtype, in_dtype
+from ..models.folder import ModelFolder, read_model_folder
 from ..models.model import BertModel
 from ..models.outputs import EncoderOutput
-from ..resources import resolve_model
 from ..tokenization.tokenizer import BertTokenizer
 from .options import (LayerSpec, check_max_length, check_positive, check_sentence, check_texts, find_word,
-                      resolve_encoder, resolve_layers, sentence_transformers_max_length)
-from .pooling import POOL_FUNCTIONS, POOLINGS
+                      resolve_encoder, resolve_layers)
+from .pooling import pool, pooling_modes
 
 # Texts tokenized (and length-sorted) together: large enough that sorting removes nearly
 # all padding, small enough that a window's token lists stay a few MB.
@@ -65,9 +64,13 @@ class Embedder:
     layers: an int (-1 last, -2 second to last, 0 the embedding layer's output), a list
         of ints combined by `layer_combine` ("mean" by default, or "concat"), or an alias:
         "last", "second_to_last", "last_four_mean", "last_four_concat".
-    pooling: "mean" (over real tokens, as sentence-transformers), "max" (over real tokens),
-        "cls" (the [CLS] vector) or "pooler" (the model's pooler_output; last layer only).
-    normalize: L2-normalise sentence vectors (then a dot product is the cosine).
+    pooling: "mean" (over real tokens, as sentence-transformers; the default), "max" (over real
+        tokens), "cls" (the [CLS] vector), "pooler" (the model's pooler_output; last layer only),
+        sentence-transformers' "mean_sqrt_len_tokens", "weightedmean", "lasttoken", or several
+        modes joined by "+" ("cls+mean": their vectors concatenated).
+    normalize: L2-normalise sentence vectors (then a dot product is the cosine); default no.
+    prompt: text put before every text `encode` embeds (a sentence-transformers folder's
+        default prompt; "" by default).
     batch_size: the most texts in one forward pass.
     max_batch_tokens: the most padded tokens (texts x the longest) in one forward pass;
         default 2,048 on a CPU, 16,384 on a GPU. A text longer than this is truncated to it,
@@ -88,10 +91,10 @@ class Embedder:
     """
 
     def __init__(self, model, tokenizer, *, layers: LayerSpec = -1, layer_combine: str | None = None,
-                 pooling: str = "mean", normalize: bool = False, batch_size: int = 32,
+                 pooling: str | None = None, normalize: bool | None = None, batch_size: int = 32,
                  max_length: int | None = None, progress: bool | None = None,
                  device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
-                 max_batch_tokens: int | None = None):
+                 max_batch_tokens: int | None = None, prompt: str = ""):
         encoder = resolve_encoder(model)
         if tokenizer is None:
             raise ValueError(
@@ -101,12 +104,14 @@ class Embedder:
         self.tokenizer = tokenizer
         num_layers = encoder.config.num_hidden_layers
         self.layers, self.layer_combine = resolve_layers(layers, layer_combine, num_layers)
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling={pooling!r} is not one of {POOLINGS}")
-        self.pooling = pooling
-        if pooling == "pooler":
+        self.pooling = pooling or "mean"
+        if self.pooling == "pooler":
             self.check_pooler_allowed(encoder, num_layers)
+        self.num_modes = 1 if self.pooling == "pooler" else len(pooling_modes(self.pooling))
         self.normalize = bool(normalize)
+        if not isinstance(prompt, str):
+            raise ValueError(f"prompt must be a str, got {type(prompt).__name__}")
+        self.prompt = prompt
         self.batch_size = check_positive("batch_size", batch_size)
         self.max_length = check_max_length(max_length, tokenizer, encoder)
         self.progress = progress
@@ -128,24 +133,28 @@ class Embedder:
             raise ValueError("this model has no pooler (it was built without one); use pooling='cls' or 'mean'")
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, tokenizer=None, **options) -> "Embedder":
+    def from_pretrained(cls, path: str | os.PathLike | ModelFolder, tokenizer=None, **options) -> "Embedder":
         """Load BertModel (and BertTokenizer, unless given) from a checkpoint folder; options as in `Embedder`.
 
-        Without max_length, a sentence-transformers folder's `max_seq_length` is used (256
-        for all-MiniLM-L6-v2): the length its authors chose and `SentenceTransformer.encode`
-        truncates to, so long texts give the same vectors as there.
+        pooling, normalize, max_length and prompt left out (or None) follow the folder
+        (`read_model_folder`): a sentence-transformers folder's Pooling, Normalize, max_seq_length
+        (256 for all-MiniLM-L6-v2) and default prompt, so the vectors are `SentenceTransformer.encode`'s;
+        a plain checkpoint's are mean pooling, unnormalised, its tokenizer's limit.
         """
+        folder = path if isinstance(path, ModelFolder) else read_model_folder(path)
+        for name, value in folder_options(folder).items():
+            if options.get(name) is None:
+                options[name] = value
         # Converted here, in place: the freshly loaded model is ours, so no float32 copy is kept.
-        model = in_dtype(BertModel.from_pretrained(path), check_inference_dtype(options.get("dtype")), inplace=True)
-        tokenizer = tokenizer if tokenizer is not None else BertTokenizer.from_pretrained(path)
-        if options.get("max_length") is None:
-            options["max_length"] = sentence_transformers_max_length(Path(resolve_model(path)))
+        model = in_dtype(BertModel.from_pretrained(folder.transformer), check_inference_dtype(options.get("dtype")),
+                         inplace=True)
+        tokenizer = tokenizer if tokenizer is not None else load_tokenizer(folder)
         return cls(model, tokenizer, **options)
 
     @property
     def dim(self) -> int:
         """Length of each returned vector: hidden size, times the number of layers when concatenated."""
-        hidden = self.model.config.hidden_size
+        hidden = self.model.config.hidden_size * self.num_modes
         return hidden * len(self.layers) if self.layer_combine == "concat" else hidden
 
     @property
@@ -179,6 +188,8 @@ class Embedder:
         pin = self.device.type == "cuda"
         for start in range(0, len(texts), TOKENIZE_WINDOW):
             window = texts[start:start + TOKENIZE_WINDOW]
+            if self.prompt:
+                window = [self.prompt + text for text in window]  # as SentenceTransformer.encode(prompt=...)
             token_ids = self.tokenizer(window, truncation=True, max_length=self.max_length)["input_ids"]
             token_ids = fit_to_budget(token_ids, self.max_batch_tokens)
             for rows in plan_batches([len(ids) for ids in token_ids], self.max_batch_tokens, self.batch_size):
@@ -192,7 +203,7 @@ class Embedder:
         if self.pooling == "pooler":
             vectors = output.pooler_output.float()
         else:
-            vectors = POOL_FUNCTIONS[self.pooling](self.layer_states(output), batch.attention_mask)
+            vectors = pool(self.layer_states(output), batch.attention_mask, self.pooling)
         return F.normalize(vectors, p=2, dim=1) if self.normalize else vectors
 
     def sentence_vectors(self, batch: dict[str, Tensor] | TokenBatch) -> Tensor:
@@ -264,6 +275,22 @@ class Embedder:
         return torch.stack(states).mean(dim=0)
 
 
+def folder_options(folder: ModelFolder) -> dict:
+    """The Embedder options that give a folder's sentence-transformers vectors (its defaults for a plain one)."""
+    return {"pooling": folder.pooling, "normalize": folder.normalize, "max_length": folder.max_seq_length,
+            "prompt": folder.default_prompt}
+
+
+def load_tokenizer(folder: ModelFolder) -> BertTokenizer:
+    """The folder's tokenizer, lower-casing when its sentence-transformers config asks for it."""
+    return BertTokenizer.from_pretrained(folder.transformer, do_lower_case=True if folder.do_lower_case else None)
+
+
+def sentence_transformers_max_length(folder: str | os.PathLike) -> int:
+    """The folder's truncation length. Kept only for serve/models.py until it reads `read_model_folder` itself."""
+    return read_model_folder(folder).max_seq_length
+
+
 def embedder_for(model_or_path, tokenizer=None, **options) -> Embedder:
     """An Embedder from a checkpoint folder, or from a model object and its tokenizer."""
     if isinstance(model_or_path, (str, os.PathLike)):
@@ -273,15 +300,17 @@ def embedder_for(model_or_path, tokenizer=None, **options) -> Embedder:
 
 # --- one-call wrappers -----------------------------------------------------------------------
 
-def embed(model_or_path, texts: Iterable[str], layers: LayerSpec = -1, pooling: str = "mean",
-          normalize: bool = False, batch_size: int = 32, max_length: int | None = None, tokenizer=None,
+def embed(model_or_path, texts: Iterable[str], layers: LayerSpec = -1, pooling: str | None = None,
+          normalize: bool | None = None, batch_size: int = 32, max_length: int | None = None, tokenizer=None,
           layer_combine: str | None = None, progress: bool | None = None,
           device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
           max_batch_tokens: int | None = None) -> np.ndarray:
     """Sentence vectors for texts: float32 (len(texts), dim), in the order of texts.
 
     model_or_path: a checkpoint folder (model and tokenizer are loaded from it), or a
-    BertModel / head model together with `tokenizer`. The other arguments are `Embedder`'s.
+    BertModel / head model together with `tokenizer`. The other arguments are `Embedder`'s;
+    pooling and normalize left out follow a folder (its sentence-transformers Pooling and
+    Normalize, else mean and no normalisation).
     To embed many lists with one model, build an `Embedder` once and call `.encode`.
     Raises ValueError for invalid input or options.
     """

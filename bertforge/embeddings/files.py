@@ -44,7 +44,8 @@ def vector_settings(source: Path, text_field: str, model_folder: str | Path, emb
     return {"input": str(source.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
             "text_field": text_field, "model": str(Path(model_folder).resolve()), "layers": list(embedder.layers),
             "layer_combine": embedder.layer_combine, "pooling": embedder.pooling, "normalize": embedder.normalize,
-            "max_length": embedder.max_length, "dtype": str(embedder.dtype)}
+            "max_length": embedder.max_length, "dtype": str(embedder.dtype),
+            **({"prompt": embedder.prompt} if embedder.prompt else {})}
 
 
 def embed_file(texts: list[str], output: str | Path, embedder: Embedder, settings: dict,

@@ -5,9 +5,7 @@ ValueError that names the problem and the fix.
 """
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 from typing import Iterable, Literal, Sequence, get_args
 
 import numpy as np
@@ -23,8 +21,6 @@ LAYER_ALIASES: dict[str, tuple[tuple[int, ...], str | None]] = {
     "last_four_mean": ((-4, -3, -2, -1), "mean"),
     "last_four_concat": ((-4, -3, -2, -1), "concat"),
 }
-# sentence-transformers folders record here the sequence length SentenceTransformer truncates to.
-SENTENCE_TRANSFORMERS_CONFIG = "sentence_bert_config.json"
 
 LayerSpec = int | str | Sequence[int]
 
@@ -130,10 +126,3 @@ def find_word(sentence: str, word: str, occurrence: int) -> tuple[int, int]:
             f"(use 0 to {len(matches) - 1}, or -1 for the last)"
         )
     return matches[occurrence]
-
-
-def sentence_transformers_max_length(folder: Path) -> int | None:
-    config_file = folder / SENTENCE_TRANSFORMERS_CONFIG
-    if not config_file.is_file():
-        return None
-    return json.loads(config_file.read_text(encoding="utf-8")).get("max_seq_length")

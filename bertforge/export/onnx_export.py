@@ -2,8 +2,9 @@
 
 The graph takes input_ids, attention_mask and token_type_ids, int64 (batch, sequence), both
 axes dynamic, and returns last_hidden_state (batch, sequence, hidden), pooler_output
-(batch, hidden) when the model has a pooler, and, when a pooling is chosen, sentence_embedding
-(batch, hidden) made as `Embedder` makes it. The folder written holds model.onnx, the config
+(batch, hidden) when the model has a pooler, and, when a pooling is chosen or the folder is a
+sentence-transformers one, sentence_embedding (batch, hidden) made as `Embedder` makes it (by default
+with the folder's own pooling and Normalize, `models.folder`). The folder written holds model.onnx, the config
 and the tokenizer files, so it is all a runtime needs.
 """
 from __future__ import annotations
@@ -21,8 +22,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..atomic import staging_folder
-from ..embeddings.pooling import POOL_FUNCTIONS
+from ..embeddings.embed import load_tokenizer
+from ..embeddings.pooling import pool, pooling_modes
 from ..errors import UsageError
+from ..models.folder import ModelFolder, read_model_folder
 from ..models.model import BertModel
 from ..tokenization.tokenizer import BertTokenizer
 
@@ -56,8 +59,7 @@ class ExportedEncoder(nn.Module):
         if self.bert.pooler is not None:
             outputs.append(self.bert.pooler(hidden_states))
         if self.pooling is not None:
-            vectors = (outputs[1] if self.pooling == "pooler" else
-                       POOL_FUNCTIONS[self.pooling](hidden_states, attention_mask))
+            vectors = outputs[1] if self.pooling == "pooler" else pool(hidden_states, attention_mask, self.pooling)
             outputs.append(F.normalize(vectors, p=2, dim=1) if self.normalize else vectors)
         return tuple(outputs)
 
@@ -66,10 +68,12 @@ class ExportedEncoder(nn.Module):
         return names + (["sentence_embedding"] if self.pooling is not None else [])
 
 
-def export_onnx(folder: str | os.PathLike, output: str | os.PathLike, pooling: str | None = None,
-                normalize: bool = False) -> float:
+def export_onnx(folder: str | os.PathLike | ModelFolder, output: str | os.PathLike, pooling: str | None = None,
+                normalize: bool | None = None) -> float:
     """Write `output`/model.onnx (+ config and tokenizer) for the BertModel in `folder`; returns the check's max |diff|.
 
+    pooling, normalize: None follows a sentence-transformers folder (its Pooling and Normalize); for a
+    plain checkpoint no pooling means no sentence_embedding output, and no normalisation.
     The graph is run in ONNX Runtime on CHECK_TEXTS (padded, so the mask matters) and must
     match PyTorch within TOLERANCE before the folder is published (atomically).
     Raises ValueError for an unknown pooling, an output folder that is not empty, or a
@@ -78,16 +82,23 @@ def export_onnx(folder: str | os.PathLike, output: str | os.PathLike, pooling: s
     missing = [name for name in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(name) is None]
     if missing:
         raise ValueError(f"ONNX export needs {', '.join(missing)}: pip install 'bertforge[export]'")
-    if pooling is not None and pooling not in POOL_FUNCTIONS and pooling != "pooler":
-        raise UsageError(f"pooling={pooling!r} is not one of {(*POOL_FUNCTIONS, 'pooler')} (or none)")
+    if pooling not in (None, "pooler"):
+        try:
+            pooling_modes(pooling)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     output = Path(output)
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise UsageError(f"{output} already exists and is not an empty folder; choose a new folder or remove it")
-    model = BertModel.from_pretrained(folder).eval()
+    read = folder if isinstance(folder, ModelFolder) else read_model_folder(folder)
+    if read.sentence_transformers:
+        pooling = pooling or read.pooling
+        normalize = read.normalize if normalize is None else normalize
+    model = BertModel.from_pretrained(read.transformer).eval()
     if pooling == "pooler" and model.pooler is None:
         raise ValueError("this model has no pooler; choose --pooling mean, cls or max")
-    tokenizer = BertTokenizer.from_pretrained(folder)
-    graph = ExportedEncoder(model, pooling, normalize)
+    tokenizer = load_tokenizer(read)
+    graph = ExportedEncoder(model, pooling, bool(normalize))
     example = tokenizer(CHECK_TEXTS, padding=True, return_tensors="pt")
     with staging_folder(output) as staging:
         onnx_file = staging / "model.onnx"

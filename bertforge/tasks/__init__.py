@@ -16,6 +16,7 @@ from typing import Literal, get_args
 
 import torch
 
+from ..settings import PATH
 from .long_documents import Combine
 
 TaskName = Literal["classification", "ner", "qa"]
@@ -26,9 +27,9 @@ TASKS = get_args(TaskName)
 class TaskSettings:
     """Where the data is and how it is read; a field a task does not use is ignored by it."""
 
-    train: str = ""
-    dev: str = ""
-    test: str = ""
+    train: str = field(default="", metadata=PATH)  # paths: see settings.resolve_paths
+    dev: str = field(default="", metadata=PATH)
+    test: str = field(default="", metadata=PATH)
     # classification: CSV/TSV/JSONL columns
     text_columns: list[str] = field(default_factory=lambda: ["text"])  # two names: a text pair
     label_column: str = "label"

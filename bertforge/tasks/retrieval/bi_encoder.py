@@ -6,12 +6,12 @@ UKPLab's library reads (modules.json: Transformer -> Pooling [-> Normalize]):
 
     config.json, model.safetensors, vocab.txt, tokenizer.json, ...  the BertModel, HF names, at the root
     sentence_bert_config.json        max_seq_length (texts are truncated to it)
-    1_Pooling/config.json            mean or CLS pooling
+    1_Pooling/config.json            the pooling (mean, cls, ...)
     config_sentence_transformers.json, modules.json
 
-so `SentenceTransformer(folder)` gives the vectors `bertforge.embed(folder, ...,
-**sentence_transformers_options(folder))` gives; `from_pretrained` reads such a folder back
-(or any BERT checkpoint, pooling then as chosen).
+so `SentenceTransformer(folder)` gives the vectors `bertforge.embed(folder, ...)` gives; `from_pretrained`
+reads any such folder back through `models.folder.read_model_folder` (or any BERT checkpoint, pooling
+then as chosen).
 """
 from __future__ import annotations
 
@@ -25,18 +25,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...atomic import staging_folder
-from ...models.checkpoint import resolve_checkpoint
-from ...embeddings.embed import POOL_FUNCTIONS
+from ...embeddings.pooling import pool, pooling_modes
+from ...models.folder import LEGACY_POOLING_KEYS, MODULES_FILE, ST_CONFIG_FILE, ModelFolder, read_model_folder
 from ...models.model import BertModel
 from .gradient_cache import cached_loss
 from .losses import (LOSSES, cosent_loss, cosine_similarity_loss, matryoshka,
                      multiple_negatives_ranking_loss)
 
-POOLINGS = ("mean", "cls")
-MODULES_FILE = "modules.json"
 SENTENCE_BERT_CONFIG = "sentence_bert_config.json"
 POOLING_CONFIG = Path("1_Pooling") / "config.json"
-ST_CONFIG = "config_sentence_transformers.json"
 DEFAULT_MAX_SEQ_LENGTH = 256  # all-MiniLM-L6-v2's; a folder's own sentence_bert_config.json wins
 
 
@@ -84,15 +81,15 @@ class BiEncoderOutput:
 class BiEncoder(nn.Module):
     """BertModel (`bert`, HF names) + pooling (+ L2 normalisation) + a training objective.
 
-    bert: the encoder; pooling: mean (over real tokens) or cls; normalize: unit vectors;
+    bert: the encoder; pooling: mean (over real tokens), cls, or any sentence-transformers mode
+    (embeddings/pooling.py); normalize: unit vectors;
     max_seq_length: what the saved folder tells sentence-transformers to truncate to.
     """
 
     def __init__(self, bert: BertModel, pooling: str = "mean", normalize: bool = False,
                  max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH, objective: Objective | None = None):
         super().__init__()
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
+        pooling_modes(pooling)  # ValueError naming the valid modes
         self.bert = bert
         self.pooling, self.normalize, self.max_seq_length = pooling, normalize, max_seq_length
         self.objective = objective or Objective()
@@ -108,7 +105,7 @@ class BiEncoder(nn.Module):
     def sentence_vectors(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """(batch, seq) ids and mask -> (batch, hidden) pooled vectors."""
         states = self.bert(input_ids, attention_mask=attention_mask).last_hidden_state
-        vectors = POOL_FUNCTIONS[self.pooling](states, attention_mask)
+        vectors = pool(states, attention_mask, self.pooling)
         return F.normalize(vectors, p=2, dim=-1) if self.normalize else vectors
 
     def forward(self, anchor_input_ids: Tensor, anchor_attention_mask: Tensor, positive_input_ids: Tensor,
@@ -147,7 +144,7 @@ class BiEncoder(nn.Module):
             write_json(folder / SENTENCE_BERT_CONFIG, {"max_seq_length": self.max_seq_length, "do_lower_case": False})
             (folder / POOLING_CONFIG).parent.mkdir()
             write_json(folder / POOLING_CONFIG, pooling_config(self.pooling, self.config.hidden_size))
-            write_json(folder / ST_CONFIG, {"__version__": {"bertforge": bertforge_version()}, "prompts": {},
+            write_json(folder / ST_CONFIG_FILE, {"__version__": {"bertforge": bertforge_version()}, "prompts": {},
                                             "default_prompt_name": None, "similarity_fn_name": "cosine"})
             if not target.exists():
                 folder.rename(target)
@@ -160,17 +157,15 @@ class BiEncoder(nn.Module):
         return target
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, pooling: str | None = None, normalize: bool | None = None,
+    def from_pretrained(cls, path: str | os.PathLike | ModelFolder, pooling: str | None = None, normalize: bool | None = None,
                         max_seq_length: int | None = None, objective: Objective | None = None) -> "BiEncoder":
         """A sentence-transformers folder or any BERT checkpoint; None options follow the folder (else mean, no
-        normalisation, 256 tokens). Raises ValueError for a folder whose pooling bertforge does not implement."""
-        folder = resolve_checkpoint(path)
-        saved = sentence_transformers_options(folder)
-        return cls(BertModel.from_pretrained(folder),
-                   pooling=pooling or saved.get("pooling", "mean"),
-                   normalize=saved.get("normalize", False) if normalize is None else normalize,
-                   max_seq_length=max_seq_length or saved.get("max_length") or DEFAULT_MAX_SEQ_LENGTH,
-                   objective=objective)
+        normalisation, 256 tokens). Raises ValueError for a folder whose modules bertforge does not reproduce."""
+        folder = path if isinstance(path, ModelFolder) else read_model_folder(path)
+        saved = folder.max_seq_length if folder.sentence_transformers else DEFAULT_MAX_SEQ_LENGTH
+        return cls(BertModel.from_pretrained(folder.transformer), pooling=pooling or folder.pooling,
+                   normalize=folder.normalize if normalize is None else normalize,
+                   max_seq_length=max_seq_length or saved, objective=objective)
 
 
 def modules(normalize: bool) -> list[dict]:
@@ -182,54 +177,20 @@ def modules(normalize: bool) -> list[dict]:
 
 
 def pooling_config(pooling: str, hidden_size: int) -> dict:
-    return {"word_embedding_dimension": hidden_size, "pooling_mode_cls_token": pooling == "cls",
-            "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
-            "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
-            "pooling_mode_lasttoken": False, "include_prompt": True}
+    # The pooling_mode_* booleans every release from 2.x on reads; they concatenate in ST's own order,
+    # which is the order `read_model_folder` gives back.
+    modes = pooling_modes(pooling)
+    return {"word_embedding_dimension": hidden_size, **{key: mode in modes for key, mode in LEGACY_POOLING_KEYS.items()},
+            "include_prompt": True}
 
 
 def sentence_transformers_options(folder: str | os.PathLike) -> dict:
-    """`bertforge.embed` options (pooling, normalize, max_length) that reproduce a sentence-transformers
-    folder's vectors; {} for a plain BERT checkpoint.
-
-    Raises ValueError when the folder's modules or pooling are ones bertforge does not implement.
-    """
-    folder = Path(folder)
-    if not (folder / MODULES_FILE).is_file():
+    """`bertforge.embed` options (pooling, normalize, max_length) of a sentence-transformers folder, as
+    `read_model_folder` reads them; {} for a plain BERT checkpoint."""
+    read = read_model_folder(folder)
+    if not read.sentence_transformers:
         return {}
-    options: dict = {"normalize": False}
-    for module in json.loads((folder / MODULES_FILE).read_text(encoding="utf-8")):
-        kind = module["type"].rsplit(".", 1)[-1]
-        if kind == "Pooling":
-            options["pooling"] = read_pooling(folder / module["path"] / "config.json")
-        elif kind == "Normalize":
-            options["normalize"] = True
-        elif kind != "Transformer":
-            raise ValueError(f"{folder}: module {kind} is not supported (bertforge reads Transformer, Pooling "
-                             "and Normalize); encode with sentence-transformers instead")
-    config_file = folder / SENTENCE_BERT_CONFIG
-    if config_file.is_file():
-        max_length = json.loads(config_file.read_text(encoding="utf-8")).get("max_seq_length")
-        if max_length:
-            options["max_length"] = max_length
-    return options
-
-
-def read_pooling(config_file: Path) -> str:
-    """mean or cls from a Pooling config, in the classic (pooling_mode_*_token booleans) or 6.x (pooling_mode) form."""
-    config = json.loads(config_file.read_text(encoding="utf-8"))
-    if "pooling_mode" in config:
-        mode = config["pooling_mode"]
-        mode = mode if isinstance(mode, str) else "+".join(mode)
-    else:
-        flags = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens", "max": "pooling_mode_max_tokens",
-                 "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
-                 "weightedmean": "pooling_mode_weightedmean_tokens", "lasttoken": "pooling_mode_lasttoken"}
-        mode = "+".join(name for name, key in flags.items() if config.get(key))
-    if mode not in POOLINGS:
-        raise ValueError(f"{config_file}: pooling {mode!r} is not supported; bertforge's bi-encoder pools with "
-                         f"{' or '.join(POOLINGS)}")
-    return mode
+    return {"pooling": read.pooling, "normalize": read.normalize, "max_length": read.max_seq_length}
 
 
 def write_json(path: Path, value) -> None:

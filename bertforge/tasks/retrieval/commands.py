@@ -21,6 +21,7 @@ def train(*overrides: str, config: str, init_from: str | None = None, output: st
         print_config: print the recipe with every setting (file, flags and overrides applied) as YAML and exit
     """
     from ...settings import recipe_yaml
+    from ...train.runner import run_summary
     from .recipe import SbertRecipe, run_sbert_training
 
     recipe = SbertRecipe.from_file(config, list(overrides), flags={"init_from": init_from, "training.output_dir": output})
@@ -28,10 +29,7 @@ def train(*overrides: str, config: str, init_from: str | None = None, output: st
         print(recipe_yaml(recipe), end="")
         return
     results = run_sbert_training(recipe, resume=resume, overwrite=overwrite)
-    for split in ("dev", "test"):
-        if split in results:
-            print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
-    print(f"model (sentence-transformers folder): {Path(recipe.training.output_dir) / 'best'}")
+    print("\n".join(run_summary(results, recipe.training, "model (sentence-transformers folder)")))
 
 
 def evaluate(*, model: str, data: str, output: str | None = None, batch_size: int = 64) -> None:
@@ -43,8 +41,9 @@ def evaluate(*, model: str, data: str, output: str | None = None, batch_size: in
         output: also write the metrics to this JSON file
         batch_size: texts per forward pass
     """
+    from ...embeddings.embed import load_tokenizer
+    from ...models.folder import read_model_folder
     from ...resources import resolve_model
-    from ...tokenization.tokenizer import BertTokenizer
     from .baselines import BASELINES
     from .bi_encoder import BiEncoder
     from .evaluation import evaluate_retrieval
@@ -57,9 +56,8 @@ def evaluate(*, model: str, data: str, output: str | None = None, batch_size: in
             raise ValueError(f"{model} is a retrieval baseline; scored pairs are evaluated with an encoder")
         metrics = evaluate_retrieval(BASELINES[model], held_out)
     else:
-        folder = resolve_model(model)
-        metrics = evaluate_held_out(BiEncoder.from_pretrained(folder), BertTokenizer.from_pretrained(folder), held_out,
-                                    batch_size)
+        folder = read_model_folder(resolve_model(model))
+        metrics = evaluate_held_out(BiEncoder.from_pretrained(folder), load_tokenizer(folder), held_out, batch_size)
     print(", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     if output:
         write_text(output, json.dumps(metrics, indent=2) + "\n")
