@@ -76,11 +76,17 @@ BOUNDS: dict[str, Bound] = {
     "max_grad_norm": Bound(0, above=True), "c": Bound(0, above=True), "combine_c": Bound(0, above=True),
     "short_seq_prob": PROBABILITY, "mlm_probability": Bound(0, 1, above=True),
 }
+# max_steps where nothing derives it from epochs (pretraining, the loop itself): BOUNDS allows 0 for the rest.
+STEPS_TO_RUN = Bound(1, meaning="a run that is not counted in epochs needs a number of steps")
 
 
 def check_value(name: str, value, where: str = "") -> None:
     """Raise UsageError naming `where + name` when a numeric value is outside the bounds declared for `name`."""
-    bound = BOUNDS.get(name)
+    check_bound(BOUNDS.get(name), name, value, where)
+
+
+def check_bound(bound: Bound | None, name: str, value, where: str = "") -> None:
+    """Raise UsageError naming `where + name` when a numeric value is outside `bound` (None: no bound)."""
     if bound is None or value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return
     problem = bound.problem(value)

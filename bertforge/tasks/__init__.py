@@ -1,6 +1,6 @@
 """Fine-tuning tasks: how files become rows of token ids, and model outputs become metrics and predictions.
 
-Each task class has the same small surface, which `recipes/finetune.py` and `predict` use:
+Each task class has the same small surface, which `tasks/finetune.py` and `predict` use:
     model_class                 the BertFor... class it trains
     default_metric              the dev metric that picks the best model
     config_overrides()          num_labels / id2label / label2id / problem_type for the model
@@ -16,6 +16,7 @@ from typing import Literal, get_args
 
 import torch
 
+from ..settings import PATH
 from .long_documents import Combine
 
 TaskName = Literal["classification", "ner", "qa"]
@@ -26,9 +27,9 @@ TASKS = get_args(TaskName)
 class TaskSettings:
     """Where the data is and how it is read; a field a task does not use is ignored by it."""
 
-    train: str = ""
-    dev: str = ""
-    test: str = ""
+    train: str = field(default="", metadata=PATH)  # paths: see settings.resolve_paths
+    dev: str = field(default="", metadata=PATH)
+    test: str = field(default="", metadata=PATH)
     # classification: CSV/TSV/JSONL columns
     text_columns: list[str] = field(default_factory=lambda: ["text"])  # two names: a text pair
     label_column: str = "label"

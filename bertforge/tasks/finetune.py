@@ -12,23 +12,18 @@ import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import torch
-
 from ..train.batches import ShuffledBatches
 from ..tokenization.tokenizer import BertTokenizer
-from ..train.best import best_model_folder
-from ..train.distributed import select_device
-from ..train.loop import TrainConfig, train
-from ..train.optim import epoch_schedule
-from ..train.run_folder import claim_run_folder
+from ..train.loop import TrainConfig
+from ..train.runner import RecipeRun, run_recipe
 from . import TASKS, TaskName, TaskSettings, load_task
 from ..atomic import write_text
 from ..errors import UsageError
 from ..validation import check_fields
-from ..settings import build, build_run_recipe, read_recipe
+from ..models.config import BertConfig
+from ..settings import CHECKPOINT, KEYS_OF, build, recipe_from_values
 
 logger = logging.getLogger("bertforge")
-RESULTS_FILE = "results.json"
 TASK_FILE = "task.json"  # beside the best model: the task and how its inputs are read, for `predict`
 
 
@@ -40,12 +35,12 @@ def finetuning_defaults() -> TrainConfig:
 @dataclass
 class FinetuneRecipe:
     task: TaskName = "classification"
-    init_from: str = "minilm"  # any BERT checkpoint folder (or packaged short name)
+    init_from: str = field(default="minilm", metadata=CHECKPOINT)  # any BERT checkpoint folder (or packaged short name)
     data: TaskSettings = field(default_factory=TaskSettings)
     epochs: float = 3.0
     batch_size: int = 32
     eval_batch_size: int = 64
-    model_overrides: dict = field(default_factory=dict)  # BertConfig fields, e.g. hidden_dropout_prob
+    model_overrides: dict = field(default_factory=dict, metadata={KEYS_OF: BertConfig})  # e.g. hidden_dropout_prob
     training: TrainConfig = field(default_factory=finetuning_defaults)  # max_steps/eval_every 0: from epochs
 
     def __post_init__(self) -> None:
@@ -54,13 +49,9 @@ class FinetuneRecipe:
         check_fields(self, "recipe.")
 
     @classmethod
-    def from_file(cls, path: str | Path, overrides: list[str] = ()) -> "FinetuneRecipe":
-        return cls.from_values(read_recipe(path, overrides), base=Path(path).resolve().parent)
-
-    @classmethod
     def from_values(cls, values: dict, base: Path = Path(".")) -> "FinetuneRecipe":
-        """A recipe from a (YAML-shaped) mapping; data paths are relative to `base`."""
-        return build_run_recipe(cls, values, finetuning_defaults(), base)
+        """A recipe from a (YAML-shaped) mapping; its relative paths are relative to `base`."""
+        return recipe_from_values(cls, values, base)
 
 
 def run_finetuning(recipe: FinetuneRecipe, resume: bool = False, overwrite: bool = False) -> dict:
@@ -72,41 +63,26 @@ def run_finetuning(recipe: FinetuneRecipe, resume: bool = False, overwrite: bool
     """
     if not recipe.data.train:
         raise ValueError("no training file: set data.train (CSV, TSV, JSONL, CoNLL or SQuAD JSON)")
-    with claim_run_folder(recipe.training.output_dir, resume=resume, overwrite=overwrite):
-        return finetune_in(recipe, resume)
+    return run_recipe(recipe.training, lambda run: finetune_in(recipe, run), init_from=recipe.init_from,
+                      resume=resume, overwrite=overwrite)
 
 
-def finetune_in(recipe: FinetuneRecipe, resume: bool) -> dict:
-    from ..resources import resolve_model
-
-    init_from = str(resolve_model(recipe.init_from))
-    device = select_device(recipe.training.device)
-    tokenizer = BertTokenizer.from_pretrained(init_from)
-    task = load_task(recipe.task, recipe.data, tokenizer)
-    torch.manual_seed(recipe.training.seed)  # the fresh head's weights
-    model = task.model_class.from_pretrained(init_from, **task.config_overrides(), **recipe.model_overrides)
-
+def finetune_in(recipe: FinetuneRecipe, run: RecipeRun) -> dict:
+    task = load_task(recipe.task, recipe.data, run.tokenizer)
+    model = run.build(task.model_class, **task.config_overrides(), **recipe.model_overrides)
     rows = task.training_rows()
     batches = ShuffledBatches(len(rows), recipe.batch_size, rows.collate, seed=recipe.training.seed)
-    config = epoch_schedule(recipe.training, recipe.epochs, batches.batches_per_epoch, has_dev=bool(recipe.data.dev),
-                      default_metric=task.default_metric)
-    run_dir = Path(config.output_dir)
+    config = run.schedule(batches, recipe.epochs, has_dev=bool(recipe.data.dev), default_metric=task.default_metric)
     logger.warning("fine-tuning %s from %s on %s: %d training rows, %d steps (%g epochs of %d batches)",
-                   task.model_class.__name__, init_from, device, len(rows), config.max_steps, recipe.epochs,
+                   task.model_class.__name__, run.init_from, run.device, len(rows), config.max_steps, recipe.epochs,
                    batches.batches_per_epoch)
-    evaluate = (lambda m: task.evaluate(m, "dev", recipe.eval_batch_size, device)) if recipe.data.dev else None
-    train(model, batches, config, evaluate=evaluate, tokenizer=tokenizer, device=device, resume=resume)
-
-    best = best_model_folder(run_dir)
-    if not (best / "config.json").exists():  # no dev split: the last model is the one that ships
-        model.save_pretrained(best, tokenizer=tokenizer)
-    write_text(best / TASK_FILE, json.dumps(task_card(recipe, init_from), indent=2) + "\n")
-    final = task.model_class.from_pretrained(best).to(device)
-    results = {"task": recipe.task, "init_from": init_from, "train_rows": len(rows), "steps": config.max_steps}
+    evaluate = (lambda m: task.evaluate(m, "dev", recipe.eval_batch_size, run.device)) if recipe.data.dev else None
+    final = run.fit(model, batches, config, evaluate)
+    write_text(run.best_folder / TASK_FILE, json.dumps(task_card(recipe, run.init_from), indent=2) + "\n")
+    results = {"task": recipe.task, "init_from": run.init_from, "train_rows": len(rows), "steps": config.max_steps}
     for split in ("dev", "test"):
         if getattr(recipe.data, split):
-            results[split] = task.evaluate(final, split, recipe.eval_batch_size, device)
-    write_text(run_dir / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
+            results[split] = task.evaluate(final, split, recipe.eval_batch_size, run.device)
     return results
 
 

@@ -29,8 +29,8 @@ from ...models.heads import BertForPreTraining, masked_positions_from
 from ...tokenization.tokenizer import BertTokenizer
 from ...train.distributed import Topology, barrier, init_distributed, select_device, shutdown
 from ...train.loop import TrainConfig, train
-from ...settings import build, command_line_recipe, resolve
-from ...validation import check_fields
+from ...settings import CHECKPOINT, KEYS_OF, PATH, load_recipe
+from ...validation import STEPS_TO_RUN, check_bound, check_fields
 
 logger = logging.getLogger("bertforge")
 TRAINED_ON = "trained_on.json"  # beside a vocabulary a run trained: its files and settings
@@ -39,13 +39,13 @@ TRAINED_ON = "trained_on.json"  # beside a vocabulary a run trained: its files a
 @dataclass
 class ModelSettings:
     preset: str = "mini"  # used when init_from is empty
-    init_from: str | None = None  # a checkpoint folder to continue from (domain adaptation)
-    overrides: dict[str, Any] = field(default_factory=dict)  # BertConfig fields, e.g. hidden_dropout_prob
+    init_from: str | None = field(default=None, metadata=CHECKPOINT)  # a checkpoint to continue from (domain adaptation)
+    overrides: dict[str, Any] = field(default_factory=dict, metadata={KEYS_OF: BertConfig})  # e.g. hidden_dropout_prob
 
 
 @dataclass
 class TokenizerSettings:
-    vocab: str | None = None  # an existing vocabulary (folder, vocab.txt, tokenizer.json)
+    vocab: str | None = field(default=None, metadata=CHECKPOINT)  # an existing vocabulary (folder, vocab.txt, ...)
     vocab_size: int = 8000  # when training a new one on the training files
     min_frequency: int = 2
     lowercase: bool = True
@@ -53,8 +53,8 @@ class TokenizerSettings:
 
 @dataclass
 class DataSettings:
-    train: list[str] = field(default_factory=list)
-    heldout: list[str] = field(default_factory=list)
+    train: list[str] = field(default_factory=list, metadata=PATH)
+    heldout: list[str] = field(default_factory=list, metadata=PATH)
     document_boundary: DocumentBoundary = "blank_line"
     text_field: str = "text"
     instances: PretrainingConfig = field(default_factory=PretrainingConfig)
@@ -74,15 +74,12 @@ class PretrainRecipe:
         check_fields(self, "recipe.")
         check_fields(self.tokenizer, "recipe.tokenizer.")
         check_fields(self.data, "recipe.data.")
+        check_bound(STEPS_TO_RUN, "max_steps", self.training.max_steps, "recipe.training.")  # no epochs here
 
     @classmethod
     def from_file(cls, path: str | Path, overrides: list[str] = (), flags: dict | None = None) -> "PretrainRecipe":
         """The recipe at `path`, then command-line flags ({"model.init_from": ...}), then key=value overrides."""
-        recipe = build(cls, command_line_recipe(path, flags or {}, list(overrides)), "recipe")
-        base = Path(path).resolve().parent
-        recipe.data.train = [resolve(base, p) for p in recipe.data.train]
-        recipe.data.heldout = [resolve(base, p) for p in recipe.data.heldout]
-        return recipe
+        return load_recipe(cls, path, flags, list(overrides))
 
 
 def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Topology,

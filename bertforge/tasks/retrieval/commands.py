@@ -1,4 +1,4 @@
-"""`bertforge sbert train|evaluate|prepare`: the sentence-encoder sub-commands (signatures are the CLI, see cli.py)."""
+"""`bertforge sbert train|evaluate|prepare`: the sentence-encoder sub-commands (signatures are the CLI, see cli/parser.py)."""
 from __future__ import annotations
 
 import json
@@ -21,6 +21,7 @@ def train(*overrides: str, config: str, init_from: str | None = None, output: st
         print_config: print the recipe with every setting (file, flags and overrides applied) as YAML and exit
     """
     from ...settings import recipe_yaml
+    from ...train.runner import run_summary
     from .recipe import SbertRecipe, run_sbert_training
 
     recipe = SbertRecipe.from_file(config, list(overrides), flags={"init_from": init_from, "training.output_dir": output})
@@ -28,10 +29,7 @@ def train(*overrides: str, config: str, init_from: str | None = None, output: st
         print(recipe_yaml(recipe), end="")
         return
     results = run_sbert_training(recipe, resume=resume, overwrite=overwrite)
-    for split in ("dev", "test"):
-        if split in results:
-            print(f"{split}: " + ", ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
-    print(f"model (sentence-transformers folder): {Path(recipe.training.output_dir) / 'best'}")
+    print("\n".join(run_summary(results, recipe.training, "model (sentence-transformers folder)")))
 
 
 def evaluate(*, model: str, data: str, output: str | None = None, batch_size: int = 64) -> None:

@@ -8,29 +8,21 @@ the best model is kept in output_dir/best, else the last one is saved there.
 """
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from ...settings import CHECKPOINT, PATH, load_recipe, recipe_from_values
 from ...train.batches import ShuffledBatches
-from ...train.optim import epoch_schedule
-from ...atomic import write_text
-from ...settings import build_run_recipe, command_line_recipe
-from ...resources import resolve_model
-from ...tokenization.tokenizer import BertTokenizer
-from ...train.best import best_model_folder
-from ...train.distributed import select_device
-from ...train.loop import TrainConfig, train
-from ...train.run_folder import claim_run_folder
+from ...train.loop import TrainConfig
+from ...train.runner import RecipeRun, run_recipe
 from .bi_encoder import BiEncoder, Objective
 from .evaluation import encoder_embedder, encoder_scorer, evaluate_retrieval, evaluate_scored_pairs
 from .reader import SentencePairs, read_pairs, read_retrieval_set
 
 logger = logging.getLogger("bertforge")
-RESULTS_FILE = "results.json"
 
 
 def sbert_defaults() -> TrainConfig:
@@ -40,15 +32,15 @@ def sbert_defaults() -> TrainConfig:
 
 @dataclass
 class SbertData:
-    train: str = ""  # .csv/.tsv/.jsonl: anchor, positive[, negative] (mnrl) or sentence1, sentence2, score
+    train: str = field(default="", metadata=PATH)  # .csv/.tsv/.jsonl: anchor, positive[, negative] (mnrl) or sentence1, sentence2, score
     columns: list[str] = field(default_factory=list)  # the file's own names for those columns, in that order
-    dev: str = ""  # a BEIR folder (queries.jsonl, corpus.jsonl, qrels.tsv) or a scored-pairs file
-    test: str = ""  # the same kinds; scored once with the final model
+    dev: str = field(default="", metadata=PATH)  # a BEIR folder (queries.jsonl, corpus.jsonl, qrels.tsv) or a scored-pairs file
+    test: str = field(default="", metadata=PATH)  # the same kinds; scored once with the final model
 
 
 @dataclass
 class SbertRecipe:
-    init_from: str = "minilm"  # any BERT checkpoint folder, a sentence-transformers folder, or a packaged name
+    init_from: str = field(default="minilm", metadata=CHECKPOINT)  # any BERT checkpoint folder, a sentence-transformers folder, or a packaged name
     pooling: str = ""  # mean | cls; "": the folder's own (sentence-transformers), else mean
     normalize: bool | None = None  # L2-normalise the vectors; None: the folder's own, else no
     max_length: int = 0  # tokens per text; 0: the folder's max_seq_length, else 256
@@ -62,12 +54,12 @@ class SbertRecipe:
     @classmethod
     def from_file(cls, path: str | Path, overrides: list[str] = (), flags: dict | None = None) -> "SbertRecipe":
         """The recipe at `path`, then command-line flags ({"init_from": ...}), then key=value overrides."""
-        return cls.from_values(command_line_recipe(path, flags or {}, list(overrides)), base=Path(path).resolve().parent)
+        return load_recipe(cls, path, flags, list(overrides))
 
     @classmethod
     def from_values(cls, values: dict, base: Path = Path(".")) -> "SbertRecipe":
-        """A recipe from a (YAML-shaped) mapping; data paths are relative to `base`."""
-        return build_run_recipe(cls, values, sbert_defaults(), base)
+        """A recipe from a (YAML-shaped) mapping; its relative paths are relative to `base`."""
+        return recipe_from_values(cls, values, base)
 
 
 def run_sbert_training(recipe: SbertRecipe, resume: bool = False, overwrite: bool = False) -> dict:
@@ -81,38 +73,28 @@ def run_sbert_training(recipe: SbertRecipe, resume: bool = False, overwrite: boo
     if not recipe.data.train:
         raise ValueError("the recipe has no training file: set data.train (CSV, TSV or JSONL of pairs, triplets or "
                          "scored pairs)")
-    with claim_run_folder(recipe.training.output_dir, resume=resume, overwrite=overwrite):
-        return train_sbert_in(recipe, resume)
+    return run_recipe(recipe.training, lambda run: train_sbert_in(recipe, run), init_from=recipe.init_from,
+                      resume=resume, overwrite=overwrite)
 
 
-def train_sbert_in(recipe: SbertRecipe, resume: bool) -> dict:
-    init_from = str(resolve_model(recipe.init_from))
+def train_sbert_in(recipe: SbertRecipe, run: RecipeRun) -> dict:
     pairs = read_pairs(recipe.data.train, recipe.data.columns or None, scored=recipe.loss.needs_scores)
     held_out = {split: load_held_out(path) for split in ("dev", "test") if (path := getattr(recipe.data, split))}
-    device = select_device(recipe.training.device)
-    tokenizer = BertTokenizer.from_pretrained(init_from)
-    model = BiEncoder.from_pretrained(init_from, pooling=recipe.pooling or None, normalize=recipe.normalize,
-                                      max_seq_length=recipe.max_length or None, objective=recipe.loss)
-    batches = ShuffledBatches(len(pairs), recipe.batch_size, PairCollator(pairs, tokenizer, model.max_seq_length),
+    model = run.build(BiEncoder, pooling=recipe.pooling or None, normalize=recipe.normalize,
+                      max_seq_length=recipe.max_length or None, objective=recipe.loss)
+    batches = ShuffledBatches(len(pairs), recipe.batch_size, PairCollator(pairs, run.tokenizer, model.max_seq_length),
                               seed=recipe.training.seed)
     default_metric = "spearman" if isinstance(held_out.get("dev"), SentencePairs) else "ndcg@10"
-    config = epoch_schedule(recipe.training, recipe.epochs, batches.batches_per_epoch, has_dev="dev" in held_out,
-                      default_metric=default_metric)
-    run_dir = Path(config.output_dir)
+    config = run.schedule(batches, recipe.epochs, has_dev="dev" in held_out, default_metric=default_metric)
     logger.warning("training a %s-pooled bi-encoder from %s on %s: %d rows, loss %s, %d steps", model.pooling,
-                   init_from, device, len(pairs), recipe.loss.loss, config.max_steps)
-    evaluate = ((lambda m: evaluate_held_out(m, tokenizer, held_out["dev"], recipe.eval_batch_size))
+                   run.init_from, run.device, len(pairs), recipe.loss.loss, config.max_steps)
+    evaluate = ((lambda m: evaluate_held_out(m, run.tokenizer, held_out["dev"], recipe.eval_batch_size))
                 if "dev" in held_out else None)
-    train(model, batches, config, evaluate=evaluate, tokenizer=tokenizer, device=device, resume=resume)
-
-    best = best_model_folder(run_dir)
-    if "dev" not in held_out:  # no dev set: the last model is the one that ships (over any earlier run's)
-        model.save_pretrained(best, tokenizer=tokenizer)
-    final = BiEncoder.from_pretrained(best).to(device)
-    results = {"init_from": init_from, "train_rows": len(pairs), "steps": config.max_steps, "loss": recipe.loss.loss}
+    final = run.fit(model, batches, config, evaluate)
+    results = {"init_from": run.init_from, "train_rows": len(pairs), "steps": config.max_steps,
+               "loss": recipe.loss.loss}
     for split, data in held_out.items():
-        results[split] = evaluate_held_out(final, tokenizer, data, recipe.eval_batch_size)
-    write_text(run_dir / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
+        results[split] = evaluate_held_out(final, run.tokenizer, data, recipe.eval_batch_size)
     return results
 
 
