@@ -11,7 +11,7 @@ import torch
 
 from ..embeddings.embed import Embedder, eval_mode, load_tokenizer
 from ..engine.batching import TokenBatch
-from ..engine.packed_forward import packed_forward
+from ..models.packed_forward import packed_forward
 from ..models.folder import ModelFolder
 from ..models.model import BertModel
 from .passes import Tokens, run_in_passes

@@ -9,7 +9,7 @@ import torch
 
 from ..embeddings.embed import eval_mode
 from ..engine.batching import TokenBatch
-from ..engine.packed_forward import packed_forward
+from ..models.packed_forward import packed_forward
 from ..models.heads import BertForMaskedLM, BertForSequenceClassification
 from ..tokenization.tokenizer import BertTokenizer
 from .passes import Tokens, run_in_passes

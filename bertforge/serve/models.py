@@ -10,10 +10,10 @@ import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..engine.devices import device_from_option
 from ..models.folder import ModelFolder, read_model_folder
 from ..resources import PACKAGED_CHECKPOINTS, resolve_model
 from ..tokenization.tokenizer import BertTokenizer
-from ..train.distributed import device_from_option
 from .embedding import EmbeddingModel
 from .heads import MaskedLanguageModel, SequenceClassifier
 from .index import SearchIndex
