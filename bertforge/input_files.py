@@ -3,18 +3,20 @@
 Every reader of user files goes through `require_file` (a folder given for a file and a missing
 file get different messages) and `open_text` (.gz and .xz read as text, so the project can ship
 its demo corpus compressed); `utf8_problem` finds the line of the first byte that is not UTF-8,
-for a message that names the file and the line, not a byte offset inside a read buffer.
+for a message that names the file and the line, not a byte offset inside a read buffer;
+`jsonl_objects` reads JSON Lines with errors that name file:line.
 """
 from __future__ import annotations
 
 import codecs
 import gzip
 import io
+import json
 import lzma
 import os
 import zlib
 from pathlib import Path
-from typing import IO
+from typing import IO, Iterator
 
 COMPRESSED = {".gz": gzip.open, ".xz": lzma.open}
 
@@ -54,6 +56,26 @@ def open_bytes(path: str | os.PathLike) -> IO[bytes]:
         return open(path, "rb")
     check_signature(path)
     return io.BufferedReader(Decompressed(COMPRESSED[suffix](path, "rb"), path))
+
+
+def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of a JSON Lines file, streamed.
+
+    Raises ValueError naming file:line for a line that is not JSON or not a JSON object.
+    """
+    with open_text(path, encoding="utf-8-sig") as file:  # -sig: a BOM from a Windows editor is not JSON
+        for line_number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{line_number}: not valid JSON ({error.msg}); "
+                                 "JSONL needs one JSON object per line") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{line_number}: a JSON {type(record).__name__}, not an object; "
+                                 "JSONL needs one object per line, e.g. {\"text\": ...}")
+            yield line_number, record
 
 
 class Decompressed(io.RawIOBase):

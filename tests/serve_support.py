@@ -7,6 +7,7 @@ import html
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 from bertforge import BertConfig, BertForSequenceClassification, BertTokenizer
@@ -55,3 +56,11 @@ def trained_vocabulary(folder: Path, sentences: list[str], vocab_size: int = 600
 def sentence_index(model_dir: Path, sentences: list[str]) -> Index:
     """The real vector index over normalised vectors (exact inner product at this size, so scores are cosines)."""
     return Index.build(sentences, model_dir, kind="flat", progress=False)
+
+
+@pytest.fixture(scope="module")
+def sbert(minilm_dir):
+    """sentence-transformers' own model on the MiniLM folder: the peer the served vectors must equal."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_dir), device="cpu")

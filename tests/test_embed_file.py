@@ -81,7 +81,7 @@ def test_device_option_picks_and_checks_devices(monkeypatch):
     import torch
 
     from bertforge.errors import UsageError
-    from bertforge.train.distributed import device_from_option
+    from bertforge.engine.devices import device_from_option
 
     assert device_from_option("cpu") == torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

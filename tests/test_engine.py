@@ -17,7 +17,6 @@ from bertforge.engine import attention as attention_module
 from bertforge.engine.attention import attention
 from bertforge.engine.unpadding import Packing, packing_if_it_pays, pad, unpad
 from bertforge.models.heads import masked_positions_from
-from bertforge.models.model import checkpoint_names
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -141,8 +140,7 @@ def test_unpadded_model_equals_padded_in_states_logits_loss_and_gradients(kernel
         model.zero_grad()
         out = model(**batch, masked_only=True, output_hidden_states=True, **extra)
         out.loss.backward()
-        runs[packed] = out, checkpoint_names({k: p.grad.clone() for k, p in model.named_parameters()
-                                              if p.grad is not None})
+        runs[packed] = out, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
     (padded, padded_grads), (unpadded, unpadded_grads) = runs[False], runs[True]
     torch.testing.assert_close(unpadded.loss, padded.loss, atol=1e-5, rtol=0)
     torch.testing.assert_close(unpadded.prediction_logits, padded.prediction_logits, atol=1e-5, rtol=0)
@@ -198,20 +196,14 @@ def test_inductor_compiled_training_step_equals_eager():
         torch.testing.assert_close(grads[1][key], grad, atol=1e-5, rtol=1e-4, msg=key)
 
 
-def test_fused_projection_keeps_the_checkpoint_names():
-    """One qkv Linear inside; query/key/value outside, in state dicts, files and gradients alike."""
+def test_parameter_names_are_the_checkpoint_names():
+    """named_parameters(), state_dict() and gradients say what every BERT checkpoint says: query/key/value."""
     torch.manual_seed(0)
     model = bertforge.BertModel(BertConfig(**TINY))
-    state = model.state_dict()
-    assert not any(".qkv." in key for key in state)
+    named, state = dict(model.named_parameters()), model.state_dict()
+    assert sorted(named) == sorted(state)
     prefix = "encoder.layer.1.attention.self."
-    fused = model.encoder.layer[1].attention.self.qkv
-    assert fused.weight.shape == (3 * 32, 32)
-    for index, name in enumerate(("query", "key", "value")):
-        torch.testing.assert_close(state[f"{prefix}{name}.weight"], fused.weight[32 * index:32 * (index + 1)])
-        torch.testing.assert_close(state[f"{prefix}{name}.bias"], fused.bias[32 * index:32 * (index + 1)])
+    assert {f"{prefix}{n}.{kind}" for n in ("query", "key", "value") for kind in ("weight", "bias")} <= set(named)
     other = bertforge.BertModel(BertConfig(**TINY))
     assert str(other.load_state_dict(state, strict=True)) == "<All keys matched successfully>"
-    torch.testing.assert_close(other.encoder.layer[1].attention.self.qkv.weight, fused.weight)
-    named = checkpoint_names({f"{prefix}qkv.weight": fused.weight, "pooler.dense.bias": model.pooler.dense.bias})
-    assert sorted(named) == sorted([f"{prefix}{n}.weight" for n in ("query", "key", "value")] + ["pooler.dense.bias"])
+    torch.testing.assert_close(other.encoder.layer[1].attention.self.key.weight, named[f"{prefix}key.weight"])

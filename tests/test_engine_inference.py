@@ -14,7 +14,7 @@ import torch
 from bertforge import BertConfig, BertModel
 from bertforge.embeddings.embed import Embedder
 from bertforge.engine.batching import TokenBatch, collate, fit_to_budget, plan_batches
-from bertforge.engine.packed_forward import packed_forward
+from bertforge.models.packed_forward import packed_forward
 from bertforge.engine.pipeline import HostResults, prefetched
 from bertforge.engine.precision import Int8Linear, in_dtype, model_dtype
 

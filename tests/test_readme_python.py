@@ -7,8 +7,15 @@ import numpy as np
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
+CLIENTS_SECTION = "### Use it from the clients you have"  # needs a live server: tests/test_serve_clients.py runs it
+
+
 def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    text = README.read_text(encoding="utf-8")
+    start = text.index(CLIENTS_SECTION)
+    end = text.find("\n## ", start)
+    text = text[:start] + (text[end:] if end != -1 else "")
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
 def test_the_switch_with_an_import_example_runs(tmp_path, monkeypatch):

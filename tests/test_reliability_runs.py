@@ -356,10 +356,10 @@ def test_vocabulary_training_is_the_engines_algorithm_with_fixed_ties(corpus):
 def test_predict_and_readmission_run_on_the_selected_device(inputs, monkeypatch):
     """They always ran on the CPU. On a CPU-only machine the "meta" device stands in for a GPU: the
     forward pass reaches it (and then cannot give numbers back, which is how we know)."""
-    import bertforge.train.distributed as distributed
+    import bertforge.engine.devices as devices
 
     seen = []
-    monkeypatch.setattr(distributed, "select_device", lambda: torch.device("meta"))
+    monkeypatch.setattr(devices, "select_device", lambda: torch.device("meta"))
     monkeypatch.setattr(torch.nn.Module, "__call__", record_devices(torch.nn.Module.__call__, seen))
     for argv in (["predict", "--model", inputs / "model", "--input", inputs / "a.csv", "--output", inputs / "p.csv"],
                  ["readmission", "score", inputs / "note.txt", "--model", inputs / "readmission-model"]):
@@ -380,10 +380,10 @@ def record_devices(call, seen: list):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_predict_on_a_gpu_gives_the_cpu_predictions(inputs, tmp_path, monkeypatch):
-    import bertforge.train.distributed as distributed
+    import bertforge.engine.devices as devices
 
     assert run_cli("predict", "--model", inputs / "model", "--input", inputs / "a.csv", "--output", tmp_path / "gpu.csv")[0] == 0
-    monkeypatch.setattr(distributed, "select_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(devices, "select_device", lambda: torch.device("cpu"))
     assert run_cli("predict", "--model", inputs / "model", "--input", inputs / "a.csv", "--output", tmp_path / "cpu.csv")[0] == 0
     gpu, cpu = (list(csv.DictReader(open(tmp_path / f"{d}.csv"))) for d in ("gpu", "cpu"))
     assert [r["prediction"] for r in gpu] == [r["prediction"] for r in cpu]

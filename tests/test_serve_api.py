@@ -13,7 +13,7 @@ from bertforge import BertForSequenceClassification, BertTokenizer  # noqa: E402
 from bertforge.serve.app import create_app  # noqa: E402
 from bertforge.serve.models import ServedModels, load_models  # noqa: E402
 from bertforge.serve.settings import ServeSettings  # noqa: E402
-from serve_support import review_sentences, sentence_index, tiny_classifier, trained_vocabulary  # noqa: E402
+from serve_support import review_sentences, sentence_index, tiny_classifier, trained_vocabulary, sbert  # noqa: E402,F401 (sbert: a fixture)
 
 TEXTS = ["The patient was admitted with severe chest pain.", "It worked well for my migraines.",
          "Side effects: nausea, dizziness and a dry mouth.", "ok"]
@@ -40,13 +40,6 @@ def models(minilm_dir, cassette_dir, classifier_dir, sentences, tmp_path_factory
 def client(models):
     with TestClient(create_app(models)) as client:
         yield client
-
-
-@pytest.fixture(scope="module")
-def sbert(minilm_dir):
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(minilm_dir), device="cpu")
 
 
 def app_client(models, **settings) -> TestClient:
@@ -107,15 +100,44 @@ def test_openai_embeddings_float_and_base64(client, sbert):
 
 
 def test_openai_errors_have_openais_shape(client):
-    wrong_size = client.post("/v1/embeddings", json={"input": "x", "dimensions": 128})
-    assert wrong_size.status_code == 422
-    assert "384" in wrong_size.json()["error"]["message"] and wrong_size.json()["error"]["code"] == 422
-    token_ids = client.post("/v1/embeddings", json={"input": [101, 2023, 102]})
-    assert token_ids.status_code == 422 and "token ids" in token_ids.json()["error"]["message"]
+    too_wide = client.post("/v1/embeddings", json={"input": "x", "dimensions": 1000})
+    assert too_wide.status_code == 400
+    assert "384" in too_wide.json()["error"]["message"] and too_wide.json()["error"]["code"] == 400
+    out_of_vocabulary = client.post("/v1/embeddings", json={"input": [101, 2023, 10**6]})
+    assert out_of_vocabulary.status_code == 422 and "30522" in out_of_vocabulary.json()["error"]["message"]
     assert client.post("/v1/embeddings", json={"input": []}).status_code == 400
     too_long = client.post("/v1/embeddings", json={"input": "word " * 300})
     assert too_long.status_code == 413 and "256" in too_long.json()["error"]["message"]
+    assert "--auto-truncate" in too_long.json()["error"]["message"]
     assert client.post("/v1/embeddings", json={"input": "word " * 300, "truncate": True}).status_code == 200
+
+
+def test_openai_dimensions_keep_the_first_components_renormalised(client, sbert):
+    data = client.post("/v1/embeddings", json={"input": TEXTS, "dimensions": 128}).json()["data"]
+    full = sbert.encode(TEXTS, normalize_embeddings=True)[:, :128]
+    np.testing.assert_allclose([d["embedding"] for d in data], full / np.linalg.norm(full, axis=1, keepdims=True),
+                               atol=1e-5)
+    unnormalised = client.post("/embed", json={"inputs": TEXTS, "dimensions": 128, "normalize": False}).json()
+    assert np.array(unnormalised).shape == (len(TEXTS), 128)
+
+
+def test_token_id_inputs_are_the_models_own_ids_without_specials(client, sbert):
+    """OpenAI's and TEI's token-id inputs: ids as tokenizer(text, add_special_tokens=False) gives them."""
+    ids = [sbert.tokenizer(text, add_special_tokens=False)["input_ids"] for text in TEXTS]
+    expected = sbert.encode(TEXTS, normalize_embeddings=True)
+    as_lists = client.post("/v1/embeddings", json={"input": ids}).json()
+    np.testing.assert_allclose([d["embedding"] for d in as_lists["data"]], expected, atol=1e-5)
+    assert as_lists["usage"]["prompt_tokens"] == sum(len(i) + 2 for i in ids)  # [CLS] and [SEP] added
+    one = client.post("/v1/embeddings", json={"input": ids[0]}).json()["data"]
+    assert len(one) == 1
+    np.testing.assert_allclose(one[0]["embedding"], expected[0], atol=1e-5)
+    mixed = client.post("/embed", json={"inputs": [TEXTS[0], ids[1]]}).json()
+    np.testing.assert_allclose(mixed, expected[:2], atol=1e-5)
+    long_ids = sbert.tokenizer(" ".join(["headache"] * 300), add_special_tokens=False)["input_ids"]
+    assert client.post("/v1/embeddings", json={"input": [long_ids]}).status_code == 413
+    cut = client.post("/v1/embeddings", json={"input": [long_ids], "truncate": True}).json()["data"][0]["embedding"]
+    np.testing.assert_allclose(cut, sbert.encode([" ".join(["headache"] * 300)], normalize_embeddings=True)[0],
+                               atol=1e-5)
 
 
 # --- tokenize, fill-mask, classify, search -----------------------------------------------------
@@ -255,7 +277,12 @@ def test_info_names_what_the_server_holds(client):
 @pytest.mark.parametrize("body, status, words", [
     (b'{"inputs": ["unclosed"', 400, "not valid JSON"),
     (b'{"inputs": 3}', 422, "inputs"),
-    (b'{"inputs": [1, 2]}', 422, "valid string"),
+    (b'{"inputs": [1.5]}', 422, "inputs"),
+    (b'{"inputs": ""}', 400, "empty"),
+    (b'{"inputs": ["", ""]}', 400, "empty"),
+    (b'{"inputs": "x", "normalize": "yes"}', 422, "normalize"),
+    (b'{"inputs": "x", "truncate": 1}', 422, "truncate"),
+    (b'{"inputs": "caf\xe9"}', 400, "UTF-8"),
     (b'{"normalize": true}', 422, "Field required"),
     (b'{"inputs": []}', 400, "empty"),
     (b'{"inputs": ["x"], "normalize": "maybe"}', 422, "normalize"),
@@ -273,9 +300,9 @@ def test_a_ten_thousand_item_batch_is_refused_then_the_server_serves(client):
 
 
 def test_body_size_limit(models):
-    with app_client(models, max_request_bytes=1000) as client:
+    with app_client(models, payload_limit=1024) as client:
         declared = client.post("/embed", json={"inputs": "x" * 2000})
-        assert declared.status_code == 413 and "1,000 bytes" in declared.json()["error"]
+        assert declared.status_code == 413 and "1,024 bytes" in declared.json()["error"]
 
         def chunks():  # no Content-Length: counted as it arrives
             yield b'{"inputs": "'

@@ -8,9 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 pytest.importorskip("prometheus_client")
-from bertforge.serve.batching import Batcher, length_groups, next_batch_size  # noqa: E402
+from bertforge.serve.batching import Batcher, next_batch_size  # noqa: E402
 from bertforge.serve.metrics import ServerMetrics  # noqa: E402
-from bertforge.serve.models import in_length_order  # noqa: E402
 
 
 # --- next_batch_size: the pure rule ----------------------------------------------------------
@@ -54,55 +53,25 @@ def test_batches_are_within_budget_and_maximal(lengths, budget, cap):
         assert (taken + 1) * max(lengths[:taken + 1]) > budget
 
 
-# --- length_groups: forward passes inside a batch ---------------------------------------------
+# --- passes: a batch cut by the engine's planner, each pass packed ------------------------------
 
-def test_a_long_input_runs_alone_rather_than_padding_the_rest():
-    assert length_groups([200] + [20] * 14, overhead=32) == [1, 14]  # 232 + 312, not 15 x 200
-    assert length_groups([30, 28, 27, 25], overhead=32) == [4]  # near-equal lengths: one pass
-    assert length_groups([], overhead=32) == []
-    assert length_groups([9, 9, 9], overhead=0) == [3]  # equal lengths are never split
+def test_a_batch_runs_in_the_engines_passes_and_answers_in_its_own_order():
+    """The passes are engine.batching.plan_batches' (longest first, padded size within the budget);
+    each pass carries its packing, pairs keep their segment ids, results come back in input order."""
+    from bertforge.serve.passes import Tokens, run_in_passes
 
-
-def padded_cost(lengths, sizes, overhead):
-    cost, start = 0, 0
-    for size in sizes:
-        cost += size * lengths[start] + overhead
-        start += size
-    return cost
-
-
-@given(st.lists(st.integers(1, 64), max_size=9).map(lambda v: sorted(v, reverse=True)), st.integers(0, 64))
-def test_length_groups_are_the_cheapest_cut(lengths, overhead):
-    sizes = length_groups(lengths, overhead)
-    assert sum(sizes) == len(lengths) and all(size > 0 for size in sizes)
-    cheapest = min((padded_cost(lengths, cut, overhead) for cut in all_cuts(len(lengths))), default=0)
-    assert padded_cost(lengths, sizes, overhead) == cheapest  # against every possible cut
-
-
-def all_cuts(n):
-    if n == 0:
-        yield []
-        return
-    for first in range(1, n + 1):
-        for rest in all_cuts(n - first):
-            yield [first, *rest]
-
-
-def test_length_groups_refuse_unsorted_lengths():
-    with pytest.raises(ValueError, match="sorted longest first"):
-        length_groups([1, 5])
-
-
-def test_a_batch_runs_in_length_sorted_passes_and_answers_in_its_own_order():
     passes = []
 
-    def run(payloads):
-        passes.append(payloads)
-        return [f"<{p}>" for p in payloads]
+    def run(batch, extras):
+        passes.append((batch.input_ids.shape, batch.packing.num_tokens, batch.token_type_ids.tolist()))
+        return [(int(ids[0]), extra) for ids, extra in zip(batch.input_ids, extras)]
 
-    payloads = ["b" * 20, "a" * 21, "long" * 50, "c" * 19]
-    assert in_length_order(run, payloads, [len(p) for p in payloads]) == [f"<{p}>" for p in payloads]
-    assert passes == [["long" * 50], ["a" * 21, "b" * 20, "c" * 19]]
+    inputs = [Tokens([2] * 20), Tokens([1] * 21), Tokens([3] * 200), Tokens([4] * 3, [0, 1, 1])]
+    results = run_in_passes(run, inputs, pad_id=0, max_tokens=220, extras=["b", "a", "long", "pair"])
+    assert results == [(2, "b"), (1, "a"), (3, "long"), (4, "pair")]
+    assert [shape for shape, _, _ in passes] == [(1, 200), (3, 21)]  # 200 + 20 > 220 / 2: the long one alone
+    assert passes[1][1] == 21 + 20 + 3  # only real tokens run
+    assert passes[1][2][2][:3] == [0, 1, 1] and passes[1][2][0] == [0] * 21
 
 
 # --- Batcher: concurrency, isolation, cancellation, draining ---------------------------------

@@ -36,25 +36,40 @@ def served(minilm_dir, cassette_dir, data_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(served):
-    base, _ = served
+def browser():
     with playwright_api.sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(TIMEOUT_MS)
-        page.problems = []  # console errors, uncaught exceptions, requests that leave the server
-        page.on("console", lambda message: message.type == "error" and page.problems.append(message.text))
-        page.on("pageerror", lambda error: page.problems.append(str(error)))
-        page.on("request", lambda request: request.url.startswith(base) or page.problems.append(request.url))
-        page.goto(base)
-        page.wait_for_selector("body[data-ready=true]")  # the first sentence and word are shown
-        page.fill("#sentence", SENTENCE)
-        page.click("#explore")
-        page.wait_for_selector(f'#attention-heatmap[data-text="{SENTENCE}"]')
-        page.wait_for_selector(f'#search-results[data-query="{SENTENCE}"] li')
-        page.wait_for_selector(f'#token-table[data-text="{SENTENCE}"]')
-        yield page
+        yield browser
         browser.close()
+
+
+def open_page(browser, base: str, width: int):
+    page = browser.new_page(viewport={"width": width, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.problems = []  # console errors, uncaught exceptions, requests that leave the server
+    page.on("console", lambda message: message.type == "error" and page.problems.append(message.text))
+    page.on("pageerror", lambda error: page.problems.append(str(error)))
+    page.on("request", lambda request: request.url.startswith(base) or page.problems.append(request.url))
+    page.goto(base)
+    page.wait_for_selector("body[data-ready=true]")  # the first sentence and word are shown
+    return page
+
+
+def explore(page, sentence: str) -> None:
+    page.fill("#sentence", sentence)
+    page.click("#explore")
+    page.wait_for_selector(f'#attention-heatmap[data-text="{sentence}"]')
+    page.wait_for_selector(f'#token-table[data-text="{sentence}"]')
+
+
+@pytest.fixture(scope="module")
+def page(served, browser):
+    base, _ = served
+    page = open_page(browser, base, 1280)
+    explore(page, SENTENCE)
+    page.wait_for_selector(f'#search-results[data-query="{SENTENCE}"] li')
+    yield page
+    page.close()
 
 
 def attention_of(models, text: str) -> np.ndarray:
@@ -79,27 +94,78 @@ def test_the_heatmap_draws_the_chosen_layer_and_head(page, served):
     _, models = served
     attentions = attention_of(models, SENTENCE)
     size = attentions.shape[-1]
+    tokens = models.embedding.tokenizer.convert_ids_to_tokens(models.embedding.tokenizer(SENTENCE)["input_ids"])
+    words = np.array([t not in ("[CLS]", "[SEP]") for t in tokens])
     heatmap = page.locator("#attention-heatmap")
     assert int(heatmap.get_attribute("data-size")) == size
     for layer, head in ((0, 0), (2, 3), (5, 11)):
         page.select_option("#layer", str(layer))
         page.select_option("#head", str(head))
-        q, k = np.unravel_index(np.argmax(attentions[layer, head]), (size, size))
+        matrix = attentions[layer, head]
+        # The link named is the strongest between two pieces of the text, not [CLS] or [SEP] (issue 24).
+        q, k = np.unravel_index(np.argmax(np.where(words[:, None] & words[None, :], matrix, -1)), (size, size))
         assert heatmap.get_attribute("data-strongest") == f"{q},{k}"
         summary = page.inner_text("#attention-summary")
-        assert summary.startswith(f"Layer {layer + 1}, head {head + 1}") and f"{attentions[layer, head, q, k]:.3f}" in summary
-        # The strongest cell is painted the darkest colour of the scale.
+        assert summary.startswith(f"Layer {layer + 1}, head {head + 1}") and f"{matrix[q, k]:.3f}" in summary
+        assert f"“{tokens[q]}” → “{tokens[k]}”" in summary
+        # The strongest cell of all is painted the darkest colour of the scale.
+        peak = np.unravel_index(np.argmax(matrix), (size, size))
+        assert heatmap.get_attribute("data-peak") == f"{peak[0]},{peak[1]}"
         pixel = page.evaluate("""([q, k]) => {
             const canvas = document.getElementById('attention-heatmap');
             const margin = Number(canvas.dataset.margin), cell = Number(canvas.dataset.cell);
             return Array.from(canvas.getContext('2d').getImageData(margin + k * cell + cell / 2,
                                                                    margin + q * cell + cell / 2, 1, 1).data);
-        }""", [int(q), int(k)])
+        }""", [int(peak[0]), int(peak[1])])
         assert pixel == [23, 70, 160, 255]
     assert page.locator("#attention-grid canvas").count() == 6 * 12
     page.click("#attention-grid canvas[data-layer='1'][data-head='7']")
     assert page.input_value("#layer") == "1" and page.input_value("#head") == "7"
     assert page.inner_text("#attention-summary").startswith("Layer 2, head 8")
+
+
+def hover_cell(page, q: int, k: int) -> None:
+    box = page.locator("#attention-heatmap").bounding_box()
+    margin, cell, width = page.evaluate("""() => { const c = document.getElementById('attention-heatmap');
+        return [Number(c.dataset.margin), Number(c.dataset.cell), c.width]; }""")
+    scale = box["width"] / width
+    page.mouse.move(box["x"] + (margin + (k + 0.5) * cell) * scale, box["y"] + (margin + (q + 0.5) * cell) * scale)
+
+
+def test_the_hover_label_follows_the_map_it_describes(page, served):
+    _, models = served
+    attentions = attention_of(models, SENTENCE)
+    page.select_option("#layer", "0")
+    page.select_option("#head", "0")
+    hover_cell(page, 2, 3)
+    assert page.inner_text("#attention-hover").endswith(f"{attentions[0, 0, 2, 3]:.3f}")
+    page.select_option("#head", "1")  # another map under the same pointer: the old value must go
+    assert page.inner_text("#attention-hover") == ""
+    hover_cell(page, 2, 3)
+    assert page.inner_text("#attention-hover").endswith(f"{attentions[0, 1, 2, 3]:.3f}")
+    page.mouse.move(0, 0)
+    assert page.inner_text("#attention-hover") == ""
+
+
+def test_differing_pieces_are_marked_by_token_not_by_row(page, served):
+    _, models = served
+    first, *others = models.vocabularies.values()
+
+    def pieces(tokenizer):
+        encoded = tokenizer(SENTENCE, add_special_tokens=False, return_offsets_mapping=True)
+        return [(start, stop, text) for text, (start, stop) in
+                zip(tokenizer.convert_ids_to_tokens(encoded["input_ids"]), encoded["offset_mapping"])]
+
+    reference = set(pieces(first))
+    rows = page.locator("#token-table tbody tr").all()
+    marked = [[cell.get_attribute("class") == "differs" for cell in row.locator("td").all()[1:]] for row in rows]
+    shifted = 0
+    for column, tokenizer in enumerate(others, start=1):
+        own = pieces(tokenizer)
+        for row, piece in enumerate(own):
+            assert marked[row][column] == (piece not in reference), (column, row, piece)
+            shifted += piece in reference and row < len(pieces(first)) and pieces(first)[row] != piece
+    assert shifted > 0  # the sentence does shift rows: marking by row position would mark these
 
 
 def test_search_results_are_the_index_top_five_with_scores(page, served):
@@ -141,3 +207,52 @@ def test_a_bad_word_shows_the_servers_message(page):
     page.fill("#word", "bank")
     page.click("#compare")
     page.wait_for_selector("#error[hidden]", state="attached")
+
+
+def test_a_failed_view_is_emptied_and_an_empty_sentence_is_not_sent(served, browser):
+    base, _ = served
+    page = open_page(browser, base, 1280)
+    try:
+        page.route("**/search", lambda route: route.fulfill(status=424, content_type="application/json",
+                                                             body='{"error": "the index is away", "error_type": "x"}'))
+        explore(page, "A second sentence about headaches.")
+        page.wait_for_selector("#error:not([hidden])")
+        assert "the index is away" in page.inner_text("#error")
+        assert page.locator("#search-results li").count() == 0  # not the first sentence's hits
+        sent = []
+        page.on("request", lambda request: sent.append(request.url))
+        page.fill("#sentence", "   ")
+        page.click("#explore")
+        page.wait_for_function("document.getElementById('error').textContent.includes('Type a sentence')")
+        assert not any(url.endswith(("/search", "/tokenize", "/explorer/attention")) for url in sent)
+        assert page.locator("#token-table tr").count() == 0 and page.inner_text("#attention-summary") == ""
+    finally:
+        page.close()
+
+
+def test_fill_mask_widget_shows_the_servers_top_five(page, served):
+    import httpx
+
+    base, _ = served
+    text = page.input_value("#masked")
+    page.wait_for_selector(f'#fill-results[data-text="{text}"] li')
+    expected = httpx.post(f"{base}/fill-mask", json={"inputs": text, "top_k": 5}, timeout=60).json()
+    shown = page.locator("#fill-results li").first.locator(".candidate")
+    assert shown.locator(".token").all_inner_texts() == [c["token_str"] for c in expected[0]]
+    assert shown.locator(".score").all_inner_texts() == [f"{c['score']:.3f}" for c in expected[0]]
+
+
+@pytest.mark.parametrize("width", [420, 1280])
+def test_a_long_text_fits_the_page_at_phone_and_desktop_widths(served, browser, width):
+    base, _ = served
+    page = open_page(browser, base, width)
+    try:
+        long_text = " ".join(["the pills gave me a terrible headache"] * 12)  # > 64 tokens: the heatmap's most
+        explore(page, long_text)
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        heatmap = page.locator("#attention-heatmap").bounding_box()
+        section = page.locator("#attention-section").bounding_box()
+        assert heatmap["x"] + heatmap["width"] <= section["x"] + section["width"]
+        assert int(page.get_attribute("#attention-heatmap", "data-size")) == 64
+    finally:
+        page.close()

@@ -122,14 +122,14 @@ def test_thirty_two_concurrent_clients_each_get_their_own_vectors(models, senten
 def test_a_request_that_fails_in_the_model_does_not_fail_the_others(models, sentences, minilm_dir, monkeypatch):
     expected = Embedder.from_pretrained(minilm_dir, normalize=True).encode(sentences[:4])
     poison = models.embedding.tokenizer.convert_tokens_to_ids("zebra")
-    forward = models.embedding.forward
+    pooled = models.embedding.pooled
 
-    def fails_on_zebra(id_lists):
-        if any(poison in ids for ids in id_lists):
+    def fails_on_zebra(inputs):
+        if any(poison in item.ids for item in inputs):
             raise RuntimeError("the model cannot take zebras")
-        return forward(id_lists)
+        return pooled(inputs)
 
-    monkeypatch.setattr(models.embedding, "forward", fails_on_zebra)
+    monkeypatch.setattr(models.embedding, "pooled", fails_on_zebra)
     with serving(create_app(models)) as base:
         bodies = [sentences[:2], ["a zebra crossed the road"], sentences[2:4]]
         responses = in_threads([lambda b=b: httpx.post(f"{base}/embed", json={"inputs": b}, timeout=TIMEOUT)
@@ -172,13 +172,13 @@ def test_a_stalled_upload_gets_408_while_others_are_served(models):
 def test_a_client_that_disconnects_is_dropped_from_the_queue(models, long_texts, monkeypatch):
     import json
 
-    gate, forward = threading.Event(), models.embedding.forward
+    gate, pooled = threading.Event(), models.embedding.pooled
 
-    def held_forward(id_lists):  # the model thread waits until the test has queued and left
+    def held_pooled(inputs):  # the model thread waits until the test has queued and left
         gate.wait(TIMEOUT)
-        return forward(id_lists)
+        return pooled(inputs)
 
-    monkeypatch.setattr(models.embedding, "forward", held_forward)
+    monkeypatch.setattr(models.embedding, "pooled", held_pooled)
     with serving(create_app(models)) as base:
         blocker = threading.Thread(target=lambda: httpx.post(f"{base}/embed", json={"inputs": long_texts},
                                                              timeout=TIMEOUT))
@@ -199,26 +199,14 @@ def test_a_client_that_disconnects_is_dropped_from_the_queue(models, long_texts,
         assert httpx.post(f"{base}/embed", json={"inputs": "still serving"}, timeout=TIMEOUT).status_code == 200
 
 
-def test_the_openai_client_reads_our_embeddings(models, minilm_dir):
-    openai = pytest.importorskip("openai")
-    texts = ["I took it for a week.", "No side effects at all."]
-    expected = Embedder.from_pretrained(minilm_dir, normalize=True).encode(texts)
-    with serving(create_app(models)) as base:
-        client = openai.OpenAI(base_url=f"{base}/v1", api_key="not-checked", max_retries=0)
-        response = client.embeddings.create(model="all-MiniLM-L6-v2", input=texts)  # asks for base64 by default
-        np.testing.assert_allclose([d.embedding for d in response.data], expected, atol=1e-5)
-        assert response.usage.prompt_tokens == sum(len(ids) for ids in models.embedding.tokenizer(texts)["input_ids"])
-        with pytest.raises(openai.UnprocessableEntityError, match="384"):
-            client.embeddings.create(model="m", input="x", dimensions=3)
-
-
 def test_sigterm_finishes_queued_requests_and_exits_zero(minilm_dir, long_texts):
     environment = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen([sys.executable, "-m", "bertforge.cli", "serve", "--model", str(minilm_dir),
-                                "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=environment, cwd=PROJECT_ROOT)
+                                "--port", "0", "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=environment, cwd=PROJECT_ROOT)
     try:
         banner = process.stdout.readline()
+        assert "1 thread)" in banner  # --threads, and the figure said at start
         base = re.search(r"http://\S+:\d+", banner).group(0)
         assert base.startswith("http://127.0.0.1:")  # loopback unless told otherwise
 
@@ -259,7 +247,7 @@ USAGE, FAILED = 2, 1  # the CLI's exit codes: the command line is wrong / a file
     (["--max-batch-tokens", "100"], "--max-batch-tokens 100 is smaller than --max-input-length 256", USAGE),
     (["--index", "/no/such/index"], "--index /no/such/index is not a folder", FAILED),
     (["--vocab", "/no/such/vocab.txt"], "--vocab /no/such/vocab.txt does not exist", FAILED),
-    (["--mlm", "minilm"], "--mlm minilm holds a BertModel, which has no MLM head", FAILED),
+    (["--mlm", "minilm"], "--mlm minilm holds a BertModel model, which has no MLM head", FAILED),
     (["--device", "tpu"], "--device 'tpu' is not a device", USAGE),
     (["--dtype", "int4"], "argument --dtype: invalid choice: 'int4'", USAGE),
 ] + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device cuda: torch sees no GPU here", USAGE)]))
@@ -275,7 +263,7 @@ def test_cli_refuses_a_classifier_that_is_not_one(capsys, minilm_dir):
     from bertforge.cli.parser import main
 
     assert main(["serve", "--port", "0", "--classifier", str(minilm_dir)]) == FAILED
-    assert "holds a BertModel; give a fine-tuned BertForSequenceClassification folder" in capsys.readouterr().err
+    assert "holds a BertModel model; give a fine-tuned BertForSequenceClassification folder" in capsys.readouterr().err
 
 
 def test_cli_says_when_the_port_is_taken(capsys):

@@ -8,11 +8,12 @@ import torch
 import bertforge
 from bertforge import BertConfig
 from bertforge.errors import BertforgeError
-from bertforge.train import distributed, loop
+from bertforge.engine import devices
+from bertforge.train import loop
 from bertforge.train.batches import ShuffledBatches
 from bertforge.train.loop import TrainConfig, precision_of, train
 from bertforge.train.optim import build_optimizer
-from bertforge.train.prefetch import Prefetcher, accepts_packing, prefetched
+from bertforge.train.prefetch import Prefetcher, accepts_packing
 
 
 def counting_batches(size=40, batch_size=4, seq=6, fail_at=None):
@@ -34,19 +35,19 @@ def counting_batches(size=40, batch_size=4, seq=6, fail_at=None):
 
 def test_prefetched_positions_are_where_the_loop_stands_not_the_thread():
     batches = counting_batches()
-    stream = prefetched(batches, torch.nn.Linear(1, 1), torch.device("cpu"))
+    stream = Prefetcher.for_model(batches, torch.nn.Linear(1, 1), torch.device("cpu"))
     taken = [stream.next_batch() for _ in range(3)]
     deadline = time.time() + 5
-    while stream.ready.qsize() < 2 and time.time() < deadline:  # let the thread run ahead
+    while stream.producer.ready.qsize() < 2 and time.time() < deadline:  # let the thread run ahead
         time.sleep(0.01)
     assert batches.state_dict()["batches_done"] > 3  # the thread is ahead of the loop...
     assert stream.state_dict() == {"epoch": 0, "batches_done": 3}  # ...the saved position is not
     stream.close()
-    assert not stream.thread.is_alive()
+    assert not stream.producer.thread.is_alive()
 
     again = counting_batches()
     again.load_state_dict(stream.state_dict())
-    resumed = prefetched(again, torch.nn.Linear(1, 1), torch.device("cpu"))
+    resumed = Prefetcher.for_model(again, torch.nn.Linear(1, 1), torch.device("cpu"))
     fresh = iter(counting_batches())
     expected = [next(fresh) for _ in range(4)][3]
     assert torch.equal(resumed.next_batch()["input_ids"], expected["input_ids"])  # the very next batch
@@ -57,12 +58,12 @@ def test_prefetched_positions_are_where_the_loop_stands_not_the_thread():
 def test_batches_are_packed_on_the_host_only_for_models_that_take_it():
     model = bertforge.BertForSequenceClassification(BertConfig.from_preset("tiny", vocab_size=60))
     assert accepts_packing(model) and not accepts_packing(torch.nn.Linear(1, 1))
-    stream = prefetched(counting_batches(), model, torch.device("cpu"))
+    stream = Prefetcher.for_model(counting_batches(), model, torch.device("cpu"))
     batch = stream.next_batch()
     stream.close()
     packing = batch["packing"]
     assert packing.cu_seqlens[-1] == batch["attention_mask"].sum() and packing.token_indices.device.type == "cpu"
-    plain = prefetched(counting_batches(), torch.nn.Linear(1, 1), torch.device("cpu"))
+    plain = Prefetcher.for_model(counting_batches(), torch.nn.Linear(1, 1), torch.device("cpu"))
     assert "packing" not in plain.next_batch()
     plain.close()
 
@@ -119,15 +120,15 @@ def test_torchrun_with_more_processes_than_gpus_names_the_fix(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     with pytest.raises(BertforgeError, match=r"2 processes .* 1 GPU.*--nproc_per_node 1.*training.device=cpu"):
-        distributed.select_device("auto")
-    assert distributed.select_device("cpu") == torch.device("cpu")  # gloo, when asked
+        devices.select_device("auto")
+    assert devices.select_device("cpu") == torch.device("cpu")  # gloo, when asked
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     monkeypatch.setenv("LOCAL_RANK", "0")
-    assert distributed.select_device("auto") == torch.device("cuda", 0)
+    assert devices.select_device("auto") == torch.device("cuda", 0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert distributed.select_device("auto") == torch.device("cpu")
+    assert devices.select_device("auto") == torch.device("cpu")
     with pytest.raises(BertforgeError, match="no GPU"):
-        distributed.select_device("cuda")
+        devices.select_device("cuda")
 
 
 def test_fused_adamw_takes_the_same_steps_as_the_default():

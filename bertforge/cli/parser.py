@@ -19,10 +19,9 @@ import typing
 import docstring_parser
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
-from ..search import commands as search_commands
 from ..serve import commands as serve_commands
 from ..tasks.retrieval import commands as sbert_commands
-from . import adapt_commands, commands, export, readmission_commands
+from . import adapt_commands, commands, export, readmission_commands, search_commands
 from .boundary import USAGE, describe, report
 from .options import command_line_style
 
@@ -151,7 +150,7 @@ def add_commands(parser: CommandParser, commands: dict) -> None:
             add_commands(parser.commands[name], function)
 
 
-def chosen(parser: CommandParser, parsed: Namespace) -> tuple[typing.Callable | None, dict, CommandParser]:
+def selected_command(parser: CommandParser, parsed: Namespace) -> tuple[typing.Callable | None, dict, CommandParser]:
     """(the function of the command given, its arguments, its parser); no function for a missing command."""
     commands, node = COMMANDS, parsed
     while True:
@@ -164,7 +163,7 @@ def chosen(parser: CommandParser, parsed: Namespace) -> tuple[typing.Callable | 
             return commands, node.as_dict(), parser
 
 
-def call(function, arguments: dict) -> None:
+def run_command(function, arguments: dict) -> None:
     """`function` with the parsed arguments: words for *args, dataclass parameters built from their fields."""
     classes = settings_classes(function)
     positional, keywords = [], {}
@@ -187,13 +186,13 @@ def main(argv: list[str] | None = None) -> int:
         parsed = parser.parse_args(argv)
     except SystemExit as exit:  # --help, --print-config (0) or a usage error, already printed
         return exit.code if isinstance(exit.code, int) else USAGE
-    function, arguments, command = chosen(parser, parsed)
+    function, arguments, command = selected_command(parser, parsed)
     if function is None:  # no command, or a group without its sub-command: say what there is
         command.print_help()
         return USAGE
     previous = terminate_as_interrupt()
     try:
-        call(function, arguments)
+        run_command(function, arguments)
     except BaseException as error:
         described = None if parsed.debug or isinstance(error, SystemExit) else describe(error, function.__name__)
         if described is None:

@@ -60,7 +60,7 @@ def readmission_evaluate(*, model: str, data: str, task: ReadmissionTask = "disc
         max_length: word pieces per chunk
     """
     from ..readmission.recipe import BertChunkScorer, Chunks, load_readmission_model, score_admissions
-    from ..train.distributed import select_device
+    from ..engine.devices import select_device
 
     chunks = Chunks.read(Path(data) / task / "test.csv")
     device = select_device()
@@ -93,7 +93,7 @@ def readmission_score(notes: list[str], *, model: str, c: float = 2.0) -> None:
     """
     from ..input_files import open_text, require_file
     from ..readmission.recipe import admission_risk, load_readmission_model
-    from ..train.distributed import select_device
+    from ..engine.devices import select_device
 
     texts = []
     for note in notes:

@@ -25,7 +25,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..engine.batching import TokenBatch, collate, fit_to_budget, plan_batches
-from ..engine.packed_forward import packed_forward
+from ..models.packed_forward import packed_forward
 from ..engine.pipeline import HostResults, prefetched
 from ..engine.precision import check_inference_dtype, in_dtype
 from ..models.folder import ModelFolder, read_model_folder

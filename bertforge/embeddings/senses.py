@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from ..atomic import replaced_file
 from ..errors import UsageError
+from .similarity import l2_normalized
 
 MIN_OCCURRENCES = 4  # k-means into 2 senses and a silhouette need a few points in each
 
@@ -151,7 +152,7 @@ def word_senses(embedder, sentences: Iterable[str], word: str, max_senses: int =
         raise ValueError(f"{word!r} occurs {len(occurrences)} time(s) in {source} (as a whole word, pattern "
                          f"{pattern_check.pattern}); senses need at least {MIN_OCCURRENCES}: give a larger corpus")
     vectors, kept = occurrence_vectors(embedder, occurrences)
-    vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
+    vectors = l2_normalized(vectors)
     labels, silhouettes = cluster_senses(vectors, max_senses, seed)
     senses = Senses(word, [occurrences[i] for i in kept], vectors, labels, silhouettes,
                     skipped=len(occurrences) - len(kept))

@@ -21,43 +21,73 @@ Item = TypeVar("Item")
 _DONE = object()
 
 
+class Producer:
+    """The items of an iterable made up to `depth` ahead in a background thread, started on the first `next`.
+
+    `next()` gives the next item, raises StopIteration at the end, and raises the producer's
+    exception at the item where it happened. `close()` stops the thread (it finishes the item in
+    hand) and drops what it made. The one read-ahead mechanism: `prefetched` for inference,
+    train.prefetch.Prefetcher for training.
+    """
+
+    def __init__(self, items: Iterable[Item], depth: int):
+        self.items = items
+        self.ready: queue.Queue = queue.Queue(maxsize=depth)
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def next(self) -> Item:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._produce, name="bertforge-prefetch", daemon=True)
+            self.thread.start()
+        item = self.ready.get()
+        if item is _DONE:
+            raise StopIteration("the items ended")
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self, timeout: float = 10) -> None:
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(timeout=timeout)
+
+    def _produce(self) -> None:
+        try:
+            for item in self.items:
+                if not self._put(item):
+                    return
+            self._put(_DONE)
+        except BaseException as error:  # handed to the consumer, which raises it where the user can see it
+            self._put(error)
+
+    def _put(self, item) -> bool:
+        """Queue `item` unless the consumer has stopped listening; False when it has."""
+        while not self.stopping.is_set():
+            try:
+                self.ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+
 def prefetched(items: Iterable[Item], depth: int = 4) -> Iterator[Item]:
     """Iterate `items`, produced up to `depth` ahead in a background thread.
 
     An exception in the producer is raised here, at the item where it happened. Closing the
     iterator early (break, an error in the caller) stops the producer.
     """
-    ready: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        ready.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            ready.put(_DONE)
-        except BaseException as error:  # handed to the consumer, which raises it
-            ready.put(error)
-
-    producer = threading.Thread(target=produce, name="bertforge-prefetch", daemon=True)
-    producer.start()
+    producer = Producer(items, depth)
     try:
         while True:
-            item = ready.get()
-            if item is _DONE:
+            try:
+                item = producer.next()
+            except StopIteration:
                 return
-            if isinstance(item, BaseException):
-                raise item
             yield item
     finally:
-        stop.set()
-        producer.join(timeout=5)
+        producer.close(timeout=5)
 
 
 class HostResults:

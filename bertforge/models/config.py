@@ -63,10 +63,6 @@ class BertConfig:
             self.id2label = {int(k): v for k, v in self.id2label.items()}
 
     @property
-    def head_size(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
     def num_labels(self) -> int:
         return len(self.id2label) if self.id2label else 2
 

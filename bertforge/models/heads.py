@@ -173,9 +173,10 @@ class BertForNextSentencePrediction(BertPreTrainedModel):
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 
-def classifier_dropout(config: BertConfig) -> nn.Dropout:
+def classifier_layers(config: BertConfig) -> tuple[nn.Dropout, nn.Linear]:
+    """The dropout and the linear layer (hidden -> num_labels) of a classifier head, under HF's names."""
     p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-    return nn.Dropout(p)
+    return nn.Dropout(p), nn.Linear(config.hidden_size, config.num_labels)
 
 
 def sequence_classification_loss(logits: Tensor, labels: Tensor, config: BertConfig) -> Tensor:
@@ -205,8 +206,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(config)
-        self.dropout = classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.dropout, self.classifier = classifier_layers(config)
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
@@ -224,8 +224,7 @@ class BertForTokenClassification(BertPreTrainedModel):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False)
-        self.dropout = classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.dropout, self.classifier = classifier_layers(config)
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
@@ -233,10 +232,8 @@ class BertForTokenClassification(BertPreTrainedModel):
         out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
                      output_hidden_states, output_attentions, packing)
         logits = self.classifier(self.dropout(out.last_hidden_state))  # (batch, seq, num_labels)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.float().view(-1, self.config.num_labels), labels.view(-1),
-                                   ignore_index=IGNORE_INDEX)
+        loss = None if labels is None else F.cross_entropy(logits.float().view(-1, self.config.num_labels),
+                                                           labels.view(-1), ignore_index=IGNORE_INDEX)
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 

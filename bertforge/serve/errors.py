@@ -64,6 +64,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException):
+        cause = error.__cause__
+        if isinstance(cause, UnicodeDecodeError):  # FastAPI says only "There was an error parsing the body"
+            return error_response(request, 400, "validation", f"the request body is not valid UTF-8 (byte "
+                                                              f"0x{cause.object[cause.start]:02x} at offset {cause.start});"
+                                                              " send JSON encoded as UTF-8")
         error_type = HTTP_ERROR_TYPES.get(error.status_code, "http")
         return error_response(request, error.status_code, error_type, str(error.detail), getattr(error, "headers", None))
 

@@ -53,7 +53,7 @@ class BodyLimitMiddleware:
 
     def too_large_message(self) -> str:
         return (f"the request body is larger than the server's limit of {self.max_bytes:,} bytes "
-                "(--max-request-bytes); send fewer or shorter inputs per request")
+                "(--payload-limit); send fewer or shorter inputs per request")
 
     @staticmethod
     async def refuse(send, status: int, error_type: str, message: str) -> None:

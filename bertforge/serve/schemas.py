@@ -8,30 +8,71 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, RootModel
+from pydantic import BaseModel, Field, RootModel, StrictBool, StrictInt, StrictStr
 
-Inputs = str | list[str]
+# Strict types: "normalize": "yes" or "inputs": [1.5] is a 422, not a guess (pydantic's lax mode
+# would read "yes" as true). Token ids are the model's own, without [CLS]/[SEP].
+TokenIds = list[StrictInt]
+Inputs = StrictStr | list[StrictStr]
+EmbedInputs = StrictStr | TokenIds | list[StrictStr | TokenIds]
+Direction = Literal["right", "left", "Right", "Left"]
+TRUNCATE = Field(None, description="cut inputs longer than the max input length instead of 413 (default: the "
+                                   "server's --auto-truncate)")
+DIRECTION = Field("right", description="which end a truncated input loses")
+PROMPT_NAME = Field(None, description="a prompt of the model's (GET /info) put before each text")
 
 
 class EmbedRequest(BaseModel):
-    inputs: Inputs = Field(description="a text, or a list of texts", examples=["What is Deep Learning?"])
-    truncate: bool = Field(False, description="cut texts longer than the server's max input length instead of 413")
-    normalize: bool = Field(True, description="L2-normalise each vector (a dot product is then the cosine)")
+    inputs: EmbedInputs = Field(description="a text, a list of texts, or token ids (one list, or a list of lists)",
+                                examples=["What is Deep Learning?"])
+    truncate: StrictBool | None = TRUNCATE
+    truncation_direction: Direction = DIRECTION
+    prompt_name: StrictStr | None = PROMPT_NAME
+    normalize: StrictBool = Field(True, description="L2-normalise each vector (a dot product is then the cosine)")
+    dimensions: StrictInt | None = Field(None, ge=1, description="keep the first N components (then normalise)")
 
 
 class EmbedResponse(RootModel[list[list[float]]]):
-    """One vector per input text, in order."""
+    """One vector per input, in order."""
+
+
+class EmbedAllRequest(BaseModel):
+    inputs: EmbedInputs
+    truncate: StrictBool | None = TRUNCATE
+    truncation_direction: Direction = DIRECTION
+    prompt_name: StrictStr | None = PROMPT_NAME
+
+
+class SparseValue(BaseModel):
+    index: int
+    value: float
+
+
+class SimilarityInput(BaseModel):
+    source_sentence: StrictStr
+    sentences: list[StrictStr]
+
+
+class SimilarityParameters(BaseModel):
+    truncate: StrictBool | None = TRUNCATE
+    truncation_direction: Direction = DIRECTION
+    prompt_name: StrictStr | None = PROMPT_NAME
+
+
+class SimilarityRequest(BaseModel):
+    inputs: SimilarityInput
+    parameters: SimilarityParameters | None = None
 
 
 class OpenAIEmbeddingRequest(BaseModel):
-    input: Inputs | list[int] | list[list[int]] = Field(description="a text or a list of texts (token arrays are refused)")
-    model: str | None = Field(None, description="ignored: the server embeds with the model it was started with")
+    input: EmbedInputs = Field(description="a text, a list of up to 2,048 texts, token ids, or a list of token-id lists")
+    model: StrictStr | None = Field(None, description="echoed back: the server embeds with the model it was started with")
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="base64: each vector as little-endian float32 bytes (what the openai client asks for)")
-    dimensions: int | None = Field(None, description="must be the model's dimension if given")
-    user: str | None = None
-    truncate: bool = Field(False, description="not OpenAI's: cut texts over the max input length instead of 413 "
-                                              "(the openai client sends it with extra_body)")
+    dimensions: StrictInt | None = Field(None, ge=1, description="keep the first N components, renormalised")
+    user: StrictStr | None = Field(None, description="accepted and ignored")
+    truncate: StrictBool | None = Field(None, description="not OpenAI's: cut inputs over the max input length "
+                                                          "instead of 413 (the openai client sends it with extra_body)")
 
 
 class OpenAIEmbedding(BaseModel):
@@ -54,7 +95,8 @@ class OpenAIEmbeddingResponse(BaseModel):
 
 class TokenizeRequest(BaseModel):
     inputs: Inputs
-    add_special_tokens: bool = True
+    add_special_tokens: StrictBool = True
+    prompt_name: StrictStr | None = PROMPT_NAME
     vocab: str | None = Field(None, description="one of the vocabularies in GET /info (default: the model's)")
 
 
@@ -66,11 +108,16 @@ class Token(BaseModel):
     stop: int | None
 
 
+class DecodeRequest(BaseModel):
+    ids: TokenIds | list[TokenIds]
+    skip_special_tokens: StrictBool = True
+
+
 class FillMaskRequest(BaseModel):
     inputs: Inputs = Field(description="a text with one or more [MASK] tokens, or a list of them",
                            examples=["The capital of France is [MASK]."])
-    top_k: int = Field(5, ge=1, le=100)
-    truncate: bool = False
+    top_k: StrictInt = Field(5, ge=1, le=100)
+    truncate: StrictBool | None = TRUNCATE
 
 
 class FillMaskCandidate(BaseModel):
@@ -81,7 +128,7 @@ class FillMaskCandidate(BaseModel):
 
 class ClassifyRequest(BaseModel):
     inputs: Inputs
-    truncate: bool = False
+    truncate: StrictBool | None = TRUNCATE
 
 
 class Prediction(BaseModel):
@@ -89,9 +136,32 @@ class Prediction(BaseModel):
     score: float
 
 
+class PredictRequest(BaseModel):
+    inputs: StrictStr | list[StrictStr] | list[list[StrictStr]] = Field(
+        description="a text, a pair [text, text], or a batch [[text], [text, text], ...] (TEI's /predict)")
+    truncate: StrictBool | None = TRUNCATE
+    truncation_direction: Direction = DIRECTION
+    raw_scores: StrictBool = Field(False, description="the logits instead of probabilities")
+
+
+class RerankRequest(BaseModel):
+    query: StrictStr
+    texts: list[StrictStr]
+    truncate: StrictBool | None = TRUNCATE
+    truncation_direction: Direction = DIRECTION
+    raw_scores: StrictBool = Field(False, description="the logit instead of its sigmoid")
+    return_text: StrictBool = False
+
+
+class Rank(BaseModel):
+    index: int
+    text: str | None = None
+    score: float
+
+
 class SearchRequest(BaseModel):
     query: Inputs = Field(description="a query, or a list of queries")
-    top_k: int = Field(10, ge=1, le=100)
+    top_k: StrictInt = Field(10, ge=1, le=100)
 
 
 class SearchHit(BaseModel):

@@ -1,6 +1,6 @@
 """Fine-tuning tasks: how files become rows of token ids, and model outputs become metrics and predictions.
 
-Each task class has the same small surface, which `recipes/finetune.py` and `predict` use:
+Each task class has the same small surface, which `tasks/finetune.py` and `predict` use:
     model_class                 the BertFor... class it trains
     default_metric              the dev metric that picks the best model
     config_overrides()          num_labels / id2label / label2id / problem_type for the model

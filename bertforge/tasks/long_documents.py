@@ -1,6 +1,6 @@
 """One score per document from the scores of its windows (chunks): mean, max, or ClinicalBERT's mix.
 
-A document longer than one sequence is scored window by window (`bertforge.data.labelled.
+A document longer than one sequence is scored window by window (`tasks.classification.windows.
 encode_windows`); these functions turn window probabilities back into document probabilities.
 ClinicalBERT (Huang et al. 2019, `vote_score` in kexinhuang12345/clinicalBERT) found that the
 max alone is noisy on long notes and the mean alone dilutes one decisive chunk, and mixed them:

@@ -236,7 +236,7 @@ class BertTokenizer:
                 return isinstance(value, (list, tuple)) and all(isinstance(word, str) for word in value)
             return isinstance(value, str)
 
-        def prepared(value):
+        def engine_input(value):
             return [self._prepare(word) for word in value] if is_split_into_words else self._prepare(value)
 
         batched = isinstance(text, (list, tuple)) and not is_one(text)
@@ -244,13 +244,13 @@ class BertTokenizer:
         for index, value in enumerate(texts):
             _check_text(value, f"text[{index}]" if batched else "text", is_split_into_words)
         if text_pair is None:
-            return batched, [prepared(value) for value in texts]
+            return batched, [engine_input(value) for value in texts]
         pairs = list(text_pair) if batched and isinstance(text_pair, (list, tuple)) else [text_pair]
         if len(pairs) != len(texts):
             raise ValueError(f"text has {len(texts)} entries but text_pair has {len(pairs)}; pass one pair per text")
         for index, value in enumerate(pairs):
             _check_text(value, f"text_pair[{index}]" if batched else "text_pair", is_split_into_words)
-        return batched, [(prepared(a), prepared(b)) for a, b in zip(texts, pairs)]
+        return batched, [(engine_input(a), engine_input(b)) for a, b in zip(texts, pairs)]
 
     def _configure(self, truncation: str, padding: str, max_length: int | None, add_special_tokens: bool,
                    pairs: bool) -> None:

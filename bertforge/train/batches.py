@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
+from ..engine.devices import to_device
+
 Collate = Callable[[list[int]], dict[str, torch.Tensor]]
 
 
@@ -67,7 +69,7 @@ def predict_rows(model: torch.nn.Module, lengths: Sequence[int], collate: Collat
     model.eval()
     rows: list = [None] * len(lengths)
     for indices in length_sorted_batches(lengths, batch_size):
-        batch = {key: value.to(device) for key, value in collate(indices).items() if key != "labels"}
+        batch = to_device({key: value for key, value in collate(indices).items() if key != "labels"}, device)
         picked = outputs(model(**batch))
         tensors = picked if isinstance(picked, tuple) else (picked,)
         tensors = [t.float().cpu().numpy() for t in tensors]

@@ -27,6 +27,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
+from ..engine.devices import to_device
 from ..errors import TrainingDiverged
 from ..settings import PATH
 from ..validation import STEPS_TO_RUN, check_bound, check_value
@@ -36,7 +37,7 @@ from .distributed import Topology, all_reduce_sum, barrier
 from .interrupt import StopRequests
 from .memory import TRIM_EVERY, release_freed_memory
 from .optim import SCHEDULES, build_optimizer, learning_rate_schedule, warmup_steps_from
-from .prefetch import Prefetcher, prefetched, to_device
+from .prefetch import Prefetcher
 from .run_log import RunLog, plot_curves
 
 logger = logging.getLogger("bertforge")
@@ -126,90 +127,147 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
           resume: bool = False, forward_kwargs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Run (or continue) training to config.max_steps; returns the logged records.
 
-    forward_kwargs are passed to every forward call (e.g. masked_only=True for the fast MLM head).
-
-    With config.best_metric, the model with the best evaluation so far is kept in
-    output_dir/best (HF format, with the tokenizer), and training stops after
-    early_stopping_patience evaluations without a new best.
-
-    Raises TrainingDiverged when the loss stops being finite; the last checkpoint is untouched.
+    forward_kwargs go to every forward call (masked_only=True: the fast MLM head). With config.best_metric the best
+    model so far is kept in output_dir/best (HF format, with the tokenizer) and training stops after
+    early_stopping_patience evaluations without a new best. Raises TrainingDiverged when the loss stops being finite.
     """
     check_bound(STEPS_TO_RUN, "max_steps", config.max_steps, "training.")
     run_dir = Path(config.output_dir)
     model.to(device)
-    optimizer = build_optimizer(model, config.learning_rate, config.weight_decay, fused=device.type == "cuda")
-    scheduler = learning_rate_schedule(optimizer, config.schedule, warmup_steps_from(config.warmup, config.max_steps),
-                                       config.max_steps)
-    step = 0
-    best = BestModel(config.best_metric, config.greater_is_better, config.early_stopping_patience) \
-        if config.best_metric else None
-    if resume:
-        step = resume_from_newest_good(run_dir, model, optimizer, scheduler, batches, device, best, topology)
+    optimizer, scheduler = optimizer_and_schedule(model, config, device)
+    best = best_model_tracker(config)
+    step = 0 if not resume else resume_from_newest_good(run_dir, model, optimizer, scheduler, batches, device, best,
+                                                        topology)
     forward_model = wrap_for_training(model, config, topology, device)
     log = RunLog(run_dir, resume_step=step, tensorboard=config.tensorboard) if topology.is_main else None
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision_of(config, device) == "bf16")
     progress = tqdm(total=config.max_steps, initial=step, desc="train", disable=not topology.is_main, dynamic_ncols=True)
     if evaluate is not None and step == 0 and config.eval_at_start:
         run_evaluation(model, evaluate, 0, log, progress, topology)
-    window = Window(device, first_step=step + 1)
-    stream = prefetched(batches, model, device)
+    running = RunningMetrics(device, first_step=step + 1)
+    stream = Prefetcher.for_model(batches, model, device)
     model.train()
-    report_compile_time = config.compile and topology.is_main
+    compiled_at = step + 1 if config.compile and topology.is_main else None  # the step that pays for compiling
     stop = StopRequests().install()  # Ctrl-C / SIGTERM: finish the step, save, then stop (train/interrupt.py)
     try:
         while step < config.max_steps and not (best and best.should_stop):
             started = time.perf_counter()
             # Dropout noise is a function of (seed, rank, step): a resumed run draws what the original would have.
             torch.manual_seed(config.seed * 1_000_003 + topology.rank * 7_919 + step)
-            accumulate_gradients(forward_model, stream, config, topology, device, autocast, window, statistics,
+            accumulate_gradients(forward_model, stream, config, topology, device, autocast, running, statistics,
                                  forward_kwargs or {})
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            optimizer_step(model, optimizer, scheduler, config.max_grad_norm)
             step += 1
             progress.update(1)
-            if report_compile_time:  # the warm-up a user pays for compiling, once per run
-                progress.write(f"torch.compile: the first step took {time.perf_counter() - started:.1f} s "
-                               "(compiling; a new batch shape may compile again)")
-                report_compile_time = False
-            if step % TRIM_EVERY == 0:
-                release_freed_memory()
-            end = step == config.max_steps
-            stopping = stop.requested(topology) and not end
-            evaluating = evaluate is not None and (end or (config.eval_every and step % config.eval_every == 0))
-            saving = end or stopping or (config.save_every and step % config.save_every == 0)
-            if step % config.log_every == 0 or evaluating or saving or device.type == "cpu":
-                window.raise_if_diverged(topology, run_dir)  # reading the losses waits for the device
-            if step % config.log_every == 0 or step == config.max_steps:
-                record = {"step": step, "lr": scheduler.get_last_lr()[0], **window.summary(topology, stream)}
-                progress.set_postfix({k: fmt(v) for k, v in record.items() if k not in ("step", "lr")}, refresh=False)
-                if log:
-                    log.write(record)
-            if evaluating:
+            tidy_after_step(step, compiled_at, started, progress)
+            due = due_at(step, config, stop.requested(topology), evaluate is not None, device)
+            if due.reading:
+                running.raise_if_diverged(topology, run_dir)  # reading the losses waits for the device
+            if due.logging:
+                log_step(step, scheduler.get_last_lr()[0], running.summary(topology, stream), progress, log)
+            end = due.end
+            if due.evaluating:
                 scores = run_evaluation(model, evaluate, step, log, progress, topology)
-                if best is not None:
-                    keep_if_best(best, scores, step, model, run_dir, tokenizer, progress, topology)
-                    end = end or best.should_stop
-            if saving or end:  # end: early stopping decided by this evaluation
-                if topology.is_main:
-                    state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                             "data": stream.state_dict(), "config": asdict(config),
-                             "best": best.state_dict() if best else None}
-                    save_checkpoint(run_dir, step, model, state, config.keep_last, tokenizer=tokenizer)
-                barrier(topology)
-            if stopping:
+                stop_early = best is not None and keep_if_best(best, scores, step, model, run_dir, tokenizer,
+                                                               progress, topology)
+                end = end or stop_early
+            if due.saving or end:  # end: early stopping decided by this evaluation
+                save_training_state(run_dir, step, model, optimizer, scheduler, stream, config, best, tokenizer,
+                                    topology)
+            if due.stopping:
                 raise stop.interrupted(step, run_dir)
     finally:
-        stop.uninstall()
-        stream.close()
-        progress.close()
-        if log:
-            log.close()
+        close_run(stop, stream, progress, log)
     model.eval()
+    return finished_records(log, run_dir, config.plot)
+
+
+@dataclass(frozen=True)
+class Due:
+    """What is due after a step: each a bool (see `due_at`)."""
+    end: bool  # the last step
+    stopping: bool  # Ctrl-C / SIGTERM: save, then stop
+    evaluating: bool
+    saving: bool
+    logging: bool
+    reading: bool  # read the losses back (they wait for the device) to catch a divergence
+
+
+def due_at(step: int, config: TrainConfig, stop_requested: bool, can_evaluate: bool, device: torch.device) -> Due:
+    end = step == config.max_steps
+    stopping = stop_requested and not end
+    evaluating = can_evaluate and (end or bool(config.eval_every and step % config.eval_every == 0))
+    saving = end or stopping or bool(config.save_every and step % config.save_every == 0)
+    logging = step % config.log_every == 0
+    # On the CPU every step: nothing runs ahead to lose by reading.
+    reading = logging or evaluating or saving or device.type == "cpu"
+    return Due(end, stopping, evaluating, saving, logging or end, reading)
+
+
+def best_model_tracker(config: TrainConfig) -> BestModel | None:
+    """The tracker of config.best_metric; None without one: the last model is the one that ships."""
+    if not config.best_metric:
+        return None
+    return BestModel(config.best_metric, config.greater_is_better, config.early_stopping_patience)
+
+
+def tidy_after_step(step: int, compiled_at: int | None, started: float, progress) -> None:
+    """Say what compiling cost (the first step of a compiled run), and hand freed memory back now and then."""
+    if step == compiled_at:
+        progress.write(f"torch.compile: the first step took {time.perf_counter() - started:.1f} s "
+                       "(compiling; a new batch shape may compile again)")
+    if step % TRIM_EVERY == 0:
+        release_freed_memory()
+
+
+def close_run(stop: StopRequests, stream: Prefetcher, progress, log: RunLog | None) -> None:
+    """Give back what a run holds, finished or not: signal handlers, the prefetch thread, the bar, the log."""
+    stop.uninstall()
+    stream.close()
+    progress.close()
+    if log:
+        log.close()
+
+
+def optimizer_and_schedule(model: torch.nn.Module, config: TrainConfig, device: torch.device):
+    """AdamW (fused on CUDA) and its learning-rate schedule with warm-up, over config.max_steps."""
+    optimizer = build_optimizer(model, config.learning_rate, config.weight_decay, fused=device.type == "cuda")
+    warmup = warmup_steps_from(config.warmup, config.max_steps)
+    return optimizer, learning_rate_schedule(optimizer, config.schedule, warmup, config.max_steps)
+
+
+def optimizer_step(model: torch.nn.Module, optimizer, scheduler, max_grad_norm: float) -> None:
+    """Clip the gradients, step the optimizer and the schedule, and drop the gradients."""
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def log_step(step: int, learning_rate: float, means: dict[str, float], progress, log: RunLog | None) -> None:
+    """The means since the last log line on the progress bar and (rank 0) into the run log."""
+    record = {"step": step, "lr": learning_rate, **means}
+    progress.set_postfix({k: fmt(v) for k, v in record.items() if k not in ("step", "lr")}, refresh=False)
+    if log:
+        log.write(record)
+
+
+def save_training_state(run_dir: Path, step: int, model, optimizer, scheduler, stream: Prefetcher,
+                        config: TrainConfig, best: BestModel | None, tokenizer, topology: Topology) -> None:
+    """Rank 0 writes the checkpoint (weights, optimizer, schedule, data position, best-model record); every
+    rank waits for it, so none runs ahead of a save it may resume from."""
+    if topology.is_main:
+        state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                 "data": stream.state_dict(), "config": asdict(config), "best": best.state_dict() if best else None}
+        save_checkpoint(run_dir, step, model, state, config.keep_last, tokenizer=tokenizer)
+    barrier(topology)
+
+
+def finished_records(log: RunLog | None, run_dir: Path, plot: bool) -> list[dict[str, Any]]:
+    """The logged records (rank 0; [] on the others), with the curves plotted when asked."""
     if log is None:
         return []
-    if config.plot:
+    if plot:
         plot_curves(log.path, run_dir / "curves.png")
     return log.records()
 
@@ -222,7 +280,7 @@ def precision_of(config: TrainConfig, device: torch.device) -> str:
 
 
 def accumulate_gradients(forward_model, stream: Prefetcher, config: TrainConfig, topology: Topology,
-                         device: torch.device, autocast, window: "Window", statistics: Statistics | None,
+                         device: torch.device, autocast, running: "RunningMetrics", statistics: Statistics | None,
                          forward_kwargs: dict) -> None:
     """Forward and backward over grad_accumulation micro-batches; DDP all-reduces on the last one only."""
     for micro_step in range(config.grad_accumulation):
@@ -233,8 +291,8 @@ def accumulate_gradients(forward_model, stream: Prefetcher, config: TrainConfig,
             with autocast:
                 output = forward_model(**batch, **forward_kwargs)
             (output.loss / config.grad_accumulation).backward()
-        window.add(batch, output, statistics)
-    window.end_step()
+        running.add(batch, output, statistics)
+    running.end_step()
 
 
 def run_evaluation(model, evaluate, step: int, log: RunLog | None, progress, topology: Topology) -> dict[str, float]:
@@ -255,8 +313,8 @@ def run_evaluation(model, evaluate, step: int, log: RunLog | None, progress, top
 
 
 def keep_if_best(best: BestModel, scores: dict[str, float], step: int, model, run_dir: Path, tokenizer, progress,
-                 topology: Topology) -> None:
-    """Rank 0 judges and saves; every rank learns whether to stop (so all leave the loop together)."""
+                 topology: Topology) -> bool:
+    """Rank 0 judges and saves; every rank learns whether to stop (so all leave the loop together): returned."""
     verdict = torch.zeros(2)
     if topology.is_main:
         if best.update(scores, step):
@@ -268,6 +326,7 @@ def keep_if_best(best: BestModel, scores: dict[str, float], step: int, model, ru
     if best.should_stop and topology.is_main:
         progress.write(f"step {step}: no new best {best.metric} in {best.patience} evaluations; stopping early "
                        f"(best {fmt(best.value)} at step {best.step})")
+    return best.should_stop
 
 
 def wrap_for_training(model: torch.nn.Module, config: TrainConfig, topology: Topology, device: torch.device):
@@ -313,7 +372,7 @@ def restore(checkpoint: Path, model, optimizer, scheduler, batches: BatchStream,
     return state["step"]
 
 
-class Window:
+class RunningMetrics:
     """Sums of loss, statistics and tokens since the last log line, kept on the device.
 
     Nothing here reads a value back until `raise_if_diverged` or `summary`, which the loop calls
@@ -328,7 +387,7 @@ class Window:
         self.first_unchecked_step = first_step
         self.started = time.perf_counter()
 
-    def on_device(self, value) -> torch.Tensor:
+    def as_device_float(self, value) -> torch.Tensor:
         return torch.as_tensor(value).detach().to(self.device, torch.float32, non_blocking=True)
 
     def add(self, batch: dict, output, statistics: Statistics | None) -> None:
@@ -339,12 +398,12 @@ class Window:
         if statistics is not None:
             values.update(statistics(batch, output))
         for key, (total, count) in values.items():
-            pair = torch.stack([self.on_device(total), self.on_device(count)])
+            pair = torch.stack([self.as_device_float(total), self.as_device_float(count)])
             self.sums[key] = self.sums[key] + pair if key in self.sums else pair
 
     def end_step(self) -> None:
         losses = torch.stack(self.micro_losses)
-        self.step_losses.append(torch.stack([losses.sum(), self.on_device(len(losses))]))
+        self.step_losses.append(torch.stack([losses.sum(), self.as_device_float(len(losses))]))
         self.micro_losses = []
 
     def raise_if_diverged(self, topology: Topology, run_dir: Path) -> None:

@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import copy
 import inspect
-import queue
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
+from ..engine.pipeline import Producer
 from ..engine.unpadding import packing_if_it_pays
 
 Batch = dict[str, Any]
-_END = object()
 
 
 class Prefetcher:
-    """A BatchStream (iterable, with state_dict/load_state_dict) read ahead by a thread.
+    """A BatchStream (iterable, with state_dict/load_state_dict) read ahead by a thread (engine.pipeline.Producer).
 
     prepare: host-side work per batch (packing from the attention mask), run in the thread.
     pin: page-locked memory, so the loop's `to(device, non_blocking=True)` overlaps the copy.
@@ -38,48 +36,41 @@ class Prefetcher:
                  depth: int = 2):
         self.batches, self.prepare, self.pin = batches, prepare, pin
         self.position = batches.state_dict()  # before anything is read: where a resume left the stream
-        self.ready: queue.Queue = queue.Queue(maxsize=depth)
-        self.stopping = threading.Event()
-        self.thread: threading.Thread | None = None
+        # Started on first use: after a resume has moved the stream.
+        self.producer = Producer(self._made(), depth)
         self.waited = 0.0
 
+    @classmethod
+    def for_model(cls, batches, model: torch.nn.Module, device: torch.device) -> "Prefetcher":
+        """`batches` made ahead, each packed on the host when dropping its padding pays on `device`."""
+        pack = accepts_packing(model)
+
+        def prepare(batch: Batch) -> Batch:
+            if pack and "attention_mask" in batch:
+                packing = packing_if_it_pays(batch["attention_mask"], device.type)
+                if packing is not None:
+                    batch = {**batch, "packing": packing}
+            return batch
+
+        return cls(batches, prepare, pin=device.type == "cuda")
+
     def next_batch(self) -> Batch:
-        if self.thread is None:  # started on first use: after a resume has moved the stream
-            self.thread = threading.Thread(target=self._produce, name="bertforge-prefetch", daemon=True)
-            self.thread.start()
         started = time.perf_counter()
-        item = self.ready.get()
-        self.waited += time.perf_counter() - started
-        if item is _END:
-            raise StopIteration("the batch stream ended")
-        if isinstance(item, BaseException):
-            raise item
-        batch, self.position = item
+        try:
+            batch, self.position = self.producer.next()
+        except StopIteration:
+            raise StopIteration("the batch stream ended") from None
+        finally:
+            self.waited += time.perf_counter() - started
         return batch
 
     def state_dict(self) -> Any:
         return self.position
 
-    def _produce(self) -> None:
-        try:
-            for batch in self.batches:
-                # A deep copy: the stream's own state moves on with the next batch.
-                item = (self._pinned(self.prepare(batch)), copy.deepcopy(self.batches.state_dict()))
-                if not self._put(item):
-                    return
-            self._put(_END)
-        except BaseException as error:  # handed to the loop, which raises it where the user can see it
-            self._put(error)
-
-    def _put(self, item) -> bool:
-        """Queue `item` unless the loop has stopped listening; False when it has."""
-        while not self.stopping.is_set():
-            try:
-                self.ready.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+    def _made(self) -> Iterator[tuple[Batch, Any]]:
+        for batch in self.batches:
+            # A deep copy: the stream's own state moves on with the next batch.
+            yield self._pinned(self.prepare(batch)), copy.deepcopy(self.batches.state_dict())
 
     def _pinned(self, batch: Batch) -> Batch:
         if not self.pin:
@@ -88,9 +79,7 @@ class Prefetcher:
 
     def close(self) -> None:
         """Stop the thread (it finishes the batch in hand) and drop what it made."""
-        self.stopping.set()
-        if self.thread is not None:
-            self.thread.join(timeout=10)
+        self.producer.close()
 
 
 def accepts_packing(model: torch.nn.Module) -> bool:
@@ -98,23 +87,3 @@ def accepts_packing(model: torch.nn.Module) -> bool:
     parameters = inspect.signature(model.forward).parameters.values()
     return any(p.name == "packing" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
-
-def prefetched(batches, model: torch.nn.Module, device: torch.device) -> Prefetcher:
-    """`batches` made ahead in a thread, each packed on the host when dropping its padding pays on `device`."""
-    pack = accepts_packing(model)
-
-    def prepare(batch: Batch) -> Batch:
-        if pack and "attention_mask" in batch:
-            packing = packing_if_it_pays(batch["attention_mask"], device.type)
-            if packing is not None:
-                batch = {**batch, "packing": packing}
-        return batch
-
-    return Prefetcher(batches, prepare, pin=device.type == "cuda")
-
-
-def to_device(batch: Batch, device: torch.device) -> Batch:
-    """Every tensor (and Packing) of `batch` on `device`; asynchronous from pinned memory."""
-    non_blocking = device.type == "cuda"
-    return {key: value.to(device, non_blocking=non_blocking) if hasattr(value, "to") else value
-            for key, value in batch.items()}

@@ -54,8 +54,12 @@ async function loadInfo() {
 async function showTokens(text) {
   const names = state.info.vocabularies;
   const answers = await Promise.all(names.map((vocab) => api("/tokenize", { inputs: text, vocab, add_special_tokens: false })));
-  const columns = answers.map((answer) => answer[0].map((token) => token.text));
+  const columns = answers.map((answer) => answer[0]);
   const rows = Math.max(0, ...columns.map((column) => column.length));
+  // A piece differs when the first vocabulary has no piece with the same text over the same characters:
+  // compared by token, so one extra split early in a column does not mark every row below it.
+  const key = (token) => `${token.start}:${token.stop}:${token.text}`;
+  const firstPieces = new Set(columns[0].map(key));
   const table = $("token-table");
   const head = element("thead");
   const headRow = element("tr");
@@ -63,11 +67,13 @@ async function showTokens(text) {
   head.append(headRow);
   const body = element("tbody");
   for (let row = 0; row < rows; row++) {
-    const cells = columns.map((column) => column[row] ?? "");
     const tr = element("tr");
     tr.append(element("td", String(row + 1)));
-    // Marked: a piece that differs from the first vocabulary's piece in the same row.
-    cells.forEach((cell, i) => tr.append(element("td", cell, i > 0 && cell !== cells[0] ? { class: "differs" } : {})));
+    columns.forEach((column, i) => {
+      const token = column[row];
+      const differs = token !== undefined && i > 0 && !firstPieces.has(key(token));
+      tr.append(element("td", token ? token.text : "", differs ? { class: "differs" } : {}));
+    });
     body.append(tr);
   }
   const foot = element("tfoot");
@@ -86,9 +92,14 @@ function shade(value) { // 0..1 -> white .. the accent blue
   return `rgb(${mix(255, 23)},${mix(255, 70)},${mix(255, 160)})`;
 }
 
-function strongest(matrix) {
+const SPECIAL = new Set(["[CLS]", "[SEP]", "[PAD]"]);
+
+// The strongest link, over the cells whose row and column pass `counts` (every cell when none is given).
+function strongest(matrix, counts) {
   let best = { q: 0, k: 0, value: -1 };
-  matrix.forEach((row, q) => row.forEach((value, k) => { if (value > best.value) best = { q, k, value }; }));
+  matrix.forEach((row, q) => row.forEach((value, k) => {
+    if (value > best.value && (!counts || (counts(q) && counts(k)))) best = { q, k, value };
+  }));
   return best;
 }
 
@@ -108,7 +119,9 @@ function drawHeatmap() {
   let context = canvas.getContext("2d");
   context.font = "12px system-ui, sans-serif";
   const margin = Math.ceil(Math.max(...tokens.map((t) => context.measureText(t).width))) + 10;
-  const cell = Math.max(8, Math.min(28, Math.floor(440 / n)));
+  // Cells fit the room the section has (a 64-token text on a phone), 4 to 28 px each.
+  const room = Math.min(440, $("attention-section").clientWidth - 30) - margin;
+  const cell = Math.max(4, Math.min(28, Math.floor(room / n)));
   canvas.width = margin + n * cell + 2;
   canvas.height = margin + n * cell + 2;
   context = canvas.getContext("2d"); // resizing resets the context's settings
@@ -126,12 +139,19 @@ function drawHeatmap() {
     context.restore();
   });
   drawMatrix(context, matrix, margin, margin, cell);
-  const best = strongest(matrix);
+  const peak = strongest(matrix);
+  // Most heads send most of their attention to [CLS] or [SEP] (a resting place): the link worth
+  // naming is the strongest between two pieces of the text, and only then the specials.
+  const words = tokens.filter((t) => !SPECIAL.has(t)).length;
+  const best = words ? strongest(matrix, (i) => !SPECIAL.has(tokens[i])) : peak;
   Object.assign(canvas.dataset, { layer: state.layer, head: state.head, size: n, strongest: `${best.q},${best.k}`,
-                                  margin, cell, text: state.attention.text });
+                                  peak: `${peak.q},${peak.k}`, margin, cell, text: state.attention.text });
   $("attention-summary").textContent =
-    `Layer ${state.layer + 1}, head ${state.head + 1}: the strongest link is “${tokens[best.q]}” → “${tokens[best.k]}” ` +
-    `(${best.value.toFixed(3)}).` + (truncated ? ` Only the first ${n} tokens are shown.` : "");
+    `Layer ${state.layer + 1}, head ${state.head + 1}: the strongest link between words is “${tokens[best.q]}” → ` +
+    `“${tokens[best.k]}” (${best.value.toFixed(3)})` +
+    (peak.value > best.value ? `; “${tokens[peak.q]}” sends ${peak.value.toFixed(3)} to “${tokens[peak.k]}”.` : ".") +
+    (truncated ? ` Only the first ${n} tokens are shown.` : "");
+  $("attention-hover").textContent = ""; // the cell under the pointer belongs to the map drawn before
   document.querySelectorAll("#attention-grid canvas").forEach((small) => small.classList.toggle(
     "selected", Number(small.dataset.layer) === state.layer && Number(small.dataset.head) === state.head));
 }
@@ -186,9 +206,10 @@ function hoverHeatmap(event) {
   if (!state.attention) return;
   const canvas = $("attention-heatmap");
   const box = canvas.getBoundingClientRect();
-  const { margin, cell, size } = canvas.dataset;
-  const k = Math.floor((event.clientX - box.left - margin) / cell);
-  const q = Math.floor((event.clientY - box.top - margin) / cell);
+  const scale = canvas.width / box.width; // the canvas may be drawn smaller than its pixels (max-width)
+  const margin = Number(canvas.dataset.margin), cell = Number(canvas.dataset.cell), size = Number(canvas.dataset.size);
+  const k = Math.floor(((event.clientX - box.left) * scale - margin) / cell);
+  const q = Math.floor(((event.clientY - box.top) * scale - margin) / cell);
   const tokens = state.attention.tokens;
   const inside = q >= 0 && k >= 0 && q < size && k < size;
   $("attention-hover").textContent = inside
@@ -276,30 +297,75 @@ async function showWord() {
   drawPca(data.points, sentences, data.explained_variance);
 }
 
+// --- fill-mask ------------------------------------------------------------------------------
+
+async function showFillMask() {
+  const text = $("masked").value.trim();
+  const list = $("fill-results");
+  if (!text.includes("[MASK]")) throw new Error("Put [MASK] where a word should be predicted.");
+  const masks = await api("/fill-mask", { inputs: text, top_k: 5 });
+  list.replaceChildren(...masks.map((candidates, i) => {
+    const item = element("li", null, { "data-mask": i });
+    item.append(...candidates.map((c) => {
+      const chip = element("span", null, { class: "candidate" });
+      chip.append(element("span", c.token_str, { class: "token" }), element("span", c.score.toFixed(3), { class: "score" }));
+      return chip;
+    }));
+    return item;
+  }));
+  list.dataset.text = text;
+}
+
+async function fill(event) {
+  if (event) event.preventDefault();
+  await guarded($("fill"), [showFillMask], [() => $("fill-results").replaceChildren()]);
+}
+
 // --- wiring -------------------------------------------------------------------------------
+
+function clearTokens() { $("token-table").replaceChildren(); delete $("token-table").dataset.text; }
+function clearSearch() { $("search-results").replaceChildren(); delete $("search-results").dataset.query; }
+function clearAttention() {
+  state.attention = null;
+  const canvas = $("attention-heatmap");
+  canvas.getContext("2d").clearRect(0, 0, canvas.width, canvas.height);
+  delete canvas.dataset.text;
+  $("attention-grid").replaceChildren();
+  $("attention-summary").textContent = "";
+  $("attention-hover").textContent = "";
+}
+
+// Run the views' updates with the button disabled; a view whose update failed is emptied (never
+// left showing the previous text's answer) and every failure is shown.
+async function guarded(button, updates, clears) {
+  button.disabled = true;
+  const results = await Promise.allSettled(updates.map((update) => update()));
+  button.disabled = false;
+  results.forEach((result, i) => { if (result.status === "rejected") clears[i](); });
+  showErrors(results.filter((r) => r.status === "rejected").map((r) => r.reason));
+}
 
 async function explore(event) {
   if (event) event.preventDefault();
-  const text = $("sentence").value;
-  const button = $("explore");
-  button.disabled = true;
-  const results = await Promise.allSettled([showTokens(text), showAttention(text), showSearch(text)]);
-  button.disabled = false;
-  showErrors(results.filter((r) => r.status === "rejected").map((r) => r.reason));
+  const text = $("sentence").value.trim();
+  if (!text) {
+    [clearTokens, clearAttention, clearSearch].forEach((clear) => clear());
+    showErrors([new Error("Type a sentence first.")]);
+    return;
+  }
+  await guarded($("explore"), [() => showTokens(text), () => showAttention(text), () => showSearch(text)],
+                [clearTokens, clearAttention, clearSearch]);
 }
 
 async function compare(event) {
   if (event) event.preventDefault();
-  const button = $("compare");
-  button.disabled = true;
-  try {
-    await showWord();
-    showErrors([]);
-  } catch (error) {
-    showErrors([error]);
-  } finally {
-    button.disabled = false;
-  }
+  await guarded($("compare"), [showWord], [clearWord]);
+}
+
+function clearWord() {
+  $("cosine-table").replaceChildren();
+  delete $("cosine-table").dataset.word;
+  $("pca-plot").replaceChildren();
 }
 
 async function load() {
@@ -309,8 +375,10 @@ async function load() {
     showErrors([error]);
     return;
   }
+  $("fill-section").hidden = !state.info.fill_mask;
   await explore();
   await compare();
+  if (state.info.fill_mask) await fill();
   document.body.dataset.ready = "true";
 }
 
@@ -319,7 +387,9 @@ function start() {
   $("word-form").addEventListener("submit", compare);
   $("layer").addEventListener("change", (e) => selectHead(Number(e.target.value), state.head));
   $("head").addEventListener("change", (e) => selectHead(state.layer, Number(e.target.value)));
+  $("fill-form").addEventListener("submit", fill);
   $("attention-heatmap").addEventListener("mousemove", hoverHeatmap);
+  $("attention-heatmap").addEventListener("mouseleave", () => { $("attention-hover").textContent = ""; });
   $("save-key").addEventListener("click", () => {
     sessionStorage.setItem(KEY_NAME, $("api-key").value);
     $("key-row").hidden = true;

@@ -18,8 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...input_files import open_text, require_file, text_suffix
-from ..pretraining.corpus import jsonl_objects
+from ...input_files import jsonl_objects, open_text, require_file, text_suffix
 
 logger = logging.getLogger(__name__)
 

@@ -49,19 +49,8 @@ def pad_batch(windows: Windows, indices: Sequence[int]) -> dict[str, torch.Tenso
     return pad_rows(rows, windows.pad_token_id, row_fields=labels)
 
 
-def encode_windows(tokenizer, texts: list[tuple[str, ...]], max_length: int = 128, stride: int = 32,
-                   max_windows: int | None = None, labels: torch.Tensor | None = None) -> Windows:
-    """Tokenize rows of 1 or 2 texts into [CLS] A [SEP] (B [SEP]) windows of at most max_length ids.
-
-    A single text longer than max_length - 2 pieces is cut into windows of max_length - 2 pieces,
-    each overlapping the previous one by `stride` pieces (the last may be shorter); max_windows
-    keeps only a document's first windows (counted in `capped_documents`). A pair that does not
-    fit is truncated longest-first, one piece at a time from the longer text, as BERT's
-    `_truncate_seq_pair` does (counted in `truncated_pairs`). labels: optional per-row labels
-    kept on the result for collate. Raises ValueError for no rows, rows of mixed or bad width,
-    or a max_length / stride (single texts only) / max_windows that cannot work.
-    """
-    texts = [tuple(row) for row in texts]
+def check_window_settings(texts: list[tuple[str, ...]], max_length, stride, max_windows, labels) -> int:
+    """The rows' width (1, or 2 for pairs); ValueError for settings `encode_windows` cannot work with."""
     if not texts:
         raise ValueError("no texts to encode; check the data file")
     width = len(texts[0])
@@ -79,6 +68,23 @@ def encode_windows(tokenizer, texts: list[tuple[str, ...]], max_length: int = 12
         raise ValueError(f"max_windows must be a positive int or None (all windows), got {max_windows!r}")
     if labels is not None and len(labels) != len(texts):
         raise ValueError(f"{len(labels)} labels for {len(texts)} rows; pass one label per row")
+    return width
+
+
+def encode_windows(tokenizer, texts: list[tuple[str, ...]], max_length: int = 128, stride: int = 32,
+                   max_windows: int | None = None, labels: torch.Tensor | None = None) -> Windows:
+    """Tokenize rows of 1 or 2 texts into [CLS] A [SEP] (B [SEP]) windows of at most max_length ids.
+
+    A single text longer than max_length - 2 pieces is cut into windows of max_length - 2 pieces,
+    each overlapping the previous one by `stride` pieces (the last may be shorter); max_windows
+    keeps only a document's first windows (counted in `capped_documents`). A pair that does not
+    fit is truncated longest-first, one piece at a time from the longer text, as BERT's
+    `_truncate_seq_pair` does (counted in `truncated_pairs`). labels: optional per-row labels
+    kept on the result for collate. Raises ValueError for no rows, rows of mixed or bad width,
+    or a max_length / stride (single texts only) / max_windows that cannot work.
+    """
+    texts = [tuple(row) for row in texts]
+    width = check_window_settings(texts, max_length, stride, max_windows, labels)
 
     first = tokenizer([row[0] for row in texts], add_special_tokens=False)["input_ids"]
     second = tokenizer([row[1] for row in texts], add_special_tokens=False)["input_ids"] if width == 2 else None

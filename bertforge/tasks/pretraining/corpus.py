@@ -15,14 +15,13 @@ Four layouts, picked by file extension and `document_boundary`:
 Hard-wrapped lines are joined with spaces before sentence splitting. Any of these may be
 compressed (`.txt.gz`, `.jsonl.xz`): it is read as text on the fly.
 """
-import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Literal, get_args
 
-from ...input_files import open_text, require_file, text_suffix
+from ...input_files import jsonl_objects, open_text, require_file, text_suffix
 
 DocumentBoundary = Literal["blank_line", "file", "chapter"]
 DOCUMENT_BOUNDARIES = get_args(DocumentBoundary)
@@ -132,26 +131,6 @@ def _chapter_documents(path: Path, split: Callable[[str], list[str]]) -> Iterato
         else:
             document.extend(split(block))
     yield document
-
-
-def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for each non-blank line of a JSON Lines file, streamed.
-
-    Raises ValueError naming file:line for a line that is not JSON or not a JSON object.
-    """
-    with open_text(path, encoding="utf-8-sig") as file:  # -sig: a BOM from a Windows editor is not JSON
-        for line_number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{line_number}: not valid JSON ({error.msg}); "
-                                 "JSONL needs one JSON object per line") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{path}:{line_number}: a JSON {type(record).__name__}, not an object; "
-                                 "JSONL needs one object per line, e.g. {\"text\": ...}")
-            yield line_number, record
 
 
 def _jsonl_documents(path: Path, text_field: str, split: Callable[[str], list[str]]) -> Iterator[list[str]]:

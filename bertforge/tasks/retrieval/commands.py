@@ -1,4 +1,4 @@
-"""`bertforge sbert train|evaluate|prepare`: the sentence-encoder sub-commands (signatures are the CLI, see cli.py)."""
+"""`bertforge sbert train|evaluate|prepare`: the sentence-encoder sub-commands (signatures are the CLI, see cli/parser.py)."""
 from __future__ import annotations
 
 import json

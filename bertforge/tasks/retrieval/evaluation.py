@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ...embeddings.embed import Embedder
+from ...embeddings.similarity import l2_normalized
 from .metrics import RECALL_AT, relevant_indices, retrieval_metrics, spearman
 from .reader import RetrievalSet, SentencePairs
 
@@ -28,13 +29,9 @@ def encoder_scorer(embedder: Embedder) -> Scorer:
     """Cosine similarity of the embedder's vectors."""
 
     def scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
-        return unit(embedder.encode(list(queries))) @ unit(embedder.encode(list(documents))).T
+        return l2_normalized(embedder.encode(list(queries))) @ l2_normalized(embedder.encode(list(documents))).T
 
     return scores
-
-
-def unit(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
 def evaluate_retrieval(scorer: Scorer, retrieval_set: RetrievalSet,
@@ -52,5 +49,5 @@ def evaluate_retrieval(scorer: Scorer, retrieval_set: RetrievalSet,
 
 def evaluate_scored_pairs(embedder: Embedder, pairs: SentencePairs) -> dict[str, float]:
     """Spearman correlation of the pairs' cosines with their gold scores."""
-    first, second = unit(embedder.encode(pairs.anchors)), unit(embedder.encode(pairs.positives))
+    first, second = l2_normalized(embedder.encode(pairs.anchors)), l2_normalized(embedder.encode(pairs.positives))
     return {"spearman": spearman((first * second).sum(axis=1), pairs.scores)}

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...atomic import replaced_file
-from ...input_files import open_text, require_file, text_suffix
-from ..pretraining.corpus import jsonl_objects
+from ...input_files import jsonl_objects, open_text, require_file, text_suffix
 from ..classification.reader import DELIMITERS, JSONL_SUFFIX, read_rows
 
 PAIR_COLUMNS = ["anchor", "positive"]

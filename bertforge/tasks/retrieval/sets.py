@@ -248,11 +248,6 @@ def load_split_ids(name: str) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def save_split_ids(split_ids: dict, path: Path) -> None:
-    with replaced_file(path) as temporary:
-        temporary.write_text(json.dumps(split_ids, separators=(",", ":")) + "\n", encoding="utf-8")
-
-
 def prepare_set(split_ids: dict, data_dir: Path | None, output: Path) -> dict[str, int]:
     """Write the set's files (see the module docstring) into `output`; returns rows per file.
 

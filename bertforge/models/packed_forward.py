@@ -4,13 +4,14 @@ Padding is dropped once before the embeddings and put back once at the end (as M
 bert_layers and ModernBERT do): every linear layer, norm and GELU sees (tokens, hidden)
 instead of (batch, seq, hidden). On the CPU the time is in those linear layers, so the
 padding a batch carries is time saved one for one. The model does the work (its `packing`
-argument); this is where inference hands it the packing its batcher made on the host.
+argument); this is where inference hands it the packing its batcher made on the host. It lives
+beside the model, not in engine/, because engine/ knows no model class.
 """
 from __future__ import annotations
 
-from ..models.model import BertModel
-from ..models.outputs import EncoderOutput
-from .batching import TokenBatch
+from ..engine.batching import TokenBatch
+from .model import BertModel
+from .outputs import EncoderOutput
 
 
 def packed_forward(model: BertModel, batch: TokenBatch, output_hidden_states: bool = False) -> EncoderOutput:

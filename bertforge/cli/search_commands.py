@@ -1,13 +1,15 @@
 """The `bertforge index build|add`, `bertforge search` and `bertforge senses` sub-commands.
 
-Their signatures and docstrings are the command line (see cli.py).
+Their signatures and docstrings are the command line (see parser.py). Here, not in search/, because a
+command wires several layers together: `senses` reads a corpus (tasks/) into word vectors (embeddings/).
 """
 from __future__ import annotations
 
 import json
 
 from ..embeddings.pooling import SentencePooling
-from . import IndexKind
+from ..search import IndexKind
+from .commands import parse_layers
 
 
 def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexKind = "auto", chunk_size: int = 10_000,
@@ -28,7 +30,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
         id_field: the JSONL field that holds the id (default ids: FILE:LINE)
         tune_queries: a file of typical queries, one a line, to tune ivf/hnsw effort on (default: stored vectors)
     """
-    from .build import build_index
+    from ..search.build import build_index
 
     meta = build_index(corpus, output, model, kind=kind, chunk_size=chunk_size, pooling=pooling, normalize=normalize,
                        batch_size=batch_size, text_field=text_field, id_field=id_field, tune_queries=tune_queries)
@@ -49,7 +51,7 @@ def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int
         text_field: the JSONL field that holds the text
         id_field: the JSONL field that holds the id (default ids: FILE:LINE)
     """
-    from .build import add_corpus
+    from ..search.build import add_corpus
 
     meta, added = add_corpus(index, corpus, model, chunk_size=chunk_size, batch_size=batch_size,
                              text_field=text_field, id_field=id_field)
@@ -69,7 +71,7 @@ def search(index: str, query: str, top_k: int = 10, model: str | None = None, re
         effort: ivf nprobe / hnsw efSearch, to search harder than tuned at build (see meta.json's tuning)
         as_json: print one JSON object per hit instead of a table
     """
-    from .index import Index
+    from ..search.index import Index
 
     searcher = Index.load(index, model=model)
     if effort is not None:
@@ -78,7 +80,7 @@ def search(index: str, query: str, top_k: int = 10, model: str | None = None, re
     if top_k > len(searcher):
         print(f"note: the index holds {len(searcher)} passages, fewer than top_k={top_k}; showing all")
     if rerank:
-        from .rerank import Reranker
+        from ..search.rerank import Reranker
 
         hits = Reranker(rerank).rerank(query, hits)
     for rank, hit in enumerate(hits, start=1):
@@ -110,7 +112,6 @@ def senses(word: str, corpus: list[str], model: str = "minilm", plot: str | None
         text_field: the JSONL field that holds the text
         seed: seed of the sample, k-means and the projections
     """
-    from ..cli.commands import parse_layers
     from ..tasks.pretraining.corpus import read_documents
     from ..embeddings.embed import Embedder
     from ..embeddings.senses import check_plot_path, plot_senses, word_senses

@@ -1,0 +1,190 @@
+"""bertforge serve against infinity-emb on the same model, threads and load (issue 24, item 5).
+
+Starts each server in turn on 127.0.0.1 (a free port): `bertforge serve --model FOLDER --threads T`
+and `infinity_emb v2 --model-id FOLDER --engine torch --device cpu` with OMP_NUM_THREADS=T. Both
+are driven through their OpenAI-shaped route (`/v1/embeddings`, infinity's `/embeddings`) with the
+same bounded loads over the same real texts: 16 clients sending one text a request, and 4
+clients sending 32; each load is run once to warm up, then timed. Each server's vectors are
+checked against sentence-transformers on the same folder (min cosine). Prints one Markdown table:
+texts/s, p50 / p99 request latency, errors, min cosine, and bertforge's ratio to infinity.
+
+infinity-emb is installed by this script into its own virtual environment (--venv), which sees
+this environment's packages (so torch stays this machine's CPU build: pinned to its version) and
+puts infinity's own pins (transformers 4.x, sentence-transformers 3.x) in front of them.
+
+    python benchmarks/bench_infinity.py [--n 1000] [--threads 1] [--venv ~/.cache/bertforge/infinity-venv]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import torch
+
+from bench_inference import load_texts, minilm_dir
+
+from bertforge import __version__
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+LOADS = ((16, 1), (4, 32))  # (clients, texts per request)
+START_TIMEOUT = 300.0
+
+
+def infinity_binary(venv: Path) -> Path:
+    """The venv's infinity_emb, installed there first when missing (torch pinned to this environment's)."""
+    binary = venv / "bin" / "infinity_emb"
+    if binary.exists():
+        return binary
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    constraints = venv / "constraints.txt"
+    constraints.write_text(f"torch=={torch.__version__.split('+')[0]}\n")
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-c", str(constraints),
+                    "infinity-emb[torch,server]"], check=True)
+    return binary
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class Server:
+    name: str
+    command: list[str]
+    route: str
+    environment: dict
+
+    def start(self) -> tuple[subprocess.Popen, str]:
+        process = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   env=self.environment, cwd=PROJECT_ROOT)
+        base = f"http://127.0.0.1:{self.command[self.command.index('--port') + 1]}"
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise SystemExit(f"{self.name} exited with {process.returncode} before it served")
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    return process, base
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        process.kill()
+        raise SystemExit(f"{self.name} did not answer /health within {START_TIMEOUT:g} s")
+
+
+def servers(folder: Path, threads: int, venv: Path) -> list[Server]:
+    environment = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(PROJECT_ROOT),
+                   "DO_NOT_TRACK": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0", "HF_HUB_OFFLINE": "1"}
+    # --auto-truncate: infinity cuts texts past the model's 256 tokens silently; bertforge, as TEI, answers
+    # 413 unless asked to cut (a tenth of the Persuasion paragraphs are longer).
+    bertforge = [sys.executable, "-m", "bertforge.cli", "serve", "--model", str(folder), "--threads", str(threads),
+                 "--auto-truncate", "--port", str(free_port())]
+    infinity = [str(infinity_binary(venv)), "v2", "--model-id", str(folder), "--engine", "torch", "--device", "cpu",
+                "--host", "127.0.0.1", "--port", str(free_port())]
+    return [Server("bertforge", bertforge, "/v1/embeddings", environment),
+            Server("infinity", infinity, "/embeddings", environment)]
+
+
+async def drive(base: str, route: str, model: str, texts: list[str], clients: int, per_request: int):
+    """Every text once, `per_request` a request, from `clients` concurrent clients; (seconds, latencies, errors, vectors)."""
+    requests = [list(range(i, min(i + per_request, len(texts)))) for i in range(0, len(texts), per_request)]
+    vectors: list = [None] * len(texts)
+    latencies, errors = [], 0
+
+    async def client(queue: asyncio.Queue, http: httpx.AsyncClient):
+        nonlocal errors
+        while not queue.empty():
+            rows = queue.get_nowait()
+            started = time.perf_counter()
+            try:
+                response = await http.post(f"{base}{route}", json={"model": model, "input": [texts[r] for r in rows]})
+                response.raise_for_status()
+                for row, item in zip(rows, response.json()["data"]):
+                    vectors[row] = item["embedding"]
+            except (httpx.HTTPError, KeyError, ValueError):
+                errors += 1
+            latencies.append(time.perf_counter() - started)
+
+    queue: asyncio.Queue = asyncio.Queue()
+    for rows in requests:
+        queue.put_nowait(rows)
+    started = time.perf_counter()
+    async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=clients)) as http:
+        await asyncio.gather(*(client(queue, http) for _ in range(clients)))
+    return time.perf_counter() - started, latencies, errors, vectors
+
+
+def min_cosine(vectors: list, expected: np.ndarray) -> float:
+    rows = [i for i, v in enumerate(vectors) if v is not None]
+    if not rows:
+        return float("nan")
+    served = np.array([vectors[i] for i in rows], dtype=np.float64)
+    served /= np.linalg.norm(served, axis=1, keepdims=True)
+    return float((served * expected[rows]).sum(axis=1).min())
+
+
+def measure(server: Server, folder: Path, texts: list[str], expected: np.ndarray) -> dict:
+    process, base = server.start()
+    results = {}
+    try:
+        for clients, per_request in LOADS:
+            asyncio.run(drive(base, server.route, str(folder), texts[:clients * per_request * 2], clients, per_request))
+            seconds, latencies, errors, vectors = asyncio.run(drive(base, server.route, str(folder), texts, clients,
+                                                                    per_request))
+            results[(clients, per_request)] = {
+                "rate": len(texts) / seconds, "p50": 1000 * np.percentile(latencies, 50),
+                "p99": 1000 * np.percentile(latencies, 99), "errors": errors, "cosine": min_cosine(vectors, expected)}
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    return results
+
+
+def table(measured: dict[str, dict]) -> str:
+    lines = ["| load (clients x texts/request) | server | texts/s | p50 ms | p99 ms | errors | min cosine vs ST | "
+             "bertforge / infinity texts/s |", "|---|---|---|---|---|---|---|---|"]
+    for load in LOADS:
+        ratio = measured["bertforge"][load]["rate"] / measured["infinity"][load]["rate"]
+        for name in ("bertforge", "infinity"):
+            row = measured[name][load]
+            lines.append(f"| {load[0]} x {load[1]} | {name} | {row['rate']:.1f} | {row['p50']:,.0f} | {row['p99']:,.0f} "
+                         f"| {row['errors']} | {row['cosine']:.6f} | {f'{ratio:.2f}' if name == 'bertforge' else ''} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=1000, help="real texts per load")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads for each server")
+    parser.add_argument("--venv", type=Path, default=Path.home() / ".cache" / "bertforge" / "infinity-venv")
+    args = parser.parse_args()
+    from sentence_transformers import SentenceTransformer
+
+    folder, texts = minilm_dir(), load_texts(args.n)
+    expected = SentenceTransformer(str(folder), device="cpu").encode(texts, normalize_embeddings=True)
+    measured = {server.name: measure(server, folder, texts, expected)
+                for server in servers(folder, args.threads, args.venv)}
+    version = subprocess.run([str(infinity_binary(args.venv).parent / "python"), "-c",
+                              "import importlib.metadata as m; print(m.version('infinity_emb'))"],
+                             capture_output=True, text=True).stdout.strip()
+    print(f"bertforge {__version__} serve vs infinity-emb {version} (--engine torch), all-MiniLM-L6-v2, {len(texts)} "
+          f"real texts a load, {args.threads} thread(s) each; {datetime.date.today()}; {platform.machine()}, "
+          f"{os.cpu_count()} cores, torch {torch.__version__}; load average {os.getloadavg()[0]:.1f} at the end\n")
+    print(table(measured))
+
+
+if __name__ == "__main__":
+    main()

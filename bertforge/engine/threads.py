@@ -1,0 +1,75 @@
+"""How many threads a CPU forward pass should use: the physical cores this process may really run on.
+
+`os.cpu_count()` counts every logical CPU of the machine. A container or `taskset` allows fewer
+(sched_getaffinity), a cgroup quota (`cpu.max`, what `docker --cpus` and Kubernetes limits set)
+may allow fewer still, and two hyper-threads of one core share its matrix units, so a matmul
+thread per logical CPU only makes threads wait on each other. torch's own default is the
+logical count; on a 2-core machine shared with another busy process, 2 threads ran 3-5x slower
+than 1 (issue 24).
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+CPU_SYSFS = Path("/sys/devices/system/cpu")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def allowed_cpus() -> set[int]:
+    """The logical CPUs this process may be scheduled on (all of them where the OS cannot say)."""
+    if hasattr(os, "sched_getaffinity"):
+        return set(os.sched_getaffinity(0))
+    return set(range(os.cpu_count() or 1))
+
+
+def physical_cores(cpus: set[int], sysfs: Path = CPU_SYSFS) -> int:
+    """How many distinct physical cores the logical CPUs `cpus` sit on (len(cpus) where sysfs is silent)."""
+    cores = set()
+    for cpu in cpus:
+        topology = sysfs / f"cpu{cpu}" / "topology"
+        try:
+            package = (topology / "physical_package_id").read_text().strip()
+            core = (topology / "core_id").read_text().strip()
+        except OSError:
+            return len(cpus)
+        cores.add((package, core))
+    return len(cores) or len(cpus)
+
+
+def cgroup_cpu_quota(cgroup_root: Path = CGROUP_ROOT) -> float | None:
+    """CPUs' worth of time the cgroup allows (cpu.max `quota period`, or v1's cfs files); None when unlimited."""
+    try:
+        quota, period = (cgroup_root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:  # cgroup v1
+        quota = int((cgroup_root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period = int((cgroup_root / "cpu" / "cpu.cfs_period_us").read_text())
+        return None if quota <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
+
+
+def requested_threads(environ=os.environ) -> int | None:
+    """The thread count the user set for OpenMP (OMP_NUM_THREADS, which torch also reads), if a positive integer."""
+    value = environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def default_threads() -> int:
+    """What a command uses without a --threads option: OMP_NUM_THREADS when set, else `usable_threads()`."""
+    return requested_threads() or usable_threads()
+
+
+def usable_threads(cpus: set[int] | None = None, sysfs: Path = CPU_SYSFS, cgroup_root: Path = CGROUP_ROOT) -> int:
+    """Threads for compute: the physical cores under this process's affinity, capped by its cgroup
+    quota (rounded up: a quota of 1.5 CPUs keeps 2 threads busy), and at least 1."""
+    cpus = allowed_cpus() if cpus is None else cpus
+    threads = physical_cores(cpus, sysfs)
+    quota = cgroup_cpu_quota(cgroup_root)
+    if quota is not None:
+        threads = min(threads, math.ceil(quota))
+    return max(1, threads)

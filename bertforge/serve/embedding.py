@@ -1,0 +1,71 @@
+"""The embedding model a server holds: sentence vectors and token vectors, computed packed on the model thread.
+
+Its tokenizer (`tokenizer`) is for the tokenizer thread's side; the Embedders have their own
+instance for the explorer's model-thread work: a BertTokenizer call sets its engine's
+truncation and padding, so one instance must never be used by two threads at once.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..embeddings.embed import Embedder, eval_mode, load_tokenizer
+from ..engine.batching import TokenBatch
+from ..models.packed_forward import packed_forward
+from ..models.folder import ModelFolder
+from ..models.model import BertModel
+from .passes import Tokens, run_in_passes
+
+# Layer choices the explorer offers for word-in-context vectors (seed 003 averages the last four).
+WORD_LAYER_CHOICES = ("last_four_mean", "last", "second_to_last")
+
+
+class EmbeddingModel:
+    """Sentence vectors: the encoder and pooling of `bertforge.embed`, run on pre-tokenized inputs."""
+
+    def __init__(self, folder: ModelFolder, name: str, pooling: str, device: torch.device | None = None,
+                 dtype: str | None = None):
+        """folder: as `models.folder.read_model_folder` read it; its max length and tokenizer (lower-casing
+        as its sentence-transformers config says) are used; pooling is the folder's unless an option overrides it.
+        The prompts are the server's to add (`inputs.InputEncoder`), so the Embedders here have none."""
+        self.name = name
+        encoder = BertModel.from_pretrained(folder.transformer).to(device or "cpu")
+        self.tokenizer = load_tokenizer(folder)  # tokenizer thread
+        worker_tokenizer = load_tokenizer(folder)  # model thread (explorer)
+        max_length = folder.max_seq_length
+        self.pooling = pooling
+        # dtype (fp16/bf16 weights, int8) is for the sentence vectors; the explorer's word vectors stay float32.
+        self.embedder = Embedder(encoder, worker_tokenizer, pooling=pooling, max_length=max_length, dtype=dtype)
+        self.word_embedders = {}
+        for layers in WORD_LAYER_CHOICES:
+            try:
+                self.word_embedders[layers] = Embedder(encoder, worker_tokenizer, layers=layers, max_length=max_length)
+            except ValueError:  # e.g. last_four_mean on a 2-layer model
+                continue
+
+    @property
+    def max_length(self) -> int:
+        return self.embedder.max_length
+
+    @property
+    def dim(self) -> int:
+        return self.embedder.dim
+
+    def run(self, run_pass, inputs: list[Tokens]) -> list:
+        embedder = self.embedder
+        with torch.inference_mode(), eval_mode(embedder.model):
+            return run_in_passes(lambda batch, _: run_pass(batch.to(embedder.device)), inputs,
+                                 self.tokenizer.pad_token_id, embedder.max_batch_tokens)
+
+    def pooled(self, inputs: list[Tokens]) -> list[np.ndarray]:
+        """Inputs -> pooled, unnormalised float32 vectors (dim,), one per input (model thread)."""
+        return self.run(lambda batch: list(self.embedder.pooled(batch).cpu().numpy()), inputs)
+
+    def token_states(self, inputs: list[Tokens]) -> list[np.ndarray]:
+        """Inputs -> the last layer's float32 vectors (tokens, hidden) per input, [CLS] and [SEP] included."""
+        return self.run(self.last_layer, inputs)
+
+    def last_layer(self, batch: TokenBatch) -> list[np.ndarray]:
+        states = packed_forward(self.embedder.model, batch).last_hidden_state.float().cpu().numpy()
+        lengths = batch.attention_mask.sum(dim=1).tolist()
+        return [states[row, :length] for row, length in enumerate(lengths)]

@@ -1,0 +1,41 @@
+"""How many compute threads: physical cores under the affinity mask, capped by a cgroup quota."""
+from bertforge.engine.threads import cgroup_cpu_quota, physical_cores, requested_threads, usable_threads
+
+
+def fake_sysfs(root, cores_of_cpus):
+    """/sys/devices/system/cpu with cpuN/topology/{core_id, physical_package_id}."""
+    for cpu, core in enumerate(cores_of_cpus):
+        topology = root / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "core_id").write_text(f"{core}\n")
+        (topology / "physical_package_id").write_text("0\n")
+    return root
+
+
+def test_hyperthreads_count_once(tmp_path):
+    sysfs = fake_sysfs(tmp_path / "cpu", [0, 1, 0, 1])  # 4 logical CPUs on 2 cores
+    assert physical_cores({0, 1, 2, 3}, sysfs) == 2
+    assert physical_cores({0, 2}, sysfs) == 1  # the affinity mask holds two siblings of one core
+
+
+def test_a_cgroup_quota_caps_the_threads(tmp_path):
+    sysfs = fake_sysfs(tmp_path / "cpu", [0, 1, 2, 3])
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    (cgroup / "cpu.max").write_text("150000 100000\n")  # docker --cpus 1.5
+    assert cgroup_cpu_quota(cgroup) == 1.5
+    assert usable_threads({0, 1, 2, 3}, sysfs, cgroup) == 2
+    (cgroup / "cpu.max").write_text("max 100000\n")
+    assert usable_threads({0, 1, 2, 3}, sysfs, cgroup) == 4
+    assert usable_threads({3}, sysfs, cgroup) == 1
+
+
+def test_without_topology_files_the_logical_cpus_count(tmp_path):
+    assert physical_cores({0, 1, 5}, tmp_path) == 3
+    assert usable_threads(set(), tmp_path, tmp_path) == 1
+
+
+def test_omp_num_threads_is_the_users_choice():
+    assert requested_threads({"OMP_NUM_THREADS": "3"}) == 3
+    assert requested_threads({"OMP_NUM_THREADS": "0"}) is None and requested_threads({}) is None
+    assert requested_threads({"OMP_NUM_THREADS": "many"}) is None
