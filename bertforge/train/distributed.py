@@ -10,10 +10,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-# Re-exported for the recipes and serve/, which import them from here until their rewrites
-# (issue 22) import engine.devices; nothing else should.
-from ..engine.devices import device_from_option, select_device  # noqa: F401
-
 
 @dataclass(frozen=True)
 class Topology:

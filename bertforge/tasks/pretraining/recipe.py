@@ -27,7 +27,8 @@ from .corpus import DocumentBoundary, expand_paths
 from .shards import TokenizedCorpus, prepare_corpus
 from ...models.heads import BertForPreTraining, masked_positions_from
 from ...tokenization.tokenizer import BertTokenizer
-from ...train.distributed import Topology, barrier, init_distributed, select_device, shutdown
+from ...engine.devices import select_device, to_device
+from ...train.distributed import Topology, barrier, init_distributed, shutdown
 from ...train.loop import TrainConfig, train
 from ...settings import CHECKPOINT, KEYS_OF, PATH, load_recipe
 from ...validation import STEPS_TO_RUN, check_bound, check_fields
@@ -232,7 +233,7 @@ def evaluate_pretraining(model: BertForPreTraining, dataset: PretrainingDataset,
     for index, batch in enumerate(loader):
         if index == max_batches:
             break
-        batch = {k: v.to(device) for k, v in batch.items()}
+        batch = to_device(batch, device)
         output = model(**batch, masked_only=masked_only)
         for key, (total, count) in pretraining_statistics(batch, output).items():
             sums[key] = sums.get(key, 0) + np.array([float(total), float(count)])
