@@ -27,6 +27,13 @@ def test_relevant_past_ten_counts_nothing_and_excluded_self_is_skipped():
     assert retrieval_metrics(scores, [[1]])["recall@1"] == 0.0
 
 
+def test_recall_at_deeper_cut_offs():
+    scores = np.tile(np.arange(200, 0, -1, dtype=float), (1, 1))  # document i ranked i-th (rank i + 1)
+    metrics = retrieval_metrics(scores, [[50, 150]], recall_at=(1, 10, 100))
+    assert (metrics["recall@10"], metrics["recall@100"]) == (0.0, 0.5)
+    assert "recall@1" in metrics and metrics["ndcg@10"] == 0.0
+
+
 def test_ties_keep_corpus_order():
     assert top_k(np.array([[1.0, 2.0, 2.0, 0.0]]), 3).tolist() == [[1, 2, 0]]
 

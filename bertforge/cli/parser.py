@@ -21,7 +21,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
 from ..serve import commands as serve_commands
 from ..tasks.retrieval import commands as sbert_commands
-from . import commands, export, readmission_commands, search_commands
+from . import adapt_commands, commands, export, readmission_commands, search_commands
 from .boundary import USAGE, describe, report
 from .options import command_line_style
 
@@ -50,6 +50,7 @@ COMMANDS = {
         "report": readmission_commands.readmission_report,
         "score": readmission_commands.readmission_score,
     },
+    "adapt": adapt_commands.adapt,
     "sbert": {"train": sbert_commands.train, "evaluate": sbert_commands.evaluate, "prepare": sbert_commands.prepare},
 }
 

@@ -54,8 +54,10 @@ def split_lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
-    """Files to read, in order: a folder stands for its .txt and .jsonl files, sorted by name.
+def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike],
+                 suffixes: tuple[str, ...] | None = (".txt", *JSONL_SUFFIXES), recursive: bool = False) -> list[Path]:
+    """Files to read, in order: a folder stands for its files with these suffixes (None: any file not
+    hidden), sorted by name, its subfolders' too when recursive.
 
     Raises ValueError for a path that does not exist, a folder without such files, or no paths.
     """
@@ -64,9 +66,11 @@ def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
     files = []
     for path in map(Path, paths):
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and text_suffix(p) in (".txt", *JSONL_SUFFIXES))
+            found = sorted(p for p in (path.rglob("*") if recursive else path.iterdir()) if p.is_file()
+                           and (text_suffix(p) in suffixes if suffixes else not p.name.startswith(".")))
             if not found:
-                raise ValueError(f"folder {path} has no .txt or .jsonl files; pass the files themselves")
+                kinds = "no " + " or ".join(suffixes) + " files" if suffixes else "no files"
+                raise ValueError(f"folder {path} has {kinds}; pass the files themselves")
             files.extend(found)
         else:
             files.append(require_file(path, "corpus file"))

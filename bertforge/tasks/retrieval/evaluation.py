@@ -12,7 +12,7 @@ import numpy as np
 
 from ...embeddings.embed import Embedder
 from ...embeddings.similarity import l2_normalized
-from .metrics import relevant_indices, retrieval_metrics, spearman
+from .metrics import RECALL_AT, relevant_indices, retrieval_metrics, spearman
 from .reader import RetrievalSet, SentencePairs
 
 Scorer = Callable[[Sequence[str], Sequence[str]], np.ndarray]
@@ -34,8 +34,9 @@ def encoder_scorer(embedder: Embedder) -> Scorer:
     return scores
 
 
-def evaluate_retrieval(scorer: Scorer, retrieval_set: RetrievalSet) -> dict[str, float]:
-    """recall@1, recall@10, mrr@10, ndcg@10 over the set's queries.
+def evaluate_retrieval(scorer: Scorer, retrieval_set: RetrievalSet,
+                       recall_at: Sequence[int] = RECALL_AT) -> dict[str, float]:
+    """recall@k (k in recall_at: 1 and 10 by default), mrr@10, ndcg@10 over the set's queries.
 
     A query that is also in the corpus (same id) never retrieves itself, as in BEIR.
     """
@@ -43,7 +44,7 @@ def evaluate_retrieval(scorer: Scorer, retrieval_set: RetrievalSet) -> dict[str,
     position = {doc_id: index for index, doc_id in enumerate(retrieval_set.corpus_ids)}
     exclude = [position.get(query_id) for query_id in retrieval_set.query_ids]
     relevant = relevant_indices(retrieval_set.query_ids, retrieval_set.corpus_ids, retrieval_set.relevant)
-    return retrieval_metrics(scores, relevant, exclude=exclude)
+    return retrieval_metrics(scores, relevant, exclude=exclude, recall_at=recall_at)
 
 
 def evaluate_scored_pairs(embedder: Embedder, pairs: SentencePairs) -> dict[str, float]:

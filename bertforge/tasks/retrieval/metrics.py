@@ -27,8 +27,9 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 def retrieval_metrics(scores: np.ndarray, relevant: Sequence[Sequence[int]], *,
-                      exclude: Sequence[int | None] | None = None) -> dict[str, float]:
-    """recall@1, recall@10, mrr@10, ndcg@10 (means over queries) from a score matrix.
+                      exclude: Sequence[int | None] | None = None,
+                      recall_at: Sequence[int] = RECALL_AT) -> dict[str, float]:
+    """recall@k for k in recall_at (1 and 10 by default), mrr@10, ndcg@10 (means over queries) from a score matrix.
 
     scores: (queries, documents), higher is better. relevant[q]: the indices of query q's
     relevant documents (at least one each). exclude[q]: a document index never ranked for
@@ -46,11 +47,11 @@ def retrieval_metrics(scores: np.ndarray, relevant: Sequence[Sequence[int]], *,
         for query, document in enumerate(exclude):
             if document is not None:
                 scores[query, document] = -np.inf
-    depth = max(*RECALL_AT, MRR_AT, NDCG_AT)
+    depth = max(*recall_at, MRR_AT, NDCG_AT)
     ranked = top_k(scores, depth)
     hits = np.array([np.isin(ranked[q], list(relevant[q])) for q in range(len(relevant))])  # (queries, depth)
     counts = np.array([len(set(documents)) for documents in relevant], dtype=np.float64)
-    results = {f"recall@{k}": float(np.mean(hits[:, :k].sum(axis=1) / counts)) for k in RECALL_AT}
+    results = {f"recall@{k}": float(np.mean(hits[:, :k].sum(axis=1) / counts)) for k in recall_at}
     first = np.where(hits[:, :MRR_AT].any(axis=1), hits[:, :MRR_AT].argmax(axis=1) + 1, np.inf)
     results[f"mrr@{MRR_AT}"] = float(np.mean(1.0 / first))
     discounts = 1.0 / np.log2(np.arange(2, NDCG_AT + 2))

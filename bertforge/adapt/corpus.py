@@ -1,0 +1,160 @@
+"""A folder of domain text -> passages (each a list of sentences), the unit adapt indexes and trains on.
+
+Layouts, picked by each file's extension (compressed .gz / .xz read on the fly):
+- plain text: a passage per blank-line block; hard-wrapped lines are joined. Consecutive short
+  blocks (a line of dialogue, a heading) are joined until the passage has MIN_WORDS words, so a
+  novel's passages are paragraphs of prose, not "Yes, sir."
+- .jsonl: one passage per record, its text under `text` and an optional `title` (kept apart:
+  a title is not a sentence an ICT query could be cut from);
+- .csv / .tsv: one passage per row, its text in `text_column`.
+Whitespace and HTML entities are normalised, exact duplicates are dropped (after normalisation), and a passage
+over `max_words` is split on sentence boundaries into passages of about that many words.
+"""
+from __future__ import annotations
+
+import html
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..input_files import text_suffix, utf8_problem
+from ..tasks.classification.reader import DELIMITERS, read_rows
+from ..tasks.pretraining.corpus import _blocks, expand_paths, jsonl_objects, split_sentences
+
+TEXT_SUFFIXES = (".txt", ".text", ".md", "")
+JSONL = ".jsonl"
+MIN_WORDS = 40  # plain text: shorter blocks are joined with the next
+MAX_WORDS = 150  # ~200 word pieces: inside MiniLM's 256 tokens with room for rare words' pieces
+_WHITESPACE = re.compile(r"\s+")
+
+
+@dataclass
+class Passage:
+    id: str
+    sentences: list[str]
+    title: str = ""
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.sentences)
+
+    @property
+    def words(self) -> int:
+        return sum(len(sentence.split()) for sentence in self.sentences)
+
+
+@dataclass
+class Corpus:
+    passages: list[Passage]
+    files: list[Path]
+    duplicates: int = 0  # exact duplicate passages dropped
+    split: int = 0  # passages that were over max_words and became several
+    sources: dict = field(default_factory=dict)  # file -> passages read from it
+
+    @property
+    def words(self) -> int:
+        return sum(passage.words for passage in self.passages)
+
+
+def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", max_words: int = MAX_WORDS) -> Corpus:
+    """Every file's passages, normalised, deduplicated and split to at most ~max_words words.
+
+    Raises ValueError (one line naming the file and the fix) for a binary or non-UTF-8 file,
+    a table without `text_column`, or a malformed JSONL line.
+    """
+    files = expand_paths(list(paths), suffixes=None, recursive=True)  # a folder: every file under it
+    passages, seen, corpus = [], set(), Corpus([], files)
+    for path in files:
+        check_text_file(path)
+        count = 0
+        for passage in file_passages(path, text_column):
+            key = (passage.title, passage.text)
+            if key in seen:
+                corpus.duplicates += 1
+                continue
+            seen.add(key)
+            pieces = split_long(passage, max_words)
+            corpus.split += len(pieces) > 1
+            passages.extend(pieces)
+            count += len(pieces)
+        corpus.sources[str(path)] = count
+    corpus.passages = passages
+    return corpus
+
+
+def check_text_file(path: Path) -> None:
+    problem = utf8_problem(path)
+    if problem is not None:
+        raise ValueError(f"{path} is not UTF-8 text ({problem}): a binary file? convert it to UTF-8 text or "
+                         "leave it out of the corpus")
+
+
+def file_passages(path: Path, text_column: str) -> Iterator[Passage]:
+    suffix = text_suffix(path).lower()
+    if suffix == JSONL:
+        yield from jsonl_passages(path)
+    elif suffix in DELIMITERS:
+        rows = read_rows(path, text_columns=[text_column])
+        for number, (texts, row) in enumerate(zip(rows.texts, rows.row_numbers)):
+            sentences = sentences_of(texts[0])
+            if sentences:
+                yield Passage(f"{path.name}:{row}", sentences)
+    else:
+        yield from text_passages(path)
+
+
+def jsonl_passages(path: Path) -> Iterator[Passage]:
+    for line_number, record in jsonl_objects(path):
+        text, title = record.get("text"), record.get("title") or ""
+        if not isinstance(text, str) or not isinstance(title, str):
+            raise ValueError(f"{path}:{line_number}: a record needs a str 'text' (and an optional str 'title'); "
+                             f"found keys {sorted(record)}")
+        sentences = sentences_of(text)
+        if sentences:
+            passage_id = record.get("id", record.get("_id", f"{path.name}:{line_number}"))
+            yield Passage(str(passage_id), sentences, normalise(title))
+
+
+def text_passages(path: Path) -> Iterator[Passage]:
+    """Blank-line blocks, short ones joined with the next until MIN_WORDS words."""
+    pending: list[str] = []
+    start = 0
+    for number, block in enumerate(_blocks(path)):
+        if not pending:
+            start = number
+        pending.extend(sentences_of(block))
+        if sum(len(s.split()) for s in pending) >= MIN_WORDS:
+            yield Passage(f"{path.name}:{start}", pending)
+            pending = []
+    if pending:
+        yield Passage(f"{path.name}:{start}", pending)
+
+
+def sentences_of(text: str) -> list[str]:
+    """Sentences of one text; blank lines inside it end a sentence (a heading has no full stop)."""
+    return [normalise(s) for paragraph in re.split(r"\n\s*\n", text) for s in split_sentences(paragraph)
+            if normalise(s)]
+
+
+def normalise(text: str) -> str:
+    """Whitespace runs as one space; HTML entities (&#039; in scraped reviews) as their characters."""
+    return _WHITESPACE.sub(" ", html.unescape(text)).strip()
+
+
+def split_long(passage: Passage, max_words: int) -> list[Passage]:
+    """A passage over max_words -> consecutive runs of whole sentences of about max_words (>= 1 sentence each)."""
+    if passage.words <= max_words:
+        return [passage]
+    total = passage.words
+    parts = -(-total // max_words)
+    target = total / parts  # even parts: no 5-word tail passage
+    pieces: list[list[str]] = [[] for _ in range(parts)]
+    position = 0
+    for sentence in passage.sentences:  # a sentence goes to the part its middle word falls in
+        words = len(sentence.split())
+        pieces[min(parts - 1, int((position + words / 2) / target))].append(sentence)
+        position += words
+    pieces = [piece for piece in pieces if piece]
+    return [Passage(f"{passage.id}#{i}", sentences, passage.title) for i, sentences in enumerate(pieces)]

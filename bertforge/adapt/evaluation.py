@@ -1,0 +1,74 @@
+"""Score a stage (or BM25, or the base model) on the held-out ICT queries and, optionally, a BEIR folder.
+
+Every scorer is `tasks.retrieval.evaluation`'s: (queries, documents) -> similarity matrix, so
+BM25, the base model and each adapted stage are measured by the same metrics on the same
+queries: nDCG@10, recall@10/100, MRR@10 (and recall@1).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..tasks.retrieval.evaluation import Scorer, encoder_embedder, encoder_scorer, evaluate_retrieval
+from ..tasks.retrieval.metrics import retrieval_metrics
+from ..tasks.retrieval.reader import RetrievalSet, read_retrieval_set
+from .ict import HeldOut
+
+RECALL_AT = (1, 10, 100)
+METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
+
+
+def ict_metrics(scorer: Scorer, held_out: HeldOut) -> dict[str, dict[str, float]]:
+    """{"dev": metrics, "test": metrics}: every split's queries scored against the one indexed corpus."""
+    splits = [split for split, queries in held_out.queries.items() if queries]
+    texts = [query for split in splits for query, _ in held_out.queries[split]]
+    scores = scorer(texts, held_out.texts())  # (queries of all splits, corpus): the corpus is encoded once
+    results, start = {}, 0
+    for split in splits:
+        queries = held_out.queries[split]
+        relevant = [[passage] for _, passage in queries]
+        results[split] = retrieval_metrics(scores[start:start + len(queries)], relevant, recall_at=RECALL_AT)
+        start += len(queries)
+    return results
+
+
+def read_beir_folder(folder: str | Path) -> RetrievalSet:
+    """A BEIR folder: corpus.jsonl, queries.jsonl and qrels/test.tsv (BEIR's own layout) or qrels.tsv
+    (what `bertforge sbert prepare` writes). Raises ValueError naming what is missing."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"--eval {folder} is not a folder; give a BEIR folder (corpus.jsonl, queries.jsonl, "
+                         "qrels/test.tsv)")
+    qrels = next((path for path in (folder / "qrels" / "test.tsv", folder / "qrels.tsv") if path.is_file()),
+                 folder / "qrels" / "test.tsv")
+    return read_retrieval_set(folder / "queries.jsonl", folder / "corpus.jsonl", qrels)
+
+
+class Evaluator:
+    """Scores a model (or BM25) on the held-out ICT queries and, when given, a BEIR set."""
+
+    def __init__(self, held_out: HeldOut, tokenizer, beir: RetrievalSet | None = None, batch_size: int = 64):
+        self.held_out, self.tokenizer, self.beir, self.batch_size = held_out, tokenizer, beir, batch_size
+        self.history: list[dict[str, dict[str, float]]] = []
+
+    def scorer(self, model) -> Scorer:
+        return encoder_scorer(encoder_embedder(model, self.tokenizer, batch_size=self.batch_size, progress=False))
+
+    def ict(self, model) -> dict[str, dict[str, float]]:
+        return ict_metrics(self.scorer(model), self.held_out)
+
+    def everything(self, scorer: Scorer) -> dict[str, dict[str, float]]:
+        """{"dev", "test"[, "beir"]: metrics} for one scorer."""
+        results = ict_metrics(scorer, self.held_out)
+        if self.beir is not None:
+            results["beir"] = self.beir_metrics(scorer)
+        return results
+
+    def beir_metrics(self, scorer: Scorer) -> dict[str, float]:
+        return evaluate_retrieval(scorer, self.beir, recall_at=RECALL_AT)
+
+    def during_training(self, model) -> dict[str, float]:
+        """What the loop sees at each evaluation: dev nDCG@10 (it picks the best model by it); every split's
+        metrics are kept in self.history, in evaluation order."""
+        results = self.ict(model)
+        self.history.append(results)
+        return {"ndcg@10": results["dev"]["ndcg@10"], "test_ndcg@10": results["test"]["ndcg@10"]}

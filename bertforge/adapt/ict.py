@@ -1,0 +1,121 @@
+"""Inverse Cloze Task (Lee et al. 2019): a sentence is a pseudo-query for the passage it came from.
+
+Two uses:
+- held-out evaluation (`held_out_queries`): from a seeded slice of the passages one sentence
+  is cut out and becomes a query; the passage stays in the indexed corpus WITHOUT it, so the
+  query's words are not there to be matched. The queries are split into dev (picks the best
+  stage) and test (reported), and training never sees them.
+- training pairs (`IctCollator`): each training example is a passage; the collator draws one
+  of its sentences as the anchor, and the positive is the passage without that sentence most
+  of the time (KEEP_PROBABILITY keeps it, as the paper does, so the encoder still learns that
+  a passage containing the words is a match).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .corpus import Passage
+
+MIN_QUERY_WORDS = 5  # "Oh!" is not a query anyone could answer
+MIN_SENTENCES = 3  # a held-out passage keeps at least two sentences after the cut
+KEEP_PROBABILITY = 0.1
+
+
+@dataclass
+class HeldOut:
+    """The indexed corpus (held-out passages without their cut sentence) and the ICT queries."""
+
+    corpus: list[Passage]
+    queries: dict[str, list[tuple[str, int]]]  # split -> [(query text, index of its passage in corpus)]
+
+    def texts(self) -> list[str]:
+        return [passage_text(p) for p in self.corpus]
+
+
+def passage_text(passage: Passage) -> str:
+    """What is indexed and encoded: the title (when there is one) before the sentences."""
+    return f"{passage.title}. {passage.text}" if passage.title else passage.text
+
+
+def query_candidates(passage: Passage) -> list[int]:
+    return [i for i, s in enumerate(passage.sentences) if len(s.split()) >= MIN_QUERY_WORDS]
+
+
+def held_out_queries(passages: list[Passage], count: int, rng: np.random.Generator,
+                     dev_share: float = 0.5) -> HeldOut:
+    """Cut one sentence from each of `count` passages (those with >= MIN_SENTENCES sentences) drawn by rng.
+
+    Returns the corpus in the passages' order with those sentences removed, and the queries
+    split into "dev" and "test" (dev_share of them in dev). Fewer passages qualify: fewer queries.
+    """
+    eligible = [i for i, p in enumerate(passages) if len(p.sentences) >= MIN_SENTENCES and query_candidates(p)]
+    chosen = sorted(rng.choice(eligible, size=min(count, len(eligible)), replace=False).tolist()) if eligible else []
+    corpus = list(passages)
+    queries = []
+    for index in chosen:
+        passage = passages[index]
+        cut = int(rng.choice(query_candidates(passage)))
+        rest = passage.sentences[:cut] + passage.sentences[cut + 1:]
+        corpus[index] = Passage(passage.id, rest, passage.title)
+        queries.append((passage.sentences[cut], index))
+    order = rng.permutation(len(queries))
+    dev_size = int(round(len(queries) * dev_share))
+    return HeldOut(corpus, {"dev": [queries[i] for i in order[:dev_size]],
+                            "test": [queries[i] for i in order[dev_size:]]})
+
+
+def training_passages(corpus: list[Passage]) -> list[int]:
+    """Indices of the passages ICT can train on: a query sentence and something left beside it."""
+    return [i for i, p in enumerate(corpus) if len(p.sentences) >= 2 and query_candidates(p)]
+
+
+def ict_pair(passage: Passage, rng: np.random.Generator, keep_probability: float = KEEP_PROBABILITY
+             ) -> tuple[str, str, int]:
+    """(sentence, its context, the sentence's index): the context lacks the sentence unless rng keeps it."""
+    cut = int(rng.choice(query_candidates(passage)))
+    keep = rng.random() < keep_probability
+    sentences = passage.sentences if keep else passage.sentences[:cut] + passage.sentences[cut + 1:]
+    context = " ".join(sentences)
+    return passage.sentences[cut], (f"{passage.title}. {context}" if passage.title else context), cut
+
+
+class IctCollator:
+    """Passage indices -> the BiEncoder's forward arguments for (sentence, context[, hard negative]).
+
+    The sentence drawn from a passage depends on (seed, the batch's indices): a resumed run
+    rebuilds the batch it would have had. negatives[passage][sentence]: the corpus index of a
+    mined hard negative for that sentence (see mining.py), or None for in-batch negatives only.
+    """
+
+    def __init__(self, corpus: list[Passage], examples: list[int], tokenizer, max_length: int,
+                 query_max_length: int = 64, seed: int = 0, negatives: dict | None = None,
+                 keep_probability: float = KEEP_PROBABILITY):
+        self.corpus, self.examples, self.tokenizer = corpus, examples, tokenizer
+        self.max_length, self.query_max_length, self.seed = max_length, query_max_length, seed
+        self.negatives, self.keep_probability = negatives, keep_probability
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __call__(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        rng = np.random.default_rng([self.seed, *indices])
+        anchors, positives, negatives = [], [], []
+        for index in indices:
+            passage_index = self.examples[index]
+            sentence, context, cut = ict_pair(self.corpus[passage_index], rng, self.keep_probability)
+            anchors.append(sentence)
+            positives.append(context)
+            if self.negatives is not None:
+                negatives.append(passage_text(self.corpus[self.negatives[passage_index][cut]]))
+        batch = self.encode("anchor", anchors, self.query_max_length)
+        batch.update(self.encode("positive", positives, self.max_length))
+        if self.negatives is not None:
+            batch.update(self.encode("negative", negatives, self.max_length))
+        return batch
+
+    def encode(self, name: str, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
+        encoded = self.tokenizer(texts, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+        return {f"{name}_input_ids": encoded["input_ids"], f"{name}_attention_mask": encoded["attention_mask"]}

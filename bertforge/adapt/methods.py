@@ -1,0 +1,132 @@
+"""Unsupervised sentence-encoder training on the corpus alone, on the one loop (`train.loop.train`).
+
+- ICT (Lee et al. 2019): a sentence and the passage it came from (without it, mostly) are a
+  pair; the other passages of the batch, and a BM25-mined hard negative, are the negatives.
+  Multiple-negatives ranking loss, symmetric: the passage must also pick its sentence.
+- SimCSE (Gao et al. 2021): a text and itself, encoded twice with dropout on, are a pair;
+  the batch's other texts are the negatives. Keeps the vector space from collapsing onto
+  whatever ICT rewards; cheap (short texts, no mining).
+
+Each method trains the model in place and keeps the best model on the dev ICT queries in
+run_dir/best (the loop's best-model tracking, metric ndcg@10).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..tasks.retrieval.bi_encoder import BiEncoder, Objective
+from ..train.batches import ShuffledBatches
+from ..train.best import best_model_folder
+from ..train.loop import TrainConfig
+from ..train.run_log import METRICS_FILE
+from ..train.runner import RecipeRun, run_recipe
+from .corpus import Passage
+from .ict import IctCollator, training_passages
+from .mining import bm25_negatives
+
+logger = logging.getLogger("bertforge")
+METHODS = ("ict", "simcse")
+
+
+@dataclass
+class MethodSettings:
+    """One training stage's knobs; the defaults are what the quick preset measured best (README)."""
+
+    method: str = "ict"
+    epochs: float = 3.0
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    warmup: float = 0.1
+    scale: float = 20.0
+    symmetric: bool = True
+    hard_negatives: bool = True
+    keep_probability: float = 0.1
+    max_length: int = 256  # passage tokens (queries: query_max_length)
+    query_max_length: int = 64
+    mini_batch_size: int = 0  # > 0: gradient cache (bigger batches at the memory of this many texts)
+    evaluations_per_epoch: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method {self.method!r} is not one of {', '.join(METHODS)}")
+
+
+def train_method(init: Path, corpus: list[Passage], texts: list[str], settings: MethodSettings, run_dir: Path,
+                 evaluate: Callable[[BiEncoder], dict[str, float]], device: str = "auto", resume: bool = False
+                 ) -> tuple[BiEncoder, list[dict]]:
+    """Train the encoder at `init` with settings.method on the corpus, with the recipe runner (the one loop).
+
+    corpus / texts: the passages as indexed (held-out ones without their cut sentence).
+    Returns the best model on the dev queries (loaded from run_dir/best) and the loop's records,
+    evaluations included (from run_dir's metrics log, so those before a kill count too).
+    """
+    config = TrainConfig(output_dir=str(run_dir), max_steps=0, learning_rate=settings.learning_rate,
+                         warmup=settings.warmup, weight_decay=0.01, log_every=10, keep_last=1, seed=settings.seed,
+                         tensorboard=False, plot=False, eval_at_start=False, device=device)
+
+    def body(run: RecipeRun) -> dict:
+        objective = Objective(loss="mnrl", scale=settings.scale, symmetric=settings.symmetric,
+                              mini_batch_size=settings.mini_batch_size)
+        model = run.build(BiEncoder, max_seq_length=settings.max_length, objective=objective)
+        collate = make_collator(settings, corpus, texts, run.tokenizer)
+        batches = ShuffledBatches(len(collate), settings.batch_size, collate, seed=settings.seed)
+        every = max(1, batches.batches_per_epoch // settings.evaluations_per_epoch)
+        schedule = dataclasses.replace(run.schedule(batches, settings.epochs, has_dev=True, default_metric="ndcg@10"),
+                                       eval_every=every, save_every=every)
+        logger.info("%s: %d examples, batch %d, %d steps", settings.method, len(collate), settings.batch_size,
+                    schedule.max_steps)
+        run.fit(model, batches, schedule, evaluate=evaluate)
+        return {"steps": schedule.max_steps}
+
+    run_recipe(config, body, init_from=str(init), resume=resume)
+    best = BiEncoder.from_pretrained(best_model_folder(run_dir))
+    return best, read_records(run_dir)
+
+
+def read_records(run_dir: Path) -> list[dict]:
+    path = run_dir / METRICS_FILE
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def make_collator(settings: MethodSettings, corpus: list[Passage], texts: list[str], tokenizer):
+    if settings.method == "simcse":
+        return SimcseCollator(texts, tokenizer, settings.max_length)
+    examples = training_passages(corpus)
+    if not examples:
+        raise ValueError("no passage has two sentences to cut a query from: ICT needs text with sentence "
+                         "boundaries (full stops); give prose, not lists of words")
+    negatives = None
+    if settings.hard_negatives and len(texts) > 1:
+        negatives = bm25_negatives(corpus, texts, examples, np.random.default_rng(settings.seed))
+    return IctCollator(corpus, examples, tokenizer, settings.max_length, settings.query_max_length,
+                       seed=settings.seed, negatives=negatives, keep_probability=settings.keep_probability)
+
+
+class SimcseCollator:
+    """Texts -> (text, the same text) pairs: the two dropout masks of the two encodings are the noise."""
+
+    def __init__(self, texts: list[str], tokenizer, max_length: int):
+        self.texts, self.tokenizer, self.max_length = texts, tokenizer, max_length
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __call__(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        encoded = self.tokenizer([self.texts[i] for i in indices], truncation=True, max_length=self.max_length,
+                                 padding=True, return_tensors="pt")
+        ids, mask = encoded["input_ids"], encoded["attention_mask"]
+        return {"anchor_input_ids": ids, "anchor_attention_mask": mask,
+                "positive_input_ids": ids.clone(), "positive_attention_mask": mask.clone()}
+
+
+def with_settings(settings: MethodSettings, **changes) -> MethodSettings:
+    return dataclasses.replace(settings, **changes)

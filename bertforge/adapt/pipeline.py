@@ -1,0 +1,277 @@
+"""`bertforge adapt`: a folder of domain text -> a sentence encoder adapted to it, an index, and a report.
+
+corpus -> held-out ICT queries -> baselines (BM25, the base model) -> training stages (each
+cached, resumable) -> the stage best on the dev queries (or the base, when none beats it) ->
+DIR/model (a sentence-transformers folder with a model card) -> DIR/index -> DIR/report.*.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import UsageError
+from ..models.folder import read_model_folder
+from ..resources import resolve_model
+from ..search.encoder import model_fingerprint
+from ..tokenization.tokenizer import BertTokenizer
+from ..tasks.retrieval.bi_encoder import BiEncoder
+from ..train.checkpointing import latest_checkpoint
+from ..train.distributed import select_device
+from .card import write_card, write_st_config
+from .corpus import MAX_WORDS, Corpus, read_corpus
+from .evaluation import Evaluator, read_beir_folder
+from .ict import HeldOut, held_out_queries, passage_text, training_passages
+from .methods import MethodSettings, train_method
+from .presets import PRESETS, query_count, stage_settings
+from .report import metrics_table, write_report
+from .stages import Stage, claim_output, remove_stale, stage_key
+from .vocabulary import Fragmentation, fragmentation, fragmentation_table
+
+logger = logging.getLogger("bertforge")
+MIN_PASSAGES = 20  # fewer and the held-out queries are a handful: the numbers would be noise
+
+
+@dataclass
+class AdaptOptions:
+    corpus: list[str]
+    output: str
+    base: str = "minilm"
+    preset: str = "quick"
+    eval: str | None = None
+    text_column: str = "text"
+    seed: int = 0
+    device: str = "auto"
+
+
+@dataclass
+class Run:
+    """What every step of a run needs: the options, the corpus, the queries, the scorer, the cache keys."""
+
+    options: AdaptOptions
+    output: Path
+    corpus: Corpus
+    held_out: HeldOut
+    evaluator: Evaluator
+    tokenizer: BertTokenizer
+    base_folder: Path
+    device: torch.device
+    corpus_key: str
+    base_key: str
+    vocabulary: Fragmentation
+    max_seq_length: int  # the base's: no stage trains on longer texts than it was made for
+    architecture: str
+
+
+def run_adapt(options: AdaptOptions) -> dict:
+    """Run (or resume) every stage; returns the report (also DIR/report.json). See the module docstring."""
+    if options.preset not in PRESETS:
+        raise UsageError(f"--preset {options.preset!r} is not one of {', '.join(PRESETS)}")
+    started = time.time()
+    run = open_run(options)
+    baseline = Stage.of(run.output, "baseline", run.corpus_key, run.base_key, options.eval)
+    systems = (baseline.done or baseline.finish({"systems": baseline_systems(run)}))["systems"]
+    stages, key, init = [], stage_key(run.corpus_key, run.base_key), run.base_folder
+    for name, settings in stage_settings(options.preset, len(training_passages(run.held_out.corpus)), options.seed):
+        settings = replace(settings, max_length=min(settings.max_length, run.max_seq_length))
+        stage = Stage.of(run.output, name, key, settings)
+        stages.append(stage)
+        systems.append(stage.done or run_stage(run, stage, settings, init))
+        key, init = stage.key, stage.model
+    final = pick_final(systems)
+    index_stage = Stage.of(run.output, "index", run.corpus_key, final.get("key", run.base_key))
+    removed = remove_stale(run.output, [baseline, *stages, index_stage])
+    if removed:
+        print(f"removed stale stages (made for another corpus, base or settings): {', '.join(removed)}")
+    report = build_report(run, systems, final, time.time() - started)
+    write_model(run, final, report)
+    if not index_stage.done:
+        print(f"indexing {len(run.corpus.passages):,} passages with the final model ({final['name']})", flush=True)
+        build_corpus_index(run)
+        index_stage.finish({"model": final["name"]})
+    report["seconds"] = round(time.time() - started, 1)
+    write_report(run.output, report)
+    print(metrics_table(systems, final["name"]))
+    print(report["note"])
+    print(f"model: {run.output / 'model'}   index: {run.output / 'index'}   report: {run.output / 'report.md'}")
+    return report
+
+
+def open_run(options: AdaptOptions) -> Run:
+    """Read and check the corpus, claim the output folder, draw the held-out queries, print the corpus."""
+    base = read_model_folder(resolve_model(options.base))  # one line for a folder it cannot reproduce
+    if base.pooling not in ("mean", "cls") or base.transformer != base.root:
+        raise UsageError(f"--base {options.base}: adapt trains mean- or cls-pooled encoders stored at the folder's "
+                         f"root; this one pools with {base.pooling} in {base.transformer}")
+    base_folder = base.root
+    corpus = read_corpus(options.corpus, text_column=options.text_column, max_words=MAX_WORDS)
+    check_corpus(corpus, options)
+    output = Path(options.output)
+    claim_output(output, {"command": "adapt", "corpus": [str(Path(p).resolve()) for p in options.corpus],
+                          "base": str(options.base), "preset": options.preset})
+    tokenizer = BertTokenizer.from_pretrained(base_folder)
+    vocabulary = print_corpus(corpus, tokenizer)
+    rng = np.random.default_rng(options.seed)
+    held_out = held_out_queries(corpus.passages, query_count(options.preset, len(corpus.passages)), rng)
+    beir = read_beir_folder(options.eval) if options.eval else None
+    corpus_key = stage_key([asdict(p) for p in corpus.passages], options.seed, options.preset)
+    return Run(options, output, corpus, held_out, Evaluator(held_out, tokenizer, beir), tokenizer, base_folder,
+               select_device(options.device), corpus_key, model_fingerprint(base_folder)[:12], vocabulary,
+               base.max_seq_length, base.architecture)
+
+
+def check_corpus(corpus: Corpus, options: AdaptOptions) -> None:
+    """One line saying what to do when the corpus cannot be adapted to."""
+    where = " ".join(options.corpus)
+    if not corpus.passages:
+        raise UsageError(f"no text found in {where}; give text files (passages separated by blank lines), "
+                         ".jsonl with a 'text' field, or .csv/.tsv with --text-column")
+    if len(corpus.passages) < MIN_PASSAGES:
+        raise UsageError(f"{where} holds {len(corpus.passages)} passage(s); adapt needs at least {MIN_PASSAGES} "
+                         "(separate passages with blank lines, or give more text)")
+    if not training_passages(corpus.passages):
+        raise UsageError(f"no passage in {where} has two sentences: adapt cuts sentences out of passages, so it "
+                         "needs prose with sentence boundaries (full stops), not one phrase per passage")
+
+
+def print_corpus(corpus: Corpus, tokenizer) -> Fragmentation:
+    print(f"corpus: {len(corpus.files)} file(s), {len(corpus.passages):,} passages, {corpus.words:,} words "
+          f"({corpus.duplicates} exact duplicates dropped, {corpus.split} long passages split on sentences)")
+    vocabulary = fragmentation((p.text for p in corpus.passages), tokenizer)
+    print(fragmentation_table(vocabulary))
+    return vocabulary
+
+
+def baseline_systems(run: Run) -> list[dict]:
+    """BM25 and the base model zero-shot on every evaluation set."""
+    from ..tasks.retrieval.baselines import bm25_scores
+
+    queries = sum(len(q) for q in run.held_out.queries.values())
+    print(f"scoring BM25 and the base model: {queries} held-out ICT queries over {len(run.held_out.corpus):,} passages"
+          + (f", and the --eval set's {len(run.evaluator.beir.queries)} queries" if run.evaluator.beir else ""),
+          flush=True)
+    started = time.time()
+    bm25 = {"name": "bm25", "metrics": run.evaluator.everything(bm25_scores), "seconds": time.time() - started}
+    started = time.time()
+    model = BiEncoder.from_pretrained(run.base_folder).to(run.device)
+    base = {"name": "base", "metrics": run.evaluator.everything(run.evaluator.scorer(model)),
+            "seconds": time.time() - started, "description": f"{run.options.base} zero-shot"}
+    return [bm25, base]
+
+
+def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path) -> dict:
+    """Train one stage from `init` (resuming its checkpoints after a kill); its record, finished."""
+    started = time.time()
+    print(f"stage {stage.name}: {settings.method}, {settings.epochs} epoch(s), batch {settings.batch_size}, "
+          f"lr {settings.learning_rate}" + (", BM25 hard negatives" if settings.hard_negatives else ""), flush=True)
+    resume = stage.run.is_dir() and latest_checkpoint(stage.run) is not None
+    if stage.run.is_dir() and not resume:
+        shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
+    run.evaluator.history = []
+    best_model, records = train_method(init, run.held_out.corpus, run.held_out.texts(), settings, stage.run,
+                                       run.evaluator.during_training, run.options.device, resume=resume)
+    evaluations = [r for r in records if "eval_ndcg@10" in r]
+    best = max(evaluations, key=lambda r: r["eval_ndcg@10"])  # the first of equals, as the loop keeps it
+    shutil.rmtree(stage.model, ignore_errors=True)
+    (stage.run / "best").rename(stage.model)
+    # This process saw the last len(history) evaluations; one from before a kill is measured again.
+    seen = dict(zip([r["step"] for r in evaluations][len(evaluations) - len(run.evaluator.history):],
+                    run.evaluator.history))
+    best_model.to(run.device)
+    metrics = seen.get(best["step"]) or run.evaluator.ict(best_model)
+    if run.evaluator.beir is not None:
+        metrics["beir"] = run.evaluator.beir_metrics(run.evaluator.scorer(best_model))
+    shutil.rmtree(stage.run)  # checkpoints: only a killed stage needs them
+    steps = evaluations[-1]["step"]
+    return stage.finish({"name": stage.name, "key": stage.key, "metrics": metrics, "best_step": best["step"],
+                         "steps": steps, "seconds": time.time() - started,
+                         "steps_per_second": steps / max(1e-9, time.time() - started),
+                         "description": describe(settings), "settings": asdict(settings),
+                         "evaluations": [{"step": r["step"], "dev_ndcg@10": r["eval_ndcg@10"],
+                                          "test_ndcg@10": r.get("eval_test_ndcg@10")} for r in evaluations]})
+
+
+def describe(settings: MethodSettings) -> str:
+    if settings.method == "simcse":
+        return f"SimCSE (a passage and itself under two dropout masks), {settings.epochs} epoch(s)"
+    negatives = " + a BM25-mined hard negative" if settings.hard_negatives else ""
+    return (f"ICT (a sentence vs its passage without it, kept {settings.keep_probability:.0%}), in-batch "
+            f"negatives{negatives}, {'symmetric ' if settings.symmetric else ''}MNRL scale {settings.scale:g}, "
+            f"batch {settings.batch_size}, lr {settings.learning_rate:g}, {settings.epochs} epoch(s)")
+
+
+def pick_final(systems: list[dict]) -> dict:
+    """The trained stage with the best dev nDCG@10, if it beats the base model's; else the base."""
+    base = next(s for s in systems if s["name"] == "base")
+    trained = [s for s in systems if s["name"] not in ("bm25", "base")]
+    best = max(trained, key=lambda s: s["metrics"]["dev"]["ndcg@10"], default=None)
+    if best is None or best["metrics"]["dev"]["ndcg@10"] <= base["metrics"]["dev"]["ndcg@10"]:
+        return base
+    return best
+
+
+def build_report(run: Run, systems: list[dict], final: dict, seconds: float) -> dict:
+    base = next(s for s in systems if s["name"] == "base")["metrics"]
+    bm25 = next(s for s in systems if s["name"] == "bm25")["metrics"]
+    if final["name"] == "base":
+        note = "No stage beat the base model on the held-out dev queries: DIR/model is the base model, unchanged."
+    else:
+        test, base_test, bm25_test = (m["test"]["ndcg@10"] for m in (final["metrics"], base, bm25))
+        note = (f"Final model: stage {final['name']}; held-out test nDCG@10 {test:.4f} = "
+                f"{test / max(base_test, 1e-9):.2f}x the base model ({base_test:.4f}), BM25 {bm25_test:.4f}.")
+    corpus = run.corpus
+    settings = final.get("settings") or {}
+    return {"base": run.options.base, "preset": run.options.preset, "final": final["name"], "note": note,
+            "corpus": {"files": [str(f) for f in corpus.files], "passages": len(corpus.passages),
+                       "words": corpus.words, "duplicates": corpus.duplicates, "split": corpus.split},
+            "vocabulary": run.vocabulary.to_json(), "vocabulary_table": fragmentation_table(run.vocabulary),
+            "queries": {split: len(q) for split, q in run.held_out.queries.items()},
+            "max_seq_length": settings.get("max_length") or run.max_seq_length,
+            "systems": systems, "seconds": round(seconds, 1),
+            "skipped": skipped_methods(run.architecture)}
+
+
+def skipped_methods(architecture: str) -> list[str]:
+    """What the issue's recipe names that this run did not do, and why."""
+    if architecture.endswith(("ForMaskedLM", "ForPreTraining")):
+        mlm = ("continued MLM: the base has an MLM head, but adapt does not run MLM itself yet; run `bertforge "
+               "pretrain` from it on the corpus and pass the result as --base")
+    else:
+        mlm = f"continued MLM: the base ({architecture}) has no MLM head"
+    return [mlm, "TSDAE: not implemented (ICT and SimCSE are)",
+            "GPL pseudo-queries: no query generator (a doc2query T5) is available offline"]
+
+
+def write_model(run: Run, final: dict, report: dict) -> None:
+    """DIR/model: the final stage's folder (or the base as a sentence-transformers folder), versions and card."""
+    target = run.output / "model"
+    staging = run.output / "model.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    if final["name"] == "base":
+        BiEncoder.from_pretrained(run.base_folder).save_pretrained(staging, tokenizer=run.tokenizer)
+    else:
+        shutil.copytree(run.output / "stages" / f"{final['name']}-{final['key']}" / "model", staging)
+    write_st_config(staging)
+    write_card(staging, report)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+
+
+def build_corpus_index(run: Run) -> None:
+    """DIR/index: every passage (whole, as read) embedded by DIR/model, a `bertforge search` index."""
+    from ..atomic import write_text
+    from ..search.build import build_index
+
+    passages = run.output / "passages.jsonl"
+    write_text(passages, "".join(json.dumps({"id": p.id, "text": passage_text(p)}, ensure_ascii=False) + "\n"
+                                 for p in run.corpus.passages))
+    index = run.output / "index"
+    shutil.rmtree(index, ignore_errors=True)
+    shutil.rmtree(index.with_name("index.partial"), ignore_errors=True)
+    build_index(passages, index, model=run.output / "model")

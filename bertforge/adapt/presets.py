@@ -1,0 +1,34 @@
+"""What `--preset quick|full` runs: the held-out query count and the training stages, sized by the corpus.
+
+quick: one ICT stage, in-batch negatives only (mining costs a third more per step), its length chosen so a ~150k-word corpus trains
+in ~12 minutes of 2 CPU cores (the rest of the 20-minute budget is reading, evaluating and
+indexing). full: for a GPU and big corpora: longer ICT, then SimCSE mixed in as a second stage.
+The numbers behind these choices are in scripts/results/ and the README.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .methods import MethodSettings
+
+PRESETS = ("quick", "full")
+QUICK_PASSAGES = 3_400  # training passages seen in quick: two epochs of ~150k words of prose
+QUERIES = {"quick": 300, "full": 1_000}  # held-out ICT queries (dev + test)
+HELD_OUT_SHARE = 0.2  # at most this share of the passages is held out
+
+
+def stage_settings(preset: str, training_passages: int, seed: int = 0) -> list[tuple[str, MethodSettings]]:
+    """[(stage name, settings)] in the order they run, each starting from the one before."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset {preset!r} is not one of {', '.join(PRESETS)}")
+    ict = MethodSettings(method="ict", seed=seed)
+    if preset == "quick":
+        epochs = min(2.0, max(0.5, QUICK_PASSAGES / max(1, training_passages)))
+        return [("ict", replace(ict, epochs=round(epochs, 2), learning_rate=1e-4, hard_negatives=False))]
+    return [("ict", replace(ict, epochs=3.0, evaluations_per_epoch=2, batch_size=64, mini_batch_size=32)),
+            ("ict+simcse", replace(ict, method="simcse", epochs=1.0, learning_rate=2e-5, batch_size=64,
+                                   hard_negatives=False))]
+
+
+def query_count(preset: str, passages: int) -> int:
+    return min(QUERIES[preset], int(passages * HELD_OUT_SHARE))

@@ -1,0 +1,74 @@
+"""adapt's report: every stage beside BM25 and the base model, as JSON, a markdown table and a bar chart.
+
+Rows ("systems") are BM25, the base model zero-shot and each stage; columns are the
+evaluation sets (held-out ICT dev and test, and the --eval BEIR folder) and their metrics.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..atomic import replaced_file, write_text
+from .evaluation import METRICS
+
+
+def metrics_table(systems: list[dict], final: str) -> str:
+    """Markdown: one row per system (name, then metrics per evaluation set), the final model marked."""
+    sets = [name for name in ("dev", "test", "beir") if any(name in s["metrics"] for s in systems)]
+    header = ["system", *[f"{label(name)} {metric}" for name in sets for metric in METRICS], "time"]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for system in systems:
+        cells = [system["name"] + (" (final)" if system["name"] == final else "")]
+        for name in sets:
+            values = system["metrics"].get(name, {})
+            cells += [f"{values[m]:.4f}" if m in values else "" for m in METRICS]
+        cells.append(f"{system['seconds']:.0f} s" if system.get("seconds") is not None else "")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def label(evaluation_set: str) -> str:
+    return {"dev": "ICT dev", "test": "ICT test", "beir": "--eval"}[evaluation_set]
+
+
+def write_report(output: Path, report: dict) -> None:
+    """DIR/report.json, report.md and report.png (nDCG@10 per system, one bar group per evaluation set)."""
+    write_text(output / "report.json", json.dumps(report, indent=2) + "\n")
+    write_text(output / "report.md", report_markdown(report))
+    plot(output / "report.png", report["systems"])
+
+
+def report_markdown(report: dict) -> str:
+    corpus = report["corpus"]
+    lines = [f"# adapt: {report['base']} on {corpus['passages']:,} passages ({corpus['words']:,} words)", "",
+             f"Preset {report['preset']}; held-out ICT queries: {report['queries']['dev']} dev (pick the final "
+             f"model), {report['queries']['test']} test (reported). Final model: **{report['final']}**.", ""]
+    if report.get("note"):
+        lines += [report["note"], ""]
+    lines += [metrics_table(report["systems"], report["final"]), "", "## Vocabulary", "",
+              report["vocabulary_table"], ""]
+    if report.get("skipped"):
+        lines += ["## Not run", ""] + [f"- {reason}" for reason in report["skipped"]] + [""]
+    return "\n".join(lines)
+
+
+def plot(path: Path, systems: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sets = [name for name in ("dev", "test", "beir") if any(name in s["metrics"] for s in systems)]
+    figure, axes = plt.subplots(figsize=(1.6 + 1.2 * len(systems) * len(sets) / 2, 3.6))
+    width = 0.8 / max(1, len(sets))
+    for offset, name in enumerate(sets):
+        values = [s["metrics"].get(name, {}).get("ndcg@10", 0.0) for s in systems]
+        positions = [i + (offset - (len(sets) - 1) / 2) * width for i in range(len(systems))]
+        axes.bar(positions, values, width, label=label(name))
+    axes.set_xticks(range(len(systems)), [s["name"] for s in systems])
+    axes.set_ylabel("nDCG@10")
+    axes.legend()
+    figure.tight_layout()
+    with replaced_file(path) as temporary:
+        figure.savefig(temporary, format="png", dpi=100)
+    plt.close(figure)

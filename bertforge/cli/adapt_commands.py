@@ -1,0 +1,27 @@
+"""The function behind `bertforge adapt` (see commands.py for how functions become sub-commands)."""
+from __future__ import annotations
+
+from typing import Literal
+
+
+def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Literal["quick", "full"] = "quick",
+          eval: str | None = None, text_column: str = "text", seed: int = 0,
+          device: Literal["auto", "cpu", "cuda"] = "auto") -> None:
+    """Adapt a sentence encoder to a folder of domain text: train, evaluate, index, in one command.
+
+    Args:
+        corpus: text files (passages separated by blank lines), .jsonl (text, optional id/title), .csv/.tsv
+            (with --text-column), .gz/.xz, or folders of them
+        output: folder for model/ (sentence-transformers), index/ (bertforge search), report.{json,md,png}
+            and the stage cache (run again after a kill: finished stages are kept)
+        base: the model to adapt: a sentence-transformers or BERT folder, or minilm
+        preset: quick (CPU: ~20 minutes for 150k words) or full (a GPU: longer ICT, then SimCSE)
+        eval: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) scored beside the held-out queries
+        text_column: the column of a .csv/.tsv corpus that holds the text
+        seed: seed for the held-out queries and the training order
+        device: where to train: auto (the GPU when there is one), cpu or cuda
+    """
+    from ..adapt.pipeline import AdaptOptions, run_adapt
+
+    run_adapt(AdaptOptions(corpus=list(corpus), output=output, base=base, preset=preset, eval=eval,
+                           text_column=text_column, seed=seed, device=device))

