@@ -184,3 +184,30 @@ def test_outputs_index_like_transformers(minilm_dir):
     out = model(torch.tensor([[101, 7592, 102]]))
     assert out[0] is out.last_hidden_state and out["pooler_output"] is out.pooler_output
     assert out.keys() == ["last_hidden_state", "pooler_output"]
+
+
+class PlantedPayload:
+    """What a hostile pytorch_model.bin holds: unpickling it would run a command."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_planted_pickle_is_refused_in_one_line_through_the_cli(tmp_path, minilm_dir, capsys):
+    from bertforge.cli.parser import main
+
+    folder = tmp_path / "planted"
+    shutil.copytree(minilm_dir, folder, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    marker = tmp_path / "ran"
+    torch.save({"embeddings.word_embeddings.weight": PlantedPayload(marker)}, folder / "pytorch_model.bin")
+    (tmp_path / "in.txt").write_text("a sentence\n", encoding="utf-8")
+    code = main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "v.npy"), "--model", str(folder)])
+    err = capsys.readouterr().err.strip()
+    assert code in (1, 2) and not marker.exists() and not (tmp_path / "v.npy").exists()
+    assert len(err.splitlines()) == 1, err
+    assert "pytorch_model.bin" in err and "safetensors" in err, err

@@ -88,7 +88,8 @@ def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", la
     from ..embeddings.embed import Embedder
     from ..embeddings.files import embed_file, vector_settings
     from ..models.folder import read_model_folder
-    from ..train.distributed import device_from_option, init_distributed, shutdown
+    from ..engine.devices import device_from_option
+    from ..train.distributed import init_distributed, shutdown
 
     source = Path(input)
     texts = read_texts(source, text_field)

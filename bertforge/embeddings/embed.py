@@ -286,11 +286,6 @@ def load_tokenizer(folder: ModelFolder) -> BertTokenizer:
     return BertTokenizer.from_pretrained(folder.transformer, do_lower_case=True if folder.do_lower_case else None)
 
 
-def sentence_transformers_max_length(folder: str | os.PathLike) -> int:
-    """The folder's truncation length. Kept only for serve/models.py until it reads `read_model_folder` itself."""
-    return read_model_folder(folder).max_seq_length
-
-
 def embedder_for(model_or_path, tokenizer=None, **options) -> Embedder:
     """An Embedder from a checkpoint folder, or from a model object and its tokenizer."""
     if isinstance(model_or_path, (str, os.PathLike)):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -154,9 +155,8 @@ def download_from_hub(repo_id: str) -> Path:
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
     except Exception as error:  # network, auth and not-found errors all end the same way for the user
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ValueError(
-            f"could not download {repo_id!r} from the Hugging Face Hub ({type(error).__name__}: {first_line}). "
+            f"could not download {repo_id!r} from the Hugging Face Hub ({type(error).__name__}: {first_line(error)}). "
             "Without network access, pass the path of a local checkpoint folder instead."
         ) from None
 
@@ -181,9 +181,19 @@ def read_state_dict(folder: Path) -> tuple[Path, dict[str, Tensor]]:
     if legacy.exists():
         try:
             return legacy, torch.load(legacy, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:  # torch's weights_only loader refused it, in six lines about weights_only
+            raise ValueError(f"{legacy} holds Python objects besides tensors, which bertforge never unpickles (they "
+                             "can run code); convert it to model.safetensors with a tool you trust") from None
         except Exception as error:
-            raise ValueError(f"{legacy} could not be read as PyTorch weights ({error}); re-download it") from None
+            raise ValueError(f"{legacy} could not be read as PyTorch weights ({first_line(error)}); re-download it") \
+                from None
     raise ValueError(f"{folder} has no {WEIGHTS_SAFETENSORS} or {WEIGHTS_PYTORCH}: is it a checkpoint folder?")
+
+
+def first_line(error: Exception) -> str:
+    """An error's message in one line: torch's and safetensors' can run to several."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def match_keys(state_dict: dict[str, Tensor], model: BertPreTrainedModel) -> tuple[dict[str, Tensor], list[str]]:

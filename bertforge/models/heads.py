@@ -200,6 +200,27 @@ def sequence_classification_loss(logits: Tensor, labels: Tensor, config: BertCon
     return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
 
+def token_classification_loss(logits: Tensor, labels: Tensor, config: BertConfig) -> Tensor:
+    """Cross-entropy over every token whose label is not IGNORE_INDEX (padding, continuation pieces)."""
+    return F.cross_entropy(logits.float().view(-1, config.num_labels), labels.view(-1), ignore_index=IGNORE_INDEX)
+
+
+def classifier_forward(features: str, loss):
+    """The forward of a classifier head: its `dropout` and `classifier` on the encoder's `features`.
+
+    features: pooler_output (batch, hidden) or last_hidden_state (batch, seq, hidden); loss(logits, labels,
+    config) when labels are given. Written once: the sequence and token heads differ only in these two.
+    """
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
+                output_hidden_states=False, output_attentions=False, packing=None) -> ClassifierOutput:
+        out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
+                     output_hidden_states, output_attentions, packing)
+        logits = self.classifier(self.dropout(getattr(out, features)))
+        return ClassifierOutput(None if labels is None else loss(logits, labels, self.config), logits,
+                                out.hidden_states, out.attentions)
+    return forward
+
+
 class BertForSequenceClassification(BertPreTrainedModel):
     """A linear classifier on the pooled [CLS] vector: single or pair input."""
 
@@ -209,13 +230,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         self.dropout, self.classifier = classifier_layers(config)
         self.init_weights()
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
-                output_hidden_states=False, output_attentions=False, packing=None) -> ClassifierOutput:
-        out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
-                     output_hidden_states, output_attentions, packing)
-        logits = self.classifier(self.dropout(out.pooler_output))  # (batch, num_labels)
-        loss = sequence_classification_loss(logits, labels, self.config) if labels is not None else None
-        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+    forward = classifier_forward("pooler_output", sequence_classification_loss)  # logits (batch, num_labels)
 
 
 class BertForTokenClassification(BertPreTrainedModel):
@@ -227,14 +242,7 @@ class BertForTokenClassification(BertPreTrainedModel):
         self.dropout, self.classifier = classifier_layers(config)
         self.init_weights()
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
-                output_hidden_states=False, output_attentions=False, packing=None) -> ClassifierOutput:
-        out = encode(self.bert, input_ids, attention_mask, token_type_ids, position_ids,
-                     output_hidden_states, output_attentions, packing)
-        logits = self.classifier(self.dropout(out.last_hidden_state))  # (batch, seq, num_labels)
-        loss = None if labels is None else F.cross_entropy(logits.float().view(-1, self.config.num_labels),
-                                                           labels.view(-1), ignore_index=IGNORE_INDEX)
-        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+    forward = classifier_forward("last_hidden_state", token_classification_loss)  # logits (batch, seq, num_labels)
 
 
 class BertForQuestionAnswering(BertPreTrainedModel):

@@ -8,6 +8,7 @@ import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
+from ..embeddings.similarity import l2_normalized
 from .errors import ApiError
 from .inputs import as_list
 from .passes import Tokens
@@ -22,10 +23,6 @@ ERRORS = {400: {"description": "an empty input, a body that is not JSON, or dime
           424: {"description": "the model failed, or the feature was not loaded"},
           429: {"description": "over --max-concurrent-requests"}}
 router = APIRouter(responses=ERRORS, tags=["embeddings"])
-
-
-def normalized(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
 
 
 def first_dimensions(vectors: np.ndarray, dimensions: int | None) -> np.ndarray:
@@ -55,7 +52,7 @@ async def embed(body: EmbedRequest, request: Request, server: Server = Depends(c
     tokens = await encoded(server, "embed", body.inputs, body.truncate, body.truncation_direction, body.prompt_name)
     vectors = first_dimensions(await pooled(server, tokens, request), body.dimensions)
     # Built here rather than through response_model: validating 32 x 384 floats costs more than the model.
-    return JSONResponse((normalized(vectors) if body.normalize else vectors).tolist())
+    return JSONResponse((l2_normalized(vectors) if body.normalize else vectors).tolist())
 
 
 @router.post("/", include_in_schema=False)
@@ -92,7 +89,7 @@ async def similarity(body: SimilarityRequest, request: Request, server: Server =
     texts = [body.inputs.source_sentence, *body.inputs.sentences]
     tokens = await encoded(server, "embed", texts, parameters.truncate, parameters.truncation_direction,
                            parameters.prompt_name)
-    vectors = normalized(await pooled(server, tokens, request))
+    vectors = l2_normalized(await pooled(server, tokens, request))
     return JSONResponse((vectors[1:] @ vectors[0]).tolist())
 
 
@@ -100,7 +97,7 @@ async def similarity(body: SimilarityRequest, request: Request, server: Server =
              summary="Sentence vectors, OpenAI's embeddings API (normalised, as OpenAI's are)")
 async def openai_embeddings(body: OpenAIEmbeddingRequest, request: Request, server: Server = Depends(current_server)):
     tokens = await encoded(server, "embed", body.input, body.truncate, "right", None, field="input")
-    vectors = normalized(first_dimensions(await pooled(server, tokens, request), body.dimensions))
+    vectors = l2_normalized(first_dimensions(await pooled(server, tokens, request), body.dimensions))
     if body.encoding_format == "base64":
         embeddings = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in vectors]
     else:

@@ -8,6 +8,8 @@ import torch
 from sklearn.decomposition import PCA
 
 from ..embeddings.embed import Embedder
+from ..embeddings.similarity import l2_normalized
+from ..engine.devices import to_device
 
 # Attention for longer inputs would be layers x heads x n^2 numbers (6 x 12 x 128^2 = 1.2M for
 # MiniLM at 128 tokens): too much for a page to draw or a response to carry.
@@ -27,7 +29,7 @@ def attention_maps(embedder: Embedder, text: str, max_tokens: int = ATTENTION_MA
     """Every layer's and head's attention probabilities for one text, cut to max_tokens tokens."""
     full_length = len(embedder.tokenizer(text)["input_ids"])
     encoded = embedder.tokenizer([text], truncation=True, max_length=max_tokens, return_tensors="pt")
-    encoded = {name: tensor.to(embedder.device) for name, tensor in encoded.items()}
+    encoded = to_device(encoded, embedder.device)
     output = embedder.model(encoded["input_ids"], attention_mask=encoded["attention_mask"],
                             token_type_ids=encoded["token_type_ids"], output_attentions=True)
     attentions = torch.stack(output.attentions)[:, 0].float().cpu().numpy()  # (layers, heads, seq, seq)
@@ -54,7 +56,7 @@ def word_in_context(embedder: Embedder, word: str, sentences: list[str]) -> Word
         except ValueError as error:
             raise ValueError(f"sentence {number}: {error}") from None
     vectors = np.stack(vectors)  # (sentences, dim)
-    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
+    unit = l2_normalized(vectors)
     pca = PCA(n_components=2, random_state=0)  # deterministic, as seed 003's picture (random_state=42 there)
     points = pca.fit_transform(vectors)
     return WordInContext(cosine=unit @ unit.T, points=points, explained_variance=pca.explained_variance_ratio_.tolist())

@@ -6,7 +6,6 @@ in `passes.py`.
 from __future__ import annotations
 
 import logging
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,18 +43,11 @@ def checkpoint_folder(spec: str, option: str) -> ModelFolder:
 
 
 def loaded(option: str, spec: str, load):
-    """load(), with a checkpoint torch refuses to unpickle said in one line naming the option.
-
-    The checkpoint reader passes torch's refusal on as a ValueError holding torch's whole
-    multi-line explanation (about weights_only, which bertforge never turns off).
-    """
+    """load(), with a checkpoint it cannot read (the checkpoint reader's one line) said against the option."""
     try:
         return load()
-    except (ValueError, pickle.UnpicklingError) as error:
-        if not isinstance(error, pickle.UnpicklingError) and not isinstance(error.__context__, pickle.UnpicklingError):
-            raise
-        raise ValueError(f"{option} {spec}: its pytorch_model.bin holds Python objects besides tensors, which "
-                         "bertforge never unpickles; convert it to model.safetensors with a tool you trust") from None
+    except ValueError as error:
+        raise ValueError(f"{option} {spec}: {error}") from None
 
 
 @dataclass

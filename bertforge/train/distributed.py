@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-# Re-exported for the recipes and serve/, which import them from here until their rewrites
-# (issue 22) import engine.devices; nothing else should.
-from ..engine.devices import device_from_option, select_device  # noqa: F401
+# Only for adapt/pipeline.py, which imports it from here (another helper owns adapt/ now): it should import
+# engine.devices like everything else, and this line then goes.
+from ..engine.devices import select_device  # noqa: F401
 
 
 @dataclass(frozen=True)

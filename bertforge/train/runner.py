@@ -32,11 +32,11 @@ from typing import Any, Callable
 import torch
 
 from ..atomic import write_text
+from ..engine.devices import select_device
 from ..resources import resolve_model
 from ..tokenization.tokenizer import BertTokenizer
 from .batches import ShuffledBatches
 from .best import best_model_folder
-from .distributed import select_device
 from .loop import TrainConfig, train
 from .optim import epoch_schedule
 from .run_folder import claim_run_folder

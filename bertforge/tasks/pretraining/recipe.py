@@ -27,7 +27,8 @@ from .corpus import DocumentBoundary, expand_paths
 from .shards import TokenizedCorpus, prepare_corpus
 from ...models.heads import BertForPreTraining, masked_positions_from
 from ...tokenization.tokenizer import BertTokenizer
-from ...train.distributed import Topology, barrier, init_distributed, select_device, shutdown
+from ...engine.devices import select_device, to_device
+from ...train.distributed import Topology, barrier, init_distributed, shutdown
 from ...train.loop import TrainConfig, train
 from ...settings import CHECKPOINT, KEYS_OF, PATH, load_recipe
 from ...validation import STEPS_TO_RUN, check_bound, check_fields
@@ -113,8 +114,8 @@ def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Top
     return BertTokenizer.from_pretrained(trained)
 
 
-def prepared(paths: list[str], tokenizer: BertTokenizer, folder: Path, data: DataSettings,
-             topology: Topology, resume: bool = False) -> TokenizedCorpus:
+def tokenized_corpus(paths: list[str], tokenizer: BertTokenizer, folder: Path, data: DataSettings,
+                     topology: Topology, resume: bool = False) -> TokenizedCorpus:
     """Tokenize once into `folder` (rank 0), reuse it on later runs and on the other ranks.
 
     Reused only when prepared from the same files, unchanged since; otherwise a new run
@@ -232,7 +233,7 @@ def evaluate_pretraining(model: BertForPreTraining, dataset: PretrainingDataset,
     for index, batch in enumerate(loader):
         if index == max_batches:
             break
-        batch = {k: v.to(device) for k, v in batch.items()}
+        batch = to_device(batch, device)
         output = model(**batch, masked_only=masked_only)
         for key, (total, count) in pretraining_statistics(batch, output).items():
             sums[key] = sums.get(key, 0) + np.array([float(total), float(count)])
@@ -259,13 +260,14 @@ def run_pretraining(recipe: PretrainRecipe, resume: bool = False, overwrite: boo
 def pretrain_in(run_dir: Path, recipe: PretrainRecipe, resume: bool, topology: Topology,
                 device: torch.device) -> list[dict]:
     tokenizer = load_or_train_tokenizer(recipe, run_dir, topology, resume)
-    train_corpus = prepared(recipe.data.train, tokenizer, run_dir / "data" / "train", recipe.data, topology, resume)
+    train_corpus = tokenized_corpus(recipe.data.train, tokenizer, run_dir / "data" / "train", recipe.data, topology,
+                                    resume)
     dataset = PretrainingDataset(train_corpus, recipe.data.instances, seed=recipe.training.seed,
                                  rank=topology.rank, world_size=topology.world_size)
     evaluate = None
     if recipe.data.heldout:
-        heldout_corpus = prepared(recipe.data.heldout, tokenizer, run_dir / "data" / "heldout", recipe.data, topology,
-                                  resume)
+        heldout_corpus = tokenized_corpus(recipe.data.heldout, tokenizer, run_dir / "data" / "heldout", recipe.data,
+                                          topology, resume)
         heldout = PretrainingDataset(heldout_corpus, recipe.data.instances, seed=12345)
         evaluate = lambda model: evaluate_pretraining(model, heldout, recipe.batch_size, recipe.data.eval_batches,
                                                       device, recipe.masked_only_head)
