@@ -23,7 +23,7 @@ from ..search.encoder import model_fingerprint
 from ..tokenization.tokenizer import BertTokenizer
 from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..train.checkpointing import latest_checkpoint
-from ..train.distributed import select_device
+from ..engine.devices import select_device
 from .card import write_card, write_st_config
 from .corpus import MAX_WORDS, Corpus, read_corpus
 from .evaluation import Evaluator, read_beir_folder

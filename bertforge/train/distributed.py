@@ -10,10 +10,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-# Only for adapt/pipeline.py, which imports it from here (another helper owns adapt/ now): it should import
-# engine.devices like everything else, and this line then goes.
-from ..engine.devices import select_device  # noqa: F401
-
 
 @dataclass(frozen=True)
 class Topology:
