@@ -72,3 +72,23 @@ def test_minilm_export_matches_sentence_vectors(tmp_path, minilm_dir, data_dir):
 
     assert export_onnx(minilm_dir, tmp_path / "minilm", pooling="mean", normalize=True) <= 1e-4
     check_against_bertforge(minilm_dir, tmp_path / "minilm", emma_lines(data_dir, 50), "mean")
+
+
+def test_the_exported_graph_is_bertmodels_own_forward(minilm_dir, monkeypatch):
+    """Export traces BertModel.forward itself (no hand-written copy that could drift from it)."""
+    import torch
+
+    from bertforge.export.onnx_export import ExportedEncoder
+
+    calls = []
+    original = BertModel.forward
+    monkeypatch.setattr(BertModel, "forward", lambda self, *args, **kwargs: calls.append(1) or original(self, *args, **kwargs))
+    model = BertModel.from_pretrained(minilm_dir).eval()
+    encoded = BertTokenizer.from_pretrained(minilm_dir)(["a short one", "and a longer text with padding"],
+                                                        padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = ExportedEncoder(model, "mean", True)(encoded["input_ids"], encoded["attention_mask"],
+                                                      encoded["token_type_ids"])[0]
+        expected = original(model, encoded["input_ids"], attention_mask=encoded["attention_mask"]).last_hidden_state
+    assert calls == [1]
+    assert torch.equal(hidden, expected)

@@ -38,10 +38,11 @@ CHECK_TEXTS = ["Hello.", "A longer sentence, so that the batch has padding to ma
 
 
 class ExportedEncoder(nn.Module):
-    """BertModel's forward for export: always masked, no branch on the inputs' values.
+    """BertModel itself, plus the sentence pooling, with fixed inputs and a tuple of outputs for export.
 
-    `BertModel.forward` skips the mask when nothing is padded, which reads the mask's values:
-    a graph cannot branch on data, and a traced branch would be frozen to the example's case.
+    The graph is traced through `BertModel.forward`, not a copy of it: the one data-dependent branch
+    there (no mask when nothing is padded, `key_mask_from`) is taken only in eager CPU code, never
+    under torch.export's tracing, so the exported graph always applies the mask.
     """
 
     def __init__(self, model: BertModel, pooling: str | None, normalize: bool):
@@ -49,15 +50,9 @@ class ExportedEncoder(nn.Module):
         self.bert, self.pooling, self.normalize = model, pooling, normalize
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> tuple[Tensor, ...]:
-        batch, seq = input_ids.shape
-        positions = torch.arange(seq, device=input_ids.device).expand(batch, seq)
-        hidden_states = self.bert.embeddings(input_ids, token_type_ids, positions)
-        key_mask = attention_mask[:, None, None, :].bool()
-        for layer in self.bert.encoder.layer:
-            hidden_states, _ = layer(hidden_states, key_mask)
-        outputs = [hidden_states]
-        if self.bert.pooler is not None:
-            outputs.append(self.bert.pooler(hidden_states))
+        encoded = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        hidden_states = encoded.last_hidden_state
+        outputs = [hidden_states] + ([encoded.pooler_output] if encoded.pooler_output is not None else [])
         if self.pooling is not None:
             vectors = outputs[1] if self.pooling == "pooler" else pool(hidden_states, attention_mask, self.pooling)
             outputs.append(F.normalize(vectors, p=2, dim=1) if self.normalize else vectors)
