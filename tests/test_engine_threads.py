@@ -1,4 +1,6 @@
 """How many compute threads: physical cores under the affinity mask, capped by a cgroup quota."""
+import pytest
+
 from bertforge.engine.threads import cgroup_cpu_quota, physical_cores, requested_threads, usable_threads
 
 
@@ -39,3 +41,22 @@ def test_omp_num_threads_is_the_users_choice():
     assert requested_threads({"OMP_NUM_THREADS": "3"}) == 3
     assert requested_threads({"OMP_NUM_THREADS": "0"}) is None and requested_threads({}) is None
     assert requested_threads({"OMP_NUM_THREADS": "many"}) is None
+
+
+@pytest.mark.parametrize("command", ["embed", "index build"])
+def test_long_commands_run_on_the_threads_asked_for(command, minilm_dir, tmp_path):
+    import torch
+
+    from bertforge.cli.parser import main
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a ship of the navy\nthe bank raised rates\n", encoding="utf-8")
+    arguments = {"embed": ["embed", str(texts), str(tmp_path / "vectors.npy")],
+                 "index build": ["index", "build", str(texts), "--output", str(tmp_path / "index")]}[command]
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert main(arguments + ["--model", str(minilm_dir), "--threads", "1"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

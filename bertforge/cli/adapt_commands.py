@@ -6,7 +6,7 @@ from typing import Literal
 
 def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Literal["quick", "full"] = "quick",
           eval: str | None = None, text_column: str = "text", seed: int = 0,
-          device: Literal["auto", "cpu", "cuda"] = "auto") -> None:
+          device: Literal["auto", "cpu", "cuda"] = "auto", threads: int | None = None) -> None:
     """Adapt a sentence encoder to a folder of domain text: train, evaluate, index, in one command.
 
     Args:
@@ -20,8 +20,11 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
         text_column: the column of a .csv/.tsv corpus that holds the text
         seed: seed for the held-out queries and the training order
         device: where to train: auto (the GPU when there is one), cpu or cuda
+        threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else torch's one per core; on a machine shared with other busy processes fewer threads often run faster)
     """
     from ..adapt.pipeline import AdaptOptions, run_adapt
+    from ..engine.threads import use_threads
 
+    use_threads(threads)
     run_adapt(AdaptOptions(corpus=list(corpus), output=output, base=base, preset=preset, eval=eval,
                            text_column=text_column, seed=seed, device=device))

@@ -14,7 +14,7 @@ from .commands import parse_layers
 
 def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexKind = "auto", chunk_size: int = 10_000,
                 pooling: SentencePooling | None = None, normalize: bool = True, batch_size: int = 32, text_field: str = "text",
-                id_field: str = "id", tune_queries: str | None = None) -> None:
+                id_field: str = "id", tune_queries: str | None = None, threads: int | None = None) -> None:
     """Embed a corpus into a new vector index folder; a killed build resumes from the chunks it finished.
 
     Args:
@@ -29,9 +29,12 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
         text_field: the JSONL field that holds the text
         id_field: the JSONL field that holds the id (default ids: FILE:LINE)
         tune_queries: a file of typical queries, one a line, to tune ivf/hnsw effort on (default: stored vectors)
+        threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else torch's one per core; on a machine shared with other busy processes fewer threads often run faster)
     """
+    from ..engine.threads import use_threads
     from ..search.build import build_index
 
+    use_threads(threads)
     meta = build_index(corpus, output, model, kind=kind, chunk_size=chunk_size, pooling=pooling, normalize=normalize,
                        batch_size=batch_size, text_field=text_field, id_field=id_field, tune_queries=tune_queries)
     print(f"indexed {meta['count']:,} passages ({meta['kind']}, vectors of size {meta['vectors']['dim']}) in {output}")
@@ -39,7 +42,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
 
 
 def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int = 10_000, batch_size: int = 32,
-              text_field: str = "text", id_field: str = "id") -> None:
+              text_field: str = "text", id_field: str = "id", threads: int | None = None) -> None:
     """Append a corpus's passages to an index folder (all or nothing; what was indexed before is kept).
 
     Args:
@@ -50,9 +53,12 @@ def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int
         batch_size: texts per forward pass
         text_field: the JSONL field that holds the text
         id_field: the JSONL field that holds the id (default ids: FILE:LINE)
+        threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else torch's one per core; on a machine shared with other busy processes fewer threads often run faster)
     """
+    from ..engine.threads import use_threads
     from ..search.build import add_corpus
 
+    use_threads(threads)
     meta, added = add_corpus(index, corpus, model, chunk_size=chunk_size, batch_size=batch_size,
                              text_field=text_field, id_field=id_field)
     print(f"added {added:,} passages to {index}: {meta['count']:,} in all ({meta['kind']})")

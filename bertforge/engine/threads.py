@@ -73,3 +73,12 @@ def usable_threads(cpus: set[int] | None = None, sysfs: Path = CPU_SYSFS, cgroup
     if quota is not None:
         threads = min(threads, math.ceil(quota))
     return max(1, threads)
+
+
+def use_threads(threads: int | None) -> None:
+    """A long command's --threads: torch's CPU thread count for this process when given; None leaves torch's own
+    choice (OMP_NUM_THREADS, else one per core), so a caller that already shared the cores out keeps its share."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
