@@ -31,6 +31,7 @@ def staging_folder(target: Path) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(target.parent)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}{TEMP_MARK}{os.getpid()}-", dir=target.parent))
+    staging.chmod(0o777 & ~current_umask())  # mkdtemp's 0700 would follow the folder when it is published
     try:
         yield staging
     finally:
@@ -57,6 +58,8 @@ def replaced_file(target: str | os.PathLike) -> Iterator[Path]:
     try:
         yield temporary
         flush_to_disk(temporary)
+        # mkstemp makes the file 0600; a replaced file keeps its old mode, a new one gets the umask's
+        temporary.chmod(target.stat().st_mode & 0o777 if target.exists() else 0o666 & ~current_umask())
         os.replace(temporary, target)
     finally:
         temporary.unlink(missing_ok=True)
@@ -67,6 +70,13 @@ def write_text(target: str | os.PathLike, text: str) -> Path:
     with replaced_file(target) as temporary:
         temporary.write_text(text, encoding="utf-8")
     return Path(target)
+
+
+def current_umask() -> int:
+    """This process's umask (reading it means setting it: set back at once)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
 
 
 def flush_to_disk(path: Path) -> None:

@@ -110,9 +110,6 @@ def export_onnx(folder: str | os.PathLike | ModelFolder, output: str | os.PathLi
         if output.exists():
             output.rmdir()
         os.replace(staging, output)
-    umask = os.umask(0)
-    os.umask(umask)
-    output.chmod(0o777 & ~umask)  # the staging folder was private (mkdtemp); the export is not
     return difference
 
 

@@ -43,9 +43,6 @@ def write_new_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passage
         offsets = append_passages(staging / TEXTS_FILE, 0, passages)
         meta = commit(staging, {**meta, "format": FORMAT, "format_version": FORMAT_VERSION, "generation": 0},
                       faiss_index, offsets)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(staging, 0o777 & ~umask)  # a staging folder is private (0700); the index is not
         os.rename(staging, folder)
     return meta
 
