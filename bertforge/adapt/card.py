@@ -1,36 +1,10 @@
-"""DIR/model's own files beyond the weights: the versions it was made with and a README model card."""
+"""DIR/model's README model card (BiEncoder.save_pretrained writes the rest, versions included)."""
 from __future__ import annotations
 
-import json
-from importlib import metadata
 from pathlib import Path
 
 from ..atomic import write_text
 from .report import metrics_table
-
-ST_CONFIG = "config_sentence_transformers.json"
-
-
-def package_versions() -> dict[str, str]:
-    """The versions sentence-transformers records (its own, transformers', pytorch's) plus bertforge's."""
-    versions = {}
-    for key, package in (("sentence_transformers", "sentence-transformers"), ("transformers", "transformers"),
-                         ("pytorch", "torch"), ("bertforge", "bertforge")):
-        try:
-            versions[key] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            continue
-    return versions
-
-
-def write_st_config(folder: Path) -> None:
-    """config_sentence_transformers.json with the real versions and the similarity function (cosine)."""
-    path = folder / ST_CONFIG
-    config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    config.update({"__version__": package_versions(), "similarity_fn_name": "cosine"})
-    config.setdefault("prompts", {})
-    config.setdefault("default_prompt_name", None)
-    write_text(path, json.dumps(config, indent=2) + "\n")
 
 
 def write_card(folder: Path, report: dict) -> None:

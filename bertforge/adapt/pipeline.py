@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..atomic import staging_folder
 from ..errors import UsageError
 from ..models.folder import read_model_folder
 from ..resources import resolve_model
@@ -24,7 +25,7 @@ from ..tokenization.tokenizer import BertTokenizer
 from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
-from .card import write_card, write_st_config
+from .card import write_card
 from .corpus import MAX_WORDS, Corpus, read_corpus
 from .evaluation import Evaluator, read_beir_folder
 from .ict import HeldOut, held_out_queries, passage_text, training_passages
@@ -251,16 +252,15 @@ def skipped_methods(architecture: str) -> list[str]:
 def write_model(run: Run, final: dict, report: dict) -> None:
     """DIR/model: the final stage's folder (or the base as a sentence-transformers folder), versions and card."""
     target = run.output / "model"
-    staging = run.output / "model.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    if final["name"] == "base":
-        BiEncoder.from_pretrained(run.base_folder).save_pretrained(staging, tokenizer=run.tokenizer)
-    else:
-        shutil.copytree(run.output / "stages" / f"{final['name']}-{final['key']}" / "model", staging)
-    write_st_config(staging)
-    write_card(staging, report)
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
+    with staging_folder(target) as staging:
+        model = staging / "model"
+        if final["name"] == "base":
+            BiEncoder.from_pretrained(run.base_folder).save_pretrained(model, tokenizer=run.tokenizer)
+        else:
+            shutil.copytree(run.output / "stages" / f"{final['name']}-{final['key']}" / "model", model)
+        write_card(model, report)
+        shutil.rmtree(target, ignore_errors=True)
+        model.rename(target)
 
 
 def build_corpus_index(run: Run) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from importlib import metadata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,7 +145,7 @@ class BiEncoder(nn.Module):
             write_json(folder / SENTENCE_BERT_CONFIG, {"max_seq_length": self.max_seq_length, "do_lower_case": False})
             (folder / POOLING_CONFIG).parent.mkdir()
             write_json(folder / POOLING_CONFIG, pooling_config(self.pooling, self.config.hidden_size))
-            write_json(folder / ST_CONFIG_FILE, {"__version__": {"bertforge": bertforge_version()}, "prompts": {},
+            write_json(folder / ST_CONFIG_FILE, {"__version__": package_versions(), "prompts": {},
                                             "default_prompt_name": None, "similarity_fn_name": "cosine"})
             if not target.exists():
                 folder.rename(target)
@@ -197,7 +198,13 @@ def write_json(path: Path, value) -> None:
     path.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
 
 
-def bertforge_version() -> str:
-    from ... import __version__
-
-    return __version__
+def package_versions() -> dict[str, str]:
+    """The versions sentence-transformers records in its config (its own, transformers', pytorch's), and bertforge's."""
+    versions = {}
+    for key, package in (("sentence_transformers", "sentence-transformers"), ("transformers", "transformers"),
+                         ("pytorch", "torch"), ("bertforge", "bertforge")):
+        try:
+            versions[key] = metadata.version(package)
+        except metadata.PackageNotFoundError:  # not installed here: the folder says nothing of it
+            continue
+    return versions
