@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,7 +27,6 @@ from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from ..engine.devices import to_device
-from ..errors import TrainingDiverged
 from ..settings import PATH
 from ..validation import STEPS_TO_RUN, check_bound, check_value
 from .best import BestModel, best_model_folder
@@ -38,13 +36,13 @@ from .interrupt import StopRequests
 from .memory import TRIM_EVERY, release_freed_memory
 from .optim import SCHEDULES, build_optimizer, learning_rate_schedule, warmup_steps_from
 from .prefetch import Prefetcher
+from .running_metrics import RunningMetrics, Statistics, fmt
 from .run_log import RunLog, plot_curves
 
 logger = logging.getLogger("bertforge")
 
 Precision = Literal["auto", "fp32", "bf16"]  # auto: bf16 on a GPU, fp32 on CPU; bf16: autocast, on CPU and CUDA
 Device = Literal["auto", "cuda", "cpu"]  # auto: the GPU when there is one; cpu under torchrun: gloo on the CPU
-Statistics = Callable[[dict, Any], dict[str, tuple[torch.Tensor, torch.Tensor]]]
 
 
 class BatchStream(Protocol):
@@ -280,7 +278,7 @@ def precision_of(config: TrainConfig, device: torch.device) -> str:
 
 
 def accumulate_gradients(forward_model, stream: Prefetcher, config: TrainConfig, topology: Topology,
-                         device: torch.device, autocast, running: "RunningMetrics", statistics: Statistics | None,
+                         device: torch.device, autocast, running: RunningMetrics, statistics: Statistics | None,
                          forward_kwargs: dict) -> None:
     """Forward and backward over grad_accumulation micro-batches; DDP all-reduces on the last one only."""
     for micro_step in range(config.grad_accumulation):
@@ -370,72 +368,3 @@ def restore(checkpoint: Path, model, optimizer, scheduler, batches: BatchStream,
     if best is not None and state.get("best"):
         best.load_state_dict(state["best"])
     return state["step"]
-
-
-class RunningMetrics:
-    """Sums of loss, statistics and tokens since the last log line, kept on the device.
-
-    Nothing here reads a value back until `raise_if_diverged` or `summary`, which the loop calls
-    every log_every steps (and before evaluating or saving): reading waits for the device.
-    """
-
-    def __init__(self, device: torch.device, first_step: int = 1):
-        self.device = device
-        self.sums: dict[str, torch.Tensor] = {}
-        self.micro_losses: list[torch.Tensor] = []
-        self.step_losses: list[torch.Tensor] = []  # one (sum over micro-batches, count) pair per step
-        self.first_unchecked_step = first_step
-        self.started = time.perf_counter()
-
-    def as_device_float(self, value) -> torch.Tensor:
-        return torch.as_tensor(value).detach().to(self.device, torch.float32, non_blocking=True)
-
-    def add(self, batch: dict, output, statistics: Statistics | None) -> None:
-        self.micro_losses.append(output.loss.detach().float())
-        values = {"loss": (output.loss, 1.0)}
-        if "attention_mask" in batch:
-            values["tokens"] = (batch["attention_mask"].sum(), 0.0)
-        if statistics is not None:
-            values.update(statistics(batch, output))
-        for key, (total, count) in values.items():
-            pair = torch.stack([self.as_device_float(total), self.as_device_float(count)])
-            self.sums[key] = self.sums[key] + pair if key in self.sums else pair
-
-    def end_step(self) -> None:
-        losses = torch.stack(self.micro_losses)
-        self.step_losses.append(torch.stack([losses.sum(), self.as_device_float(len(losses))]))
-        self.micro_losses = []
-
-    def raise_if_diverged(self, topology: Topology, run_dir: Path) -> None:
-        """Raise TrainingDiverged at the first step since the last check whose mean loss (over ranks) is not finite."""
-        if not self.step_losses:
-            return
-        reduced = all_reduce_sum(torch.stack(self.step_losses), topology).cpu()  # (steps, 2)
-        first, self.step_losses = self.first_unchecked_step, []
-        self.first_unchecked_step += len(reduced)
-        for offset, (total, count) in enumerate(reduced.tolist()):
-            if not math.isfinite(total / count):
-                raise TrainingDiverged(
-                    f"the loss became {total / count} at step {first + offset}; nothing was saved after the last "
-                    f"good checkpoint in {run_dir}. Lower the learning rate, raise warm-up, or check the data, "
-                    "then --resume."
-                )
-
-    def summary(self, topology: Topology, stream: Prefetcher) -> dict[str, float]:
-        """Means since the last summary, tokens/s, and data_wait: the share of the time spent waiting for batches."""
-        keys = sorted(self.sums)
-        reduced = all_reduce_sum(torch.stack([self.sums[k] for k in keys]), topology).cpu()
-        elapsed = time.perf_counter() - self.started
-        record = {}
-        for key, (total, count) in zip(keys, reduced.tolist()):
-            if key == "tokens":
-                record["tokens_per_s"] = total / elapsed
-            elif count > 0:
-                record[key] = total / count
-        record["data_wait"] = stream.waited / elapsed
-        self.sums, self.started, stream.waited = {}, time.perf_counter(), 0.0
-        return record
-
-
-def fmt(value: float) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
