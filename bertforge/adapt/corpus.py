@@ -19,9 +19,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..input_files import text_suffix, utf8_problem
+from ..input_files import jsonl_objects, text_suffix, utf8_problem
 from ..tasks.classification.reader import DELIMITERS, read_rows
-from ..tasks.pretraining.corpus import _blocks, expand_paths, jsonl_objects, split_sentences
+from ..tasks.pretraining.corpus import _blocks, expand_paths, split_sentences
 
 TEXT_SUFFIXES = (".txt", ".text", ".md", "")
 JSONL = ".jsonl"

@@ -8,10 +8,9 @@ top hit is the likeliest to be a second true answer, a passage saying the same t
 """
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
+from ..tasks.retrieval.baselines import bm25_index, bm25_tokens
 from .corpus import Passage
 from .ict import query_candidates
 
@@ -22,16 +21,11 @@ def bm25_negatives(corpus: list[Passage], texts: list[str], examples: list[int],
 
     texts: the corpus as indexed (what BM25 ranks); corpus[i].sentences are the query candidates.
     """
-    import bm25s
-
-    logging.getLogger("bm25s").setLevel(logging.WARNING)
-    index = bm25s.BM25()
-    index.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+    index = bm25_index(texts)
     keys = [(p, s) for p in examples for s in query_candidates(corpus[p])]
     queries = [corpus[p].sentences[s] for p, s in keys]
-    tokens = bm25s.tokenize(queries, stopwords="en", show_progress=False)
     k = min(depth + 1, len(texts))
-    hits, _ = index.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+    hits, _ = index.retrieve(bm25_tokens(queries), k=k, show_progress=False, n_threads=1)
     negatives: dict[int, dict[int, int]] = {}
     for (passage, sentence), row in zip(keys, hits):
         others = [int(hit) for hit in row if int(hit) != passage][:depth]

@@ -10,17 +10,29 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def bm25_scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
-    """Okapi BM25 (k1 1.5, b 0.75, bm25s' defaults) with English stop words removed."""
+def bm25_index(documents: Sequence[str]):
+    """A bm25s index of `documents`: Okapi BM25 (k1 1.5, b 0.75, bm25s' defaults), English stop words removed."""
     try:
         import bm25s
     except ImportError:
         raise ValueError("the BM25 baseline needs bm25s: pip install 'bertforge[retrieval]'") from None
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs each index build at DEBUG
     index = bm25s.BM25()
-    index.index(bm25s.tokenize(list(documents), stopwords="en", show_progress=False), show_progress=False)
-    tokens = bm25s.tokenize(list(queries), stopwords="en", return_ids=False, show_progress=False)
-    return np.stack([index.get_scores(query) for query in tokens]).astype(np.float32)
+    index.index(bm25_tokens(documents), show_progress=False)
+    return index
+
+
+def bm25_tokens(texts: Sequence[str], return_ids: bool = True):
+    """`texts` tokenised as bm25_index tokenises its documents (bm25s is imported by then)."""
+    import bm25s
+
+    return bm25s.tokenize(list(texts), stopwords="en", return_ids=return_ids, show_progress=False)
+
+
+def bm25_scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
+    """(queries, documents) BM25 scores (see bm25_index)."""
+    index = bm25_index(documents)
+    return np.stack([index.get_scores(query) for query in bm25_tokens(queries, return_ids=False)]).astype(np.float32)
 
 
 def tfidf_scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
