@@ -6,7 +6,7 @@ from bertforge.models.config import BertConfig
 from bertforge.models.model import BertModel
 from bertforge.tasks.retrieval.bi_encoder import BiEncoder, Objective
 from bertforge.tasks.retrieval.losses import (cosent_loss, cosine_similarity_loss, matryoshka,
-                                              multiple_negatives_ranking_loss)
+                                              multiple_negatives_ranking_loss, score_distillation_loss)
 
 st_losses = pytest.importorskip("sentence_transformers.sentence_transformer.losses")
 
@@ -161,6 +161,8 @@ def test_scored_losses_refuse_pairs_without_scores():
     ({"loss": "triplet"}, "not one of"),
     ({"loss": "cosent", "symmetric": True}, "mnrl only"),
     ({"scale": 0.0}, "scale must be > 0"),
+    ({"distillation": -1.0}, "distillation is a weight"),
+    ({"loss": "cosent", "distillation": 1.0}, "distillation is a weight"),
 ])
 def test_objective_rejects_bad_settings(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -170,3 +172,37 @@ def test_objective_rejects_bad_settings(settings, message):
 def test_matryoshka_wider_than_the_model_is_refused():
     with pytest.raises(ValueError, match="exceed the model's 32 dimensions"):
         tiny_bi_encoder(Objective(matryoshka_dims=[64, 16]))
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_score_distillation_is_zero_for_the_teachers_own_rankings_and_equals_the_kl(symmetric):
+    anchors, positives = vectors(BATCH, DIM, seed=4), vectors(BATCH, DIM, seed=5)
+    assert score_distillation_loss(anchors, positives, anchors * 3, positives, symmetric=symmetric) < 1e-6
+    teacher_anchors = vectors(BATCH, DIM, seed=6)
+    student = torch.nn.functional.normalize(anchors, dim=-1) @ torch.nn.functional.normalize(positives, dim=-1).T
+    teacher = torch.nn.functional.normalize(teacher_anchors, dim=-1) @ torch.nn.functional.normalize(positives,
+                                                                                                    dim=-1).T
+    p, q = (teacher * 20).softmax(-1), (student * 20).softmax(-1)
+    expected = (p * (p.log() - q.log())).sum(-1).mean()
+    if symmetric:
+        p, q = (teacher.T * 20).softmax(-1), (student.T * 20).softmax(-1)
+        expected = (expected + (p * (p.log() - q.log())).sum(-1).mean()) / 2
+    got = score_distillation_loss(anchors, positives, teacher_anchors, positives, symmetric=symmetric)
+    torch.testing.assert_close(got, expected)
+
+
+def test_bi_encoder_adds_the_weighted_distillation_term_with_and_without_the_gradient_cache():
+    batch = tiny_batch(with_negatives=False)
+    plain = tiny_bi_encoder(Objective())
+    with torch.no_grad():
+        columns = [plain.sentence_vectors(batch[f"{n}_input_ids"], batch[f"{n}_attention_mask"])
+                   for n in ("anchor", "positive")]
+    teacher = {"anchor_teacher": columns[0].roll(1, dims=0), "positive_teacher": columns[1]}
+    task = plain(**batch).loss
+    distilled = tiny_bi_encoder(Objective(distillation=0.5))
+    expected = task + 0.5 * score_distillation_loss(*columns, *teacher.values())
+    torch.testing.assert_close(distilled(**batch, **teacher).loss, expected)
+    cached = tiny_bi_encoder(Objective(distillation=0.5, mini_batch_size=4))
+    torch.testing.assert_close(cached(**batch, **teacher).loss, expected)
+    with pytest.raises(ValueError, match="needs the teacher's vectors"):
+        distilled(**batch)

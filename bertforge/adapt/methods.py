@@ -3,6 +3,8 @@
 - ICT (Lee et al. 2019): a sentence and the passage it came from (without it, mostly) are a
   pair; the other passages of the batch, and a BM25-mined hard negative, are the negatives.
   Multiple-negatives ranking loss, symmetric: the passage must also pick its sentence.
+- Cropping (Izacard et al. 2022, Contriever): two independent random spans of one passage, each
+  10-50% of its words, are a pair: passage-to-passage relatedness rather than sentence-to-context.
 - SimCSE (Gao et al. 2021): a text and itself, encoded twice with dropout on, are a pair;
   the batch's other texts are the negatives. Keeps the vector space from collapsing onto
   whatever ICT rewards; cheap (short texts, no mining).
@@ -33,7 +35,7 @@ from .ict import IctCollator, training_passages
 from .mining import bm25_negatives
 
 logger = logging.getLogger("bertforge")
-METHODS = ("ict", "simcse")
+METHODS = ("ict", "simcse", "crop")
 
 
 @dataclass
@@ -53,6 +55,7 @@ class MethodSettings:
     query_max_length: int = 64
     mini_batch_size: int = 0  # > 0: gradient cache (bigger batches at the memory of this many texts)
     evaluations_per_epoch: int = 1
+    distillation: float = 0.0  # > 0: also keep the starting model's in-batch rankings (KL weight)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -75,9 +78,11 @@ def train_method(init: Path, corpus: list[Passage], texts: list[str], settings: 
 
     def body(run: RecipeRun) -> dict:
         objective = Objective(loss="mnrl", scale=settings.scale, symmetric=settings.symmetric,
-                              mini_batch_size=settings.mini_batch_size)
+                              mini_batch_size=settings.mini_batch_size, distillation=settings.distillation)
         model = run.build(BiEncoder, max_seq_length=settings.max_length, objective=objective)
         collate = make_collator(settings, corpus, texts, run.tokenizer)
+        if settings.distillation:
+            collate = TeacherVectors(collate, BiEncoder.from_pretrained(init).to(run.device))
         batches = ShuffledBatches(len(collate), settings.batch_size, collate, seed=settings.seed)
         every = max(1, batches.batches_per_epoch // settings.evaluations_per_epoch)
         schedule = dataclasses.replace(run.schedule(batches, settings.epochs, has_dev=True, default_metric="ndcg@10"),
@@ -100,6 +105,8 @@ def read_records(run_dir: Path) -> list[dict]:
 def make_collator(settings: MethodSettings, corpus: list[Passage], texts: list[str], tokenizer):
     if settings.method == "simcse":
         return SimcseCollator(texts, tokenizer, settings.max_length)
+    if settings.method == "crop":
+        return CropCollator(texts, tokenizer, settings.max_length, seed=settings.seed)
     examples = training_passages(corpus)
     if not examples:
         raise ValueError("no passage has two sentences to cut a query from: ICT needs text with sentence "
@@ -109,6 +116,57 @@ def make_collator(settings: MethodSettings, corpus: list[Passage], texts: list[s
         negatives = bm25_negatives(corpus, texts, examples, np.random.default_rng(settings.seed))
     return IctCollator(corpus, examples, tokenizer, settings.max_length, settings.query_max_length,
                        seed=settings.seed, negatives=negatives, keep_probability=settings.keep_probability)
+
+
+class CropCollator:
+    """Texts -> (span, another span of the same text): each a random run of 10-50% of its words (at least 4)."""
+
+    def __init__(self, texts: list[str], tokenizer, max_length: int, seed: int = 0):
+        self.words = [text.split() for text in texts]
+        self.tokenizer, self.max_length, self.seed = tokenizer, max_length, seed
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __call__(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        rng = np.random.default_rng([self.seed, *indices])  # a resumed run rebuilds the same batch
+        columns = {"anchor": [], "positive": []}
+        for index in indices:
+            for texts in columns.values():
+                texts.append(random_span(self.words[index], rng))
+        batch = {}
+        for name, texts in columns.items():
+            encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length, padding=True,
+                                     return_tensors="pt")
+            batch.update({f"{name}_input_ids": encoded["input_ids"],
+                          f"{name}_attention_mask": encoded["attention_mask"]})
+        return batch
+
+
+def random_span(words: list[str], rng: np.random.Generator, low: float = 0.1, high: float = 0.5,
+                minimum: int = 4) -> str:
+    length = min(len(words), max(minimum, int(round(len(words) * rng.uniform(low, high)))))
+    start = int(rng.integers(0, len(words) - length + 1))
+    return " ".join(words[start:start + length])
+
+
+class TeacherVectors:
+    """A collator whose batches also carry a frozen teacher's vectors of their anchors and positives."""
+
+    def __init__(self, collate, teacher: BiEncoder):
+        self.collate, self.teacher = collate, teacher.eval().requires_grad_(False)
+
+    def __len__(self) -> int:
+        return len(self.collate)
+
+    def __call__(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        batch = self.collate(indices)
+        device = next(self.teacher.parameters()).device
+        for column in ("anchor", "positive"):
+            ids, mask = batch[f"{column}_input_ids"].to(device), batch[f"{column}_attention_mask"].to(device)
+            with torch.no_grad():  # not inference_mode: the batch's tensors must stay usable by autograd
+                batch[f"{column}_teacher"] = self.teacher.sentence_vectors(ids, mask).float().cpu()
+        return batch
 
 
 class SimcseCollator:

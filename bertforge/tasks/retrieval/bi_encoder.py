@@ -30,7 +30,7 @@ from ...embeddings.pooling import pool, pooling_modes
 from ...models.folder import LEGACY_POOLING_KEYS, MODULES_FILE, ST_CONFIG_FILE, ModelFolder, read_model_folder
 from ...models.model import BertModel
 from .gradient_cache import cached_loss
-from .losses import (LOSSES, cosent_loss, cosine_similarity_loss, matryoshka,
+from .losses import (LOSSES, cosent_loss, cosine_similarity_loss, matryoshka, score_distillation_loss,
                      multiple_negatives_ranking_loss)
 
 SENTENCE_BERT_CONFIG = "sentence_bert_config.json"
@@ -47,12 +47,15 @@ class Objective:
     symmetric: bool = False  # mnrl: also each positive must pick its anchor
     matryoshka_dims: list[int] = field(default_factory=list)  # e.g. [384, 128, 64]: also train these prefixes
     mini_batch_size: int = 0  # > 0: gradient cache, the encoder sees this many texts at a time
+    distillation: float = 0.0  # mnrl: weight of the KL to a teacher's in-batch scores (batches carry *_teacher)
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
             raise ValueError(f"loss {self.loss!r} is not one of {', '.join(LOSSES)}")
         if self.scale <= 0 or self.mini_batch_size < 0 or any(d < 1 for d in self.matryoshka_dims):
             raise ValueError("loss.scale must be > 0, loss.mini_batch_size >= 0 and matryoshka_dims positive")
+        if self.distillation < 0 or (self.distillation and self.loss != "mnrl"):
+            raise ValueError("loss.distillation is a weight >= 0 of the mnrl loss's teacher term")
         if self.symmetric and self.loss != "mnrl":
             raise ValueError("loss.symmetric applies to mnrl only (in-batch negatives in both directions)")
 
@@ -60,8 +63,19 @@ class Objective:
     def needs_scores(self) -> bool:
         return self.loss != "mnrl"
 
-    def loss_of(self, vectors: list[Tensor], scores: Tensor | None) -> Tensor:
-        """vectors: [anchors, positives(, negatives)], each (batch, dim); scores (batch,) for scored pairs."""
+    def loss_of(self, vectors: list[Tensor], scores: Tensor | None, teacher: list[Tensor] | None = None) -> Tensor:
+        """vectors: [anchors, positives(, negatives)], each (batch, dim); scores (batch,) for scored pairs;
+        teacher: a teacher's [anchors, positives] vectors when distillation > 0."""
+        loss = self.task_loss(vectors, scores)
+        if not self.distillation:
+            return loss
+        if teacher is None:
+            raise ValueError("loss.distillation needs the teacher's vectors in the batch (anchor_teacher, "
+                             "positive_teacher)")
+        return loss + self.distillation * score_distillation_loss(*vectors[:2], *teacher, scale=self.scale,
+                                                                  symmetric=self.symmetric)
+
+    def task_loss(self, vectors: list[Tensor], scores: Tensor | None) -> Tensor:
         if self.loss == "mnrl":
             function, arguments = multiple_negatives_ranking_loss, vectors
             options = {"scale": self.scale, "symmetric": self.symmetric}
@@ -111,16 +125,20 @@ class BiEncoder(nn.Module):
 
     def forward(self, anchor_input_ids: Tensor, anchor_attention_mask: Tensor, positive_input_ids: Tensor,
                 positive_attention_mask: Tensor, negative_input_ids: Tensor | None = None,
-                negative_attention_mask: Tensor | None = None, scores: Tensor | None = None) -> BiEncoderOutput:
-        """Tokenised columns (batch, seq) [negatives (batch * k, seq)] and gold scores (batch,) -> the loss."""
+                negative_attention_mask: Tensor | None = None, scores: Tensor | None = None,
+                anchor_teacher: Tensor | None = None, positive_teacher: Tensor | None = None) -> BiEncoderOutput:
+        """Tokenised columns (batch, seq) [negatives (batch * k, seq)], gold scores (batch,) and a teacher's
+        vectors of anchors and positives (batch, dim) -> the loss."""
         columns = [(anchor_input_ids, anchor_attention_mask), (positive_input_ids, positive_attention_mask)]
         if negative_input_ids is not None:
             columns.append((negative_input_ids, negative_attention_mask))
         if self.objective.needs_scores and scores is None:
             raise ValueError(f"loss {self.objective.loss!r} needs gold scores: train it on scored pairs")
 
+        teacher = None if anchor_teacher is None else [anchor_teacher, positive_teacher]
+
         def loss_of(vectors: list[Tensor]) -> Tensor:
-            return self.objective.loss_of(vectors, scores)
+            return self.objective.loss_of(vectors, scores, teacher)
 
         if self.objective.mini_batch_size and torch.is_grad_enabled():
             return BiEncoderOutput(cached_loss(self.sentence_vectors, columns, loss_of,

@@ -6,6 +6,9 @@
 - `cosent_loss` (CoSENT, Su 2022): for scored pairs, every pair with a higher gold score
   must get a higher cosine than every pair with a lower one; only the order matters.
 - `cosine_similarity_loss`: the mean squared error between cosine and gold score.
+- `score_distillation_loss`: the KL divergence from a teacher's in-batch score distribution to the
+  student's (each anchor's softmax over the batch's positives), so training on new pairs keeps
+  the ranking a trusted model gives the batch (Hinton et al. 2015 on retrieval scores).
 - `matryoshka`: any of these summed over leading slices of the vectors (Kusupati et al. 2022),
   so the first 64 or 128 dimensions work on their own.
 
@@ -48,6 +51,23 @@ def multiple_negatives_ranking_loss(anchors: Tensor, positives: Tensor, negative
     # Both directions share the positive's logit, so averaging the two cross-entropies is
     # averaging their log-partitions: what sentence-transformers' per_direction mode computes.
     return (loss + F.cross_entropy(backward, answers)) / 2
+
+
+def score_distillation_loss(anchors: Tensor, positives: Tensor, teacher_anchors: Tensor, teacher_positives: Tensor,
+                            *, scale: float = 20.0, symmetric: bool = False) -> Tensor:
+    """KL(teacher || student) of each anchor's softmax over the batch's positives (both directions if symmetric).
+
+    anchors, positives: (batch, dim) student vectors; teacher_*: the teacher's vectors of the same texts
+    (no gradient). Both score matrices are cosines times `scale`, so equal rankings at equal margins cost 0.
+    """
+    def divergence(student: Tensor, teacher: Tensor) -> Tensor:
+        return F.kl_div(F.log_softmax(student, dim=-1), F.log_softmax(teacher, dim=-1), log_target=True,
+                        reduction="batchmean")
+
+    student = cosine_matrix(anchors, positives).float() * scale
+    teacher = cosine_matrix(teacher_anchors, teacher_positives).float() * scale
+    loss = divergence(student, teacher)
+    return (loss + divergence(student.T, teacher.T)) / 2 if symmetric else loss
 
 
 def cosent_loss(first: Tensor, second: Tensor, scores: Tensor, *, scale: float = 20.0) -> Tensor:
