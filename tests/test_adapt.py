@@ -166,6 +166,24 @@ def test_the_base_is_kept_when_no_stage_beats_it():
     assert pick_final([system("base", 0.5), system("ict", 0.6), system("simcse", 0.55)])["name"] == "ict"
 
 
+def test_a_tsdae_stage_trains_on_the_corpus_sentences_and_keeps_the_encoder_alone(cassette_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    from bertforge.adapt.methods import train_method, tsdae_sentences
+    from bertforge.tasks.retrieval.bi_encoder import BiEncoder
+
+    corpus = [Passage(str(i), [*text.split(". ")[:2], "Yes."]) for i, text in enumerate(prose(12))]
+    assert "Yes." not in tsdae_sentences(corpus) and len(tsdae_sentences(corpus)) == 24  # too short to rebuild
+    settings = MethodSettings(method="tsdae", epochs=1.0, batch_size=8, learning_rate=1e-4)
+    best, records = train_method(cassette_dir, corpus, [p.text for p in corpus], settings, tmp_path / "run",
+                                 lambda model: {"ndcg@10": 0.5, "test_ndcg@10": 0.5}, device="cpu")
+    assert type(best) is BiEncoder and [r["step"] for r in records if "loss" in r] == [3]  # 24 sentences, batch 8
+    saved = load_file(str(tmp_path / "run" / "best" / "model.safetensors"))
+    assert set(saved) == set(best.bert.state_dict())  # no decoder weights ship
+    with pytest.raises(ValueError, match="single texts"):
+        MethodSettings(method="tsdae", distillation=1.0)
+
+
 @pytest.fixture(scope="module")
 def corpus_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("corpus")
@@ -184,6 +202,7 @@ def adapted(corpus_folder, cassette_dir, tmp_path_factory):
 def test_the_run_writes_model_index_and_report(adapted):
     report = json.loads((adapted / "report.json").read_text())
     assert [s["name"] for s in report["systems"]] == ["bm25", "base", "ict"]
+    assert any(line.startswith("TSDAE: not in this preset") for line in report["skipped"])
     assert {"dev", "test"} <= set(report["systems"][2]["metrics"])
     assert {"ndcg@10", "recall@10", "recall@100", "mrr@10"} <= set(report["systems"][2]["metrics"]["test"])
     for name in ("report.md", "report.png", "model/README.md", "index/meta.json"):
@@ -225,13 +244,15 @@ def test_a_changed_corpus_reruns_the_stages_and_drops_the_stale_ones(adapted, ca
 
 
 @pytest.mark.slow
-def test_the_full_preset_runs_ict_with_mined_negatives_then_simcse(corpus_folder, cassette_dir, tmp_path):
+def test_the_full_preset_runs_tsdae_then_ict_with_mined_negatives_then_simcse(corpus_folder, cassette_dir, tmp_path):
     output = tmp_path / "full"
     assert main(["adapt", str(corpus_folder), "--output", str(output), "--base", str(cassette_dir), "--preset", "full",
                  "--device", "cpu"]) == 0
     report = json.loads((output / "report.json").read_text())
-    assert [s["name"] for s in report["systems"]] == ["bm25", "base", "ict", "ict+simcse"]
-    assert report["systems"][2]["settings"]["hard_negatives"] and report["systems"][3]["settings"]["method"] == "simcse"
+    assert [s["name"] for s in report["systems"]] == ["bm25", "base", "tsdae", "tsdae+ict", "tsdae+ict+simcse"]
+    assert [s["settings"]["method"] for s in report["systems"][2:]] == ["tsdae", "ict", "simcse"]
+    assert report["systems"][3]["settings"]["hard_negatives"] and not any("TSDAE" in s for s in report["skipped"])
+    assert "config.json" in os.listdir(output / "model")  # whichever stage won, DIR/model is an encoder folder
 
 
 # ---------------------------------------------------------------- bad input: one line

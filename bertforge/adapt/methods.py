@@ -8,6 +8,9 @@
 - SimCSE (Gao et al. 2021): a text and itself, encoded twice with dropout on, are a pair;
   the batch's other texts are the negatives. Keeps the vector space from collapsing onto
   whatever ICT rewards; cheap (short texts, no mining).
+- TSDAE (Wang et al. 2021): each sentence of the corpus loses 60% of its words; a decoder tied to
+  the encoder must write it back from the encoder's vector of what is left
+  (`tasks.retrieval.denoising`). No pairs, no negatives: learns what the domain's sentences say.
 
 Each method trains the model in place and keeps the best model on the dev ICT queries in
 run_dir/best (the loop's best-model tracking, metric ndcg@10).
@@ -25,17 +28,18 @@ import numpy as np
 import torch
 
 from ..tasks.retrieval.bi_encoder import BiEncoder, Objective
+from ..tasks.retrieval.denoising import DenoisingAutoEncoder, DenoisingCollator
 from ..train.batches import ShuffledBatches
 from ..train.best import best_model_folder
 from ..train.loop import TrainConfig
 from ..train.run_log import METRICS_FILE
 from ..train.runner import RecipeRun, run_recipe
 from .corpus import Passage
-from .ict import IctCollator, training_passages
+from .ict import MIN_QUERY_WORDS, IctCollator, training_passages
 from .mining import bm25_negatives
 
 logger = logging.getLogger("bertforge")
-METHODS = ("ict", "simcse", "crop")
+METHODS = ("ict", "simcse", "crop", "tsdae")
 
 
 @dataclass
@@ -61,6 +65,8 @@ class MethodSettings:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method {self.method!r} is not one of {', '.join(METHODS)}")
+        if self.method == "tsdae" and self.distillation:
+            raise ValueError("distillation keeps in-batch rankings of pairs; TSDAE trains on single texts")
 
 
 def train_method(init: Path, corpus: list[Passage], texts: list[str], settings: MethodSettings, run_dir: Path,
@@ -79,7 +85,7 @@ def train_method(init: Path, corpus: list[Passage], texts: list[str], settings: 
     def body(run: RecipeRun) -> dict:
         objective = Objective(loss="mnrl", scale=settings.scale, symmetric=settings.symmetric,
                               mini_batch_size=settings.mini_batch_size, distillation=settings.distillation)
-        model = run.build(BiEncoder, max_seq_length=settings.max_length, objective=objective)
+        model = run.build(model_class(settings.method), max_seq_length=settings.max_length, objective=objective)
         collate = make_collator(settings, corpus, texts, run.tokenizer)
         if settings.distillation:
             collate = TeacherVectors(collate, BiEncoder.from_pretrained(init).to(run.device))
@@ -102,11 +108,18 @@ def read_records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def model_class(method: str) -> type[BiEncoder]:
+    """TSDAE trains a bi-encoder with a decoder tied to it (no use for the objective); the others, the bi-encoder."""
+    return DenoisingAutoEncoder if method == "tsdae" else BiEncoder
+
+
 def make_collator(settings: MethodSettings, corpus: list[Passage], texts: list[str], tokenizer):
     if settings.method == "simcse":
         return SimcseCollator(texts, tokenizer, settings.max_length)
     if settings.method == "crop":
         return CropCollator(texts, tokenizer, settings.max_length, seed=settings.seed)
+    if settings.method == "tsdae":
+        return DenoisingCollator(tsdae_sentences(corpus), tokenizer, settings.max_length, seed=settings.seed)
     examples = training_passages(corpus)
     if not examples:
         raise ValueError("no passage has two sentences to cut a query from: ICT needs text with sentence "
@@ -116,6 +129,15 @@ def make_collator(settings: MethodSettings, corpus: list[Passage], texts: list[s
         negatives = bm25_negatives(corpus, texts, examples, np.random.default_rng(settings.seed))
     return IctCollator(corpus, examples, tokenizer, settings.max_length, settings.query_max_length,
                        seed=settings.seed, negatives=negatives, keep_probability=settings.keep_probability)
+
+
+def tsdae_sentences(corpus: list[Passage]) -> list[str]:
+    """TSDAE's texts: the corpus's sentences (the paper trains on sentences; a whole passage is more than one
+    vector can spell back), those too short to be a query left out, as the held-out ones are."""
+    sentences = [s for passage in corpus for s in passage.sentences if len(s.split()) >= MIN_QUERY_WORDS]
+    if not sentences:
+        raise ValueError(f"no sentence of at least {MIN_QUERY_WORDS} words to train TSDAE on; give prose")
+    return sentences
 
 
 class CropCollator:

@@ -201,6 +201,9 @@ def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path) -> d
 def describe(settings: MethodSettings) -> str:
     if settings.method == "simcse":
         return f"SimCSE (a passage and itself under two dropout masks), {settings.epochs} epoch(s)"
+    if settings.method == "tsdae":
+        return (f"TSDAE (each sentence rebuilt from the vector of its words after deleting 60%), batch "
+                f"{settings.batch_size}, lr {settings.learning_rate:g}, {settings.epochs} epoch(s)")
     negatives = " + a BM25-mined hard negative" if settings.hard_negatives else ""
     return (f"ICT (a sentence vs its passage without it, kept {settings.keep_probability:.0%}), in-batch "
             f"negatives{negatives}, {'symmetric ' if settings.symmetric else ''}MNRL scale {settings.scale:g}, "
@@ -235,18 +238,19 @@ def build_report(run: Run, systems: list[dict], final: dict, seconds: float) -> 
             "queries": {split: len(q) for split, q in run.held_out.queries.items()},
             "max_seq_length": settings.get("max_length") or run.max_seq_length,
             "systems": systems, "seconds": round(seconds, 1),
-            "skipped": skipped_methods(run.architecture)}
+            "skipped": skipped_methods(run.architecture, {s["settings"]["method"] for s in systems
+                                                          if "settings" in s})}
 
 
-def skipped_methods(architecture: str) -> list[str]:
+def skipped_methods(architecture: str, methods: set[str]) -> list[str]:
     """What the issue's recipe names that this run did not do, and why."""
     if architecture.endswith(("ForMaskedLM", "ForPreTraining")):
         mlm = ("continued MLM: the base has an MLM head, but adapt does not run MLM itself yet; run `bertforge "
                "pretrain` from it on the corpus and pass the result as --base")
     else:
         mlm = f"continued MLM: the base ({architecture}) has no MLM head"
-    return [mlm, "TSDAE: not implemented (ICT and SimCSE are)",
-            "GPL pseudo-queries: no query generator (a doc2query T5) is available offline"]
+    tsdae = [] if "tsdae" in methods else ["TSDAE: not in this preset (--preset full starts with it)"]
+    return [mlm, *tsdae, "GPL pseudo-queries: no query generator (a doc2query T5) is available offline"]
 
 
 def write_model(run: Run, final: dict, report: dict) -> None:

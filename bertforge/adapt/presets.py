@@ -2,7 +2,8 @@
 
 quick: one ICT stage, in-batch negatives only (mining costs a third more per step), its length chosen so a ~150k-word corpus trains
 in ~12 minutes of 2 CPU cores (the rest of the 20-minute budget is reading, evaluating and
-indexing). full: for a GPU and big corpora: longer ICT, then SimCSE mixed in as a second stage.
+indexing). full: for a GPU and big corpora: TSDAE first (the domain's sentences, unsupervised, as
+GPL's authors start from), then longer ICT, then SimCSE mixed in as a last stage.
 The numbers behind these choices are in scripts/results/ and the README.
 """
 from __future__ import annotations
@@ -25,9 +26,17 @@ def stage_settings(preset: str, training_passages: int, seed: int = 0) -> list[t
     if preset == "quick":
         epochs = min(2.0, max(0.5, QUICK_PASSAGES / max(1, training_passages)))
         return [("ict", replace(ict, epochs=round(epochs, 2), learning_rate=1e-4, hard_negatives=False))]
-    return [("ict", replace(ict, epochs=3.0, evaluations_per_epoch=2, batch_size=64, mini_batch_size=32)),
-            ("ict+simcse", replace(ict, method="simcse", epochs=1.0, learning_rate=2e-5, batch_size=64,
-                                   hard_negatives=False))]
+    return [tsdae_stage(seed),
+            ("tsdae+ict", replace(ict, epochs=3.0, evaluations_per_epoch=2, batch_size=64, mini_batch_size=32)),
+            ("tsdae+ict+simcse", replace(ict, method="simcse", epochs=1.0, learning_rate=2e-5, batch_size=64,
+                                         hard_negatives=False))]
+
+
+def tsdae_stage(seed: int = 0, epochs: float = 1.0) -> tuple[str, MethodSettings]:
+    """A TSDAE stage, to put before the stages it should start them from: the paper's and
+    sentence-transformers' settings (lr 3e-5, batch 8, deletion 60%), over the corpus's sentences."""
+    return ("tsdae", MethodSettings(method="tsdae", epochs=epochs, batch_size=8, learning_rate=3e-5,
+                                    hard_negatives=False, seed=seed))
 
 
 def query_count(preset: str, passages: int) -> int:

@@ -35,7 +35,8 @@ def attention(query: Tensor, key: Tensor, value: Tensor, *, key_mask: Tensor | N
     """Multi-head attention of every query over the keys of its own sequence.
 
     Padded: query/key/value (batch, seq, heads, head_size); key_mask bool (batch, 1, 1, seq),
-    True where a key may be attended to, or None when nothing is padded.
+    True where a key may be attended to, or None when nothing is padded. A decoder's masks fit too:
+    (1, 1, seq, seq) causal, and keys and values of another length (cross-attention to memory).
     Packed (packing given): query/key/value (tokens, heads, head_size).
     Returns the context in the layout of `query` and, when asked for (padded only), the
     probabilities (batch, heads, seq, seq).

@@ -43,23 +43,7 @@ class BertPreTrainedModel(nn.Module):
         self.config = config
 
     def init_weights(self) -> None:
-        """BERT's initialisation: normal(0, initializer_range), zero biases, LayerNorm at identity."""
-        std = self.config.initializer_range
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.normal_(module.weight, std=std)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, std=std)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-        # Last, because a tied decoder (a Linear sharing the embedding matrix) was drawn above too.
-        for module in self.modules():
-            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
-                with torch.no_grad():
-                    module.weight[module.padding_idx].zero_()
+        init_bert_weights(list(self.modules()), self.config.initializer_range)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())  # tied parameters are counted once
@@ -112,6 +96,25 @@ class BertPreTrainedModel(nn.Module):
             else:
                 staging.rename(target)
         return target
+
+
+def init_bert_weights(modules: list[nn.Module], std: float) -> None:
+    """BERT's initialisation: normal(0, std), zero biases, LayerNorm at identity (padding embedding zero)."""
+    for module in modules:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=std)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+    # Last, because a tied decoder (a Linear sharing the embedding matrix) was drawn above too.
+    for module in modules:
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
 
 
 def config_with_overrides(config: BertConfig, overrides: dict[str, Any]) -> BertConfig:

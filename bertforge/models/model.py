@@ -64,11 +64,17 @@ class SelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
 
-    def forward(self, hidden_states: Tensor, key_mask: Tensor | None, packing: Packing | None, return_probs: bool):
-        """hidden_states: (batch, seq, hidden), or (tokens, hidden) with packing; the context has the same shape."""
+    def forward(self, hidden_states: Tensor, key_mask: Tensor | None, packing: Packing | None, return_probs: bool,
+                memory: Tensor | None = None):
+        """hidden_states: (batch, seq, hidden), or (tokens, hidden) with packing; the context has the same shape.
+
+        memory: (batch, memory_seq, hidden) states the keys and values come from instead (cross-attention,
+        a decoder's; transformers' encoder_hidden_states), padded layout only.
+        """
         heads = (self.num_heads, -1)  # (..., hidden) -> (..., heads, head_size)
-        query, key, value = (projection(hidden_states).unflatten(-1, heads)
-                             for projection in (self.query, self.key, self.value))
+        query = self.query(hidden_states).unflatten(-1, heads)
+        source = hidden_states if memory is None else memory
+        key, value = (projection(source).unflatten(-1, heads) for projection in (self.key, self.value))
         dropout_p = self.dropout_p if self.training else 0.0
         context, probs = attention(query, key, value, key_mask=key_mask, packing=packing, dropout_p=dropout_p,
                                    return_probs=return_probs)  # (..., heads, head_size)
@@ -98,8 +104,9 @@ class Attention(nn.Module):
         self.self = SelfAttention(config)  # named `self` because checkpoints say `attention.self.query`
         self.output = ResidualOutput(config.hidden_size, config)
 
-    def forward(self, hidden_states: Tensor, key_mask: Tensor | None, packing: Packing | None, return_probs: bool):
-        context, probs = self.self(hidden_states, key_mask, packing, return_probs)
+    def forward(self, hidden_states: Tensor, key_mask: Tensor | None, packing: Packing | None, return_probs: bool,
+                memory: Tensor | None = None):
+        context, probs = self.self(hidden_states, key_mask, packing, return_probs, memory)
         return self.output(context, hidden_states), probs
 
 
@@ -127,7 +134,11 @@ class Layer(nn.Module):
     def forward(self, hidden_states: Tensor, key_mask: Tensor | None, packing: Packing | None = None,
                 return_probs: bool = False):
         attended, probs = self.attention(hidden_states, key_mask, packing, return_probs)
-        return self.output(self.intermediate(attended), attended), probs
+        return self.feed_forward(attended), probs
+
+    def feed_forward(self, attended: Tensor) -> Tensor:
+        """The position-wise half of the block (a decoder runs its cross-attention between the two halves)."""
+        return self.output(self.intermediate(attended), attended)
 
 
 class Encoder(nn.Module):

@@ -256,9 +256,18 @@ def save_training_state(run_dir: Path, step: int, model, optimizer, scheduler, s
     rank waits for it, so none runs ahead of a save it may resume from."""
     if topology.is_main:
         state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                 "data": stream.state_dict(), "config": asdict(config), "best": best.state_dict() if best else None}
+                 "data": stream.state_dict(), "config": asdict(config), "best": best.state_dict() if best else None,
+                 "training_only": training_only_weights(model)}
         save_checkpoint(run_dir, step, model, state, config.keep_last, tokenizer=tokenizer)
     barrier(topology)
+
+
+def training_only_weights(model) -> dict[str, torch.Tensor] | None:
+    """Weights a model trains but does not save in its folder (TSDAE's decoder), from its
+    `training_only_state_dict()`: the checkpoint keeps them with the optimizer's state, and a resume
+    gives them back through `load_training_only_state_dict`. None for a model without any."""
+    own = getattr(model, "training_only_state_dict", None)
+    return own() if own is not None else None
 
 
 def finished_records(log: RunLog | None, run_dir: Path, plot: bool) -> list[dict[str, Any]]:
@@ -362,6 +371,8 @@ def restore(checkpoint: Path, model, optimizer, scheduler, batches: BatchStream,
     state = load_trainer_state(checkpoint)
     weights = load_file(str(checkpoint / "model" / "model.safetensors"), device=str(device))
     model.load_state_dict(weights, strict=False)  # tied weights are not stored; they follow their twin
+    if state.get("training_only") is not None:
+        model.load_training_only_state_dict(state["training_only"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     batches.load_state_dict(state["data"])
