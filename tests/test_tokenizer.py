@@ -467,7 +467,7 @@ def test_with_pieces_appends_pieces_after_the_old_ids_with_the_same_settings(cas
     tokenizer = BertTokenizer.from_pretrained(cassette_dir)
     grown = tokenizer.with_pieces(["methotrexate", "rheumat", "##ologist"])  # "##ologist" is there already: skipped
     assert grown.vocab_size == tokenizer.vocab_size + 2
-    assert {token: grown.vocab[token] for token in tokenizer.vocab} == tokenizer.vocab  # old ids unchanged
+    assert list(grown.vocab.items())[:tokenizer.vocab_size] == list(tokenizer.vocab.items())  # old ids unchanged
     assert grown.convert_tokens_to_ids(["methotrexate", "rheumat"]) == [tokenizer.vocab_size, tokenizer.vocab_size + 1]
     assert len(tokenizer.tokenize("Rheumatologist")) == 5 and grown.tokenize("Rheumatologist") == ["rheumat", "##ologist"]
     assert (grown.do_lower_case, grown.strip_accents) == (tokenizer.do_lower_case, tokenizer.strip_accents)
