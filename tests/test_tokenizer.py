@@ -461,3 +461,17 @@ def test_tokenize_does_not_inherit_an_earlier_calls_truncation(minilm_dir):
     tok = BertTokenizer.from_pretrained(minilm_dir)
     tok(["one two three four five six seven"], truncation=True, max_length=4, padding="max_length")
     assert tok.tokenize("one two three four five six seven") == ["one", "two", "three", "four", "five", "six", "seven"]
+
+
+def test_with_pieces_appends_pieces_after_the_old_ids_with_the_same_settings(cassette_dir, tmp_path):
+    tokenizer = BertTokenizer.from_pretrained(cassette_dir)
+    grown = tokenizer.with_pieces(["methotrexate", "rheumat", "##ologist"])  # "##ologist" is there already: skipped
+    assert grown.vocab_size == tokenizer.vocab_size + 2
+    assert list(grown.vocab.items())[:tokenizer.vocab_size] == list(tokenizer.vocab.items())  # old ids unchanged
+    assert grown.convert_tokens_to_ids(["methotrexate", "rheumat"]) == [tokenizer.vocab_size, tokenizer.vocab_size + 1]
+    assert len(tokenizer.tokenize("Rheumatologist")) == 5 and grown.tokenize("Rheumatologist") == ["rheumat", "##ologist"]
+    assert (grown.do_lower_case, grown.strip_accents) == (tokenizer.do_lower_case, tokenizer.strip_accents)
+    grown.save_pretrained(tmp_path)
+    reference = transformers.BertTokenizer.from_pretrained(str(tmp_path))
+    text = "The rheumatologist gave methotrexate."
+    assert reference(text)["input_ids"] == grown(text)["input_ids"]

@@ -50,6 +50,10 @@ class Evaluator:
         self.held_out, self.tokenizer, self.beir, self.batch_size = held_out, tokenizer, beir, batch_size
         self.history: list[dict[str, dict[str, float]]] = []
 
+    def with_tokenizer(self, tokenizer) -> "Evaluator":
+        """The same queries, scoring models that read text with `tokenizer` (a stage that grew the vocabulary)."""
+        return Evaluator(self.held_out, tokenizer, self.beir, self.batch_size)
+
     def scorer(self, model) -> Scorer:
         return encoder_scorer(encoder_embedder(model, self.tokenizer, batch_size=self.batch_size, progress=False))
 

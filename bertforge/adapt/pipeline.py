@@ -1,8 +1,9 @@
 """`bertforge adapt`: a folder of domain text -> a sentence encoder adapted to it, an index, and a report.
 
-corpus -> held-out ICT queries -> baselines (BM25, the base model) -> training stages (each
-cached, resumable) -> the stage best on the dev queries (or the base, when none beats it) ->
-DIR/model (a sentence-transformers folder with a model card) -> DIR/index -> DIR/report.*.
+corpus -> held-out ICT queries -> baselines (BM25, the base model) -> continued MLM (given an MLM
+head: mlm.py) -> sentence-encoder training stages (each stage cached, resumable) -> the stage best
+on the dev queries (or the base, when none beats it) -> DIR/model (a sentence-transformers folder
+with a model card) -> DIR/index -> DIR/report.*.
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from .corpus import MAX_WORDS, Corpus, read_corpus
 from .evaluation import Evaluator, read_beir_folder
 from .ict import HeldOut, held_out_queries, passage_text, training_passages
 from .methods import MethodSettings, train_method
-from .presets import PRESETS, query_count, stage_settings
+from .mlm import mlm_source, run_mlm_stage
+from .presets import PRESETS, mlm_settings, query_count, stage_settings
 from .report import metrics_table, write_report
 from .stages import Stage, claim_output, remove_stale, stage_key
 from .vocabulary import Fragmentation, fragmentation, fragmentation_table
@@ -49,6 +51,8 @@ class AdaptOptions:
     text_column: str = "text"
     seed: int = 0
     device: str = "auto"
+    mlm: str | None = None  # an MLM checkpoint to continue-pretrain and train the encoder from (mlm.py)
+    vocab: str = "base"  # new: grow the MLM checkpoint's vocabulary by the corpus's own pieces
 
 
 @dataclass
@@ -68,6 +72,7 @@ class Run:
     vocabulary: Fragmentation
     max_seq_length: int  # the base's: no stage trains on longer texts than it was made for
     architecture: str
+    mlm_source: Path | None = None  # the checkpoint continued MLM trains; None: no MLM stage
 
 
 def run_adapt(options: AdaptOptions) -> dict:
@@ -79,6 +84,14 @@ def run_adapt(options: AdaptOptions) -> dict:
     baseline = Stage.of(run.output, "baseline", run.corpus_key, run.base_key, options.eval)
     systems = (baseline.done or baseline.finish({"systems": baseline_systems(run)}))["systems"]
     stages, key, init = [], stage_key(run.corpus_key, run.base_key), run.base_folder
+    if run.mlm_source is not None:  # the stages after it train the MLM-trained encoder, with its vocabulary
+        settings = mlm_settings(options.preset, round(run.corpus.words * run.vocabulary.pieces_per_word),
+                                options.vocab, options.seed)
+        stage = Stage.of(run.output, "mlm", key, model_fingerprint(run.mlm_source)[:12], settings)
+        stages.append(stage)
+        systems.append(stage.done or run_mlm_stage(run, stage, settings))
+        key, init = stage.key, stage.model
+        run = replace(run, evaluator=run.evaluator.with_tokenizer(BertTokenizer.from_pretrained(init)))
     for name, settings in stage_settings(options.preset, len(training_passages(run.held_out.corpus)), options.seed):
         settings = replace(settings, max_length=min(settings.max_length, run.max_seq_length))
         stage = Stage.of(run.output, name, key, settings)
@@ -111,6 +124,7 @@ def open_run(options: AdaptOptions) -> Run:
         raise UsageError(f"--base {options.base}: adapt trains mean- or cls-pooled encoders stored at the folder's "
                          f"root; this one pools with {base.pooling} in {base.transformer}")
     base_folder = base.root
+    mlm = mlm_source(options.mlm, base, options.vocab)
     corpus = read_corpus(options.corpus, text_column=options.text_column, max_words=MAX_WORDS)
     check_corpus(corpus, options)
     output = Path(options.output)
@@ -124,7 +138,8 @@ def open_run(options: AdaptOptions) -> Run:
     corpus_key = stage_key([asdict(p) for p in corpus.passages], options.seed, options.preset)
     return Run(options, output, corpus, held_out, Evaluator(held_out, tokenizer, beir), tokenizer, base_folder,
                select_device(options.device), corpus_key, model_fingerprint(base_folder)[:12], vocabulary,
-               base.max_seq_length, base.architecture)
+               min(base.max_seq_length, read_model_folder(mlm).max_seq_length) if mlm else base.max_seq_length,
+               base.architecture, mlm)
 
 
 def check_corpus(corpus: Corpus, options: AdaptOptions) -> None:
@@ -238,19 +253,15 @@ def build_report(run: Run, systems: list[dict], final: dict, seconds: float) -> 
             "queries": {split: len(q) for split, q in run.held_out.queries.items()},
             "max_seq_length": settings.get("max_length") or run.max_seq_length,
             "systems": systems, "seconds": round(seconds, 1),
-            "skipped": skipped_methods(run.architecture, {s["settings"]["method"] for s in systems
-                                                          if "settings" in s})}
+            "skipped": skipped_methods(run, {s.get("settings", {}).get("method") for s in systems})}
 
 
-def skipped_methods(architecture: str, methods: set[str]) -> list[str]:
+def skipped_methods(run: Run, methods: set[str]) -> list[str]:
     """What the issue's recipe names that this run did not do, and why."""
-    if architecture.endswith(("ForMaskedLM", "ForPreTraining")):
-        mlm = ("continued MLM: the base has an MLM head, but adapt does not run MLM itself yet; run `bertforge "
-               "pretrain` from it on the corpus and pass the result as --base")
-    else:
-        mlm = f"continued MLM: the base ({architecture}) has no MLM head"
+    mlm = [] if run.mlm_source is not None else [
+        f"continued MLM: the base ({run.architecture}) has no MLM head; --mlm CHECKPOINT names one to start from"]
     tsdae = [] if "tsdae" in methods else ["TSDAE: not in this preset (--preset full starts with it)"]
-    return [mlm, *tsdae, "GPL pseudo-queries: no query generator (a doc2query T5) is available offline"]
+    return [*mlm, *tsdae, "GPL pseudo-queries: no query generator (a doc2query T5) is available offline"]
 
 
 def write_model(run: Run, final: dict, report: dict) -> None:

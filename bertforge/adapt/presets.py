@@ -4,6 +4,8 @@ quick: one ICT stage, in-batch negatives only (mining costs a third more per ste
 in ~12 minutes of 2 CPU cores (the rest of the 20-minute budget is reading, evaluating and
 indexing). full: for a GPU and big corpora: TSDAE first (the domain's sentences, unsupervised, as
 GPL's authors start from), then longer ICT, then SimCSE mixed in as a last stage.
+Continued MLM (a base with an MLM head, or --mlm) runs before them for an epoch of the corpus (quick,
+at most MLM_STEPS["quick"] steps) or several (full).
 The numbers behind these choices are in scripts/results/ and the README.
 """
 from __future__ import annotations
@@ -11,11 +13,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .methods import MethodSettings
+from .mlm import MlmSettings
 
 PRESETS = ("quick", "full")
 QUICK_PASSAGES = 3_400  # training passages seen in quick: two epochs of ~150k words of prose
 QUERIES = {"quick": 300, "full": 1_000}  # held-out ICT queries (dev + test)
 HELD_OUT_SHARE = 0.2  # at most this share of the passages is held out
+MLM_EPOCHS = {"quick": 1.0, "full": 5.0}  # passes over the corpus's tokens
+MLM_STEPS = {"quick": 150, "full": 20_000}  # at most; quick: ~150k words of text are ~50 steps an epoch
+MLM_MIN_STEPS = 10  # a tiny corpus still gets a measurable change
 
 
 def stage_settings(preset: str, training_passages: int, seed: int = 0) -> list[tuple[str, MethodSettings]]:
@@ -41,3 +47,12 @@ def tsdae_stage(seed: int = 0, epochs: float = 1.0) -> tuple[str, MethodSettings
 
 def query_count(preset: str, passages: int) -> int:
     return min(QUERIES[preset], int(passages * HELD_OUT_SHARE))
+
+
+def mlm_settings(preset: str, corpus_tokens: int, vocab: str = "base", seed: int = 0) -> MlmSettings:
+    """The continued-MLM stage: MLM_EPOCHS of the corpus's word pieces in full 128-token sequences, within
+    [MLM_MIN_STEPS, MLM_STEPS]."""
+    settings = MlmSettings(vocab=vocab, seed=seed, learning_rate=1e-4 if preset == "quick" else 5e-5)
+    per_epoch = corpus_tokens / (settings.batch_size * (settings.max_seq_length - 2))
+    steps = min(MLM_STEPS[preset], max(MLM_MIN_STEPS, round(MLM_EPOCHS[preset] * per_epoch)))
+    return replace(settings, steps=steps)

@@ -6,7 +6,8 @@ from typing import Literal
 
 def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Literal["quick", "full"] = "quick",
           eval: str | None = None, text_column: str = "text", seed: int = 0,
-          device: Literal["auto", "cpu", "cuda"] = "auto", threads: int | None = None) -> None:
+          device: Literal["auto", "cpu", "cuda"] = "auto", threads: int | None = None, mlm: str | None = None,
+          vocab: Literal["base", "new"] = "base") -> None:
     """Adapt a sentence encoder to a folder of domain text: train, evaluate, index, in one command.
 
     Args:
@@ -20,6 +21,10 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
         text_column: the column of a .csv/.tsv corpus that holds the text
         seed: seed for the held-out queries and the training order
         device: where to train: auto (the GPU when there is one), cpu or cuda
+        mlm: a BERT checkpoint with an MLM head to continue-pretrain on the corpus first; the later stages train
+            its encoder (pooled as --base pools). Without it, a --base with an MLM head is continue-pretrained
+        vocab: base (the MLM checkpoint's vocabulary) or new (grown by pieces learnt on the corpus, each new
+            piece's embedding the mean of its old pieces')
         threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else torch's one per core; on a machine shared with other busy processes fewer threads often run faster)
     """
     from ..adapt.pipeline import AdaptOptions, run_adapt
@@ -27,4 +32,4 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
 
     use_threads(threads)
     run_adapt(AdaptOptions(corpus=list(corpus), output=output, base=base, preset=preset, eval=eval,
-                           text_column=text_column, seed=seed, device=device))
+                           text_column=text_column, seed=seed, device=device, mlm=mlm, vocab=vocab))

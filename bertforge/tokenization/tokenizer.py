@@ -124,6 +124,16 @@ class BertTokenizer:
                             strip_accents=strip_accents, num_unused=num_unused, limit_alphabet=limit_alphabet)
         return cls(vocab, do_lower_case=lowercase, strip_accents=strip_accents)
 
+    def with_pieces(self, pieces: list[str]) -> "BertTokenizer":
+        """This tokenizer with `pieces` appended to its vocabulary (ids from vocab_size on, in order; old ids
+        unchanged; pieces it already has are skipped), same settings. A "##" piece continues a word."""
+        vocab = dict(self._vocab)
+        for piece in pieces:
+            vocab.setdefault(piece, len(vocab))
+        return type(self)(vocab, do_lower_case=self.do_lower_case, strip_accents=self.strip_accents,
+                          tokenize_chinese_chars=self.tokenize_chinese_chars, never_split=self.never_split,
+                          model_max_length=self.model_max_length)
+
     # ---- vocabulary
 
     @property

@@ -1,0 +1,191 @@
+"""Continued MLM pretraining on the corpus (the ClinicalBERT recipe), the stage before the sentence-encoder ones.
+
+It runs when the base has an MLM head (BertForMaskedLM, BertForPreTraining) or `--mlm CHECKPOINT`
+names one: that checkpoint is trained on the corpus by `bertforge pretrain`'s own recipe
+(tasks/pretraining: the prepared corpus, the masker, the one loop), MLM only: RoBERTa's packing
+of whole sentences up to 128 tokens, no next-sentence task (DAPT, Gururangan et al. 2020, drops it
+too; the sentence encoder never uses the NSP head). With `--vocab new` the checkpoint's vocabulary
+first grows by the corpus's own pieces (domain_vocabulary.py).
+
+What it trains on: the indexed passages (held-out ones without their cut sentence), as ICT does.
+What it is measured on: the held-out ICT query sentences, which no stage trains on: masked-token
+loss and accuracy before the first step and after the last, under the same masks. Its row in the
+report is the MLM-trained encoder under the base's pooling, zero-shot on the ICT queries; the stages
+after it train that encoder.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..atomic import write_text
+from ..errors import UsageError
+from ..models.checkpoint import weight_names
+from ..models.folder import ModelFolder, read_model_folder
+from ..resources import resolve_model
+from ..tasks.pretraining.dataset import PretrainingConfig
+from ..tasks.pretraining.recipe import DataSettings, ModelSettings, PretrainRecipe, run_pretraining
+from ..tasks.retrieval.bi_encoder import BiEncoder
+from ..tokenization.tokenizer import BertTokenizer
+from ..train.checkpointing import latest_checkpoint, list_checkpoints
+from ..train.loop import TrainConfig
+from .domain_vocabulary import corpus_pieces, grow_checkpoint, vocabulary_change
+from .ict import passage_text
+
+VOCABS = ("base", "new")
+TRAIN_TEXT, HELD_OUT_TEXT = "corpus.txt", "heldout.txt"  # a passage (a held-out sentence) per blank-line block
+
+
+@dataclass
+class MlmSettings:
+    """The MLM stage's knobs (presets.mlm_settings sizes `steps` from the corpus)."""
+
+    steps: int = 100
+    batch_size: int = 32
+    learning_rate: float = 1e-4
+    warmup: float = 0.06
+    max_seq_length: int = 128
+    mlm_probability: float = 0.15
+    vocab: str = "base"  # base: the checkpoint's vocabulary; new: grown by the corpus's own pieces
+    vocab_size: int = 8000  # new: size of the vocabulary learnt on the corpus (its pieces the base lacks are added)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.vocab not in VOCABS:
+            raise ValueError(f"vocab {self.vocab!r} is not one of {', '.join(VOCABS)}")
+
+
+def has_mlm_head(folder: Path) -> bool:
+    """The checkpoint stores an MLM head (cls.predictions.*), whatever its config.json calls it."""
+    return any(name.startswith("cls.predictions.") for name in weight_names(folder))
+
+
+def mlm_source(mlm: str | None, base: ModelFolder, vocab: str) -> Path | None:
+    """The checkpoint continued MLM trains: --mlm's, else the base's when it has an MLM head; None: no MLM
+    stage. Raises UsageError for an --mlm without an MLM head, or --vocab new with nothing to train."""
+    if mlm:
+        folder = read_model_folder(resolve_model(mlm))
+        if not has_mlm_head(folder.transformer):
+            raise UsageError(f"--mlm {mlm}: its weights have no MLM head ({folder.architecture}); give a "
+                             "BertForMaskedLM or BertForPreTraining checkpoint (bert-base-uncased, say), or leave "
+                             "--mlm out")
+        return folder.transformer
+    if has_mlm_head(base.transformer):
+        return base.transformer
+    if vocab == "new":
+        raise UsageError(f"--vocab new grows the vocabulary for continued MLM pretraining, but the base "
+                         f"({base.architecture}) has no MLM head; give --mlm CHECKPOINT (a BERT with one) or "
+                         "leave --vocab out")
+    return None
+
+
+def run_mlm_stage(run, stage, settings: MlmSettings) -> dict:
+    """Continue pretraining run.mlm_source on the corpus (resuming after a kill); the stage's record, finished.
+
+    run: the pipeline's Run; stage: its Stage (folder, model). Leaves stage.model (a sentence-transformers
+    folder: the MLM-trained encoder, the base's pooling) and stage.folder/mlm (the checkpoint with its head).
+    """
+    started, source = time.time(), run.options.mlm or run.options.base
+    print(f"stage {stage.name}: continued MLM pretraining of {source}, {settings.steps} steps, batch "
+          f"{settings.batch_size}, lr {settings.learning_rate}" + (", a domain vocabulary" if settings.vocab == "new"
+                                                                    else ""), flush=True)
+    write_texts(stage.folder, run.held_out)
+    init, vocabulary = starting_checkpoint(run.mlm_source, stage.folder, settings)
+    resume = latest_checkpoint(stage.run) is not None if stage.run.is_dir() else False
+    if stage.run.is_dir() and not resume:
+        shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
+    records = continue_pretraining(init, stage.folder, settings, run.options.device, resume)
+    encoder, tokenizer = keep_models(list_checkpoints(stage.run)[-1] / "model", stage, run)
+    evaluator = run.evaluator.with_tokenizer(tokenizer)
+    metrics = evaluator.everything(evaluator.scorer(encoder.to(run.device)))
+    masked = masked_lm_change(records)
+    print(f"stage {stage.name}: held-out masked-token accuracy {masked['before']['accuracy']:.4f} -> "
+          f"{masked['after']['accuracy']:.4f}, loss {masked['before']['loss']:.3f} -> {masked['after']['loss']:.3f}")
+    record = stage.finish({"name": stage.name, "key": stage.key, "metrics": metrics, "steps": settings.steps,
+                           "seconds": time.time() - started, "description": describe(settings, source),
+                           "settings": asdict(settings), "masked_lm": masked, "vocabulary": vocabulary})
+    shutil.rmtree(stage.run)  # checkpoints and the prepared corpus: only a killed stage needs them
+    shutil.rmtree(stage.folder / "init", ignore_errors=True)
+    for name in (TRAIN_TEXT, HELD_OUT_TEXT):
+        (stage.folder / name).unlink()
+    return record
+
+
+def keep_models(checkpoint: Path, stage, run) -> tuple[BiEncoder, BertTokenizer]:
+    """stage.folder/mlm: a copy of the trained checkpoint (head included; a copy, so a kill now can still
+    resume); stage.model: its encoder as a sentence-transformers folder pooled as the base pools."""
+    trained = stage.folder / "mlm"
+    shutil.rmtree(trained, ignore_errors=True)
+    shutil.copytree(checkpoint, trained)
+    base = read_model_folder(run.base_folder)
+    encoder = BiEncoder.from_pretrained(trained, pooling=base.pooling, normalize=base.normalize,
+                                        max_seq_length=run.max_seq_length)
+    tokenizer = BertTokenizer.from_pretrained(trained)
+    encoder.save_pretrained(stage.model, tokenizer=tokenizer)
+    return encoder, tokenizer
+
+
+def write_texts(folder: Path, held_out) -> None:
+    """The pretraining inputs: the indexed passages, and the held-out query sentences (a document each).
+    Written once: a resumed run's prepared corpus checks they are the files it was made from."""
+    folder.mkdir(parents=True, exist_ok=True)
+    texts = {TRAIN_TEXT: [passage_text(p) for p in held_out.corpus],
+             HELD_OUT_TEXT: [query for queries in held_out.queries.values() for query, _ in queries]}
+    for name, blocks in texts.items():
+        if not (folder / name).is_file():
+            write_text(folder / name, "\n\n".join(blocks) + "\n")
+
+
+def starting_checkpoint(source: Path, folder: Path, settings: MlmSettings) -> tuple[Path, dict | None]:
+    """The checkpoint to pretrain: `source`, or (vocab new) source grown by the corpus's pieces, written once
+    to folder/init; with the vocabulary's change on the corpus (None for vocab base)."""
+    if settings.vocab == "base":
+        return source, None
+    init = folder / "init"
+    if not (init / "config.json").is_file():
+        pieces = corpus_pieces(folder / TRAIN_TEXT, BertTokenizer.from_pretrained(source), settings.vocab_size)
+        grow_checkpoint(source, init, pieces)
+    texts = (folder / TRAIN_TEXT).read_text(encoding="utf-8").split("\n\n")
+    change = vocabulary_change(texts, BertTokenizer.from_pretrained(source), BertTokenizer.from_pretrained(init))
+    before, after = change["before"], change["after"]
+    print(f"domain vocabulary: {change['added']:,} pieces added ({before['vocab_size']:,} -> {after['vocab_size']:,});"
+          f" word pieces per word {before['pieces_per_word']:.3f} -> {after['pieces_per_word']:.3f}, words split "
+          f"{before['split_share']:.1%} -> {after['split_share']:.1%}", flush=True)
+    return init, change
+
+
+def continue_pretraining(init: Path, folder: Path, settings: MlmSettings, device: str, resume: bool) -> list[dict]:
+    """MLM-train the checkpoint at `init` on folder's texts in folder/run with the pretraining recipe; its records.
+
+    Evaluated on the held-out sentences before the first step and after the last; checkpoints four times
+    (the last one is the model), so a kill loses at most a quarter of the stage.
+    """
+    held_out = sum(1 for block in (folder / HELD_OUT_TEXT).read_text(encoding="utf-8").split("\n\n") if block.strip())
+    recipe = PretrainRecipe(
+        model=ModelSettings(init_from=str(init)),
+        data=DataSettings(train=[str(folder / TRAIN_TEXT)], heldout=[str(folder / HELD_OUT_TEXT)],
+                          instances=PretrainingConfig(max_seq_length=settings.max_seq_length, nsp=False,
+                                                      mlm_probability=settings.mlm_probability),
+                          eval_batches=-(-held_out // settings.batch_size)),  # every held-out sentence
+        training=TrainConfig(output_dir=str(folder / "run"), max_steps=settings.steps,
+                             learning_rate=settings.learning_rate, warmup=settings.warmup,
+                             save_every=max(1, settings.steps // 4), keep_last=1, seed=settings.seed,
+                             tensorboard=False, plot=False, eval_at_start=True, device=device),
+        batch_size=settings.batch_size)
+    return run_pretraining(recipe, resume=resume)
+
+
+def masked_lm_change(records: list[dict]) -> dict:
+    """{"before", "after": {"loss", "accuracy"}}: the held-out evaluations at step 0 and at the last step."""
+    evaluations = [r for r in records if "eval_mlm_loss" in r]
+    first, last = evaluations[0], evaluations[-1]
+    return {moment: {"loss": r["eval_mlm_loss"], "accuracy": r["eval_mlm_accuracy"], "step": r["step"]}
+            for moment, r in (("before", first), ("after", last))}
+
+
+def describe(settings: MlmSettings, source: str) -> str:
+    vocabulary = ", vocabulary grown by the corpus's own pieces" if settings.vocab == "new" else ""
+    return (f"continued MLM pretraining of {source} on the corpus (no NSP){vocabulary}, {settings.steps} steps, "
+            f"batch {settings.batch_size}, lr {settings.learning_rate:g}; the encoder pooled as the base, zero-shot")
