@@ -45,7 +45,7 @@ from ..atomic import replaced_file, write_text
 from ..engine.devices import select_device
 from ..models.checkpoint import WEIGHTS_SAFETENSORS
 from ..models.outputs import ClassifierOutput
-from ..tasks.long_documents import combine_per_document
+from ..tasks.long_documents import CLINICALBERT_C, combine_per_document
 from ..tasks.metrics import binary_labels
 from ..train.batches import ShuffledBatches, predict_rows
 from ..train.best import best_model_folder
@@ -286,7 +286,7 @@ def chunk_probabilities(model: Pipeline | BiLSTMClassifier, texts: Sequence[str]
 
 
 def admission_scores(admission_ids: Sequence | np.ndarray, chunk_probabilities: Sequence[float] | np.ndarray,
-                     c: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+                     c: float = CLINICALBERT_C) -> tuple[np.ndarray, np.ndarray]:
     """(admission ids (d,) sorted, scores (d,)): ClinicalBERT's (P_max + P_mean n/c) / (1 + n/c) per admission.
 
     chunk_probabilities (n_chunks,) are P(readmitted), one per entry of admission_ids (n_chunks,).
