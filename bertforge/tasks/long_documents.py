@@ -14,6 +14,8 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from ..validation import checked
+
 Combine = Literal["mean", "max", "clinical"]
 METHODS = get_args(Combine)
 CLINICALBERT_C = 2.0  # the paper's c: every default of the clinical mix (tasks, readmission) is this one
@@ -76,5 +78,4 @@ def combine_per_document(document_index: Sequence[int] | np.ndarray, probabiliti
 def _check(method: str, c: float) -> None:
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; use one of {METHODS}")
-    if not c > 0:
-        raise ValueError(f"c must be positive (ClinicalBERT used 2), got {c!r}")
+    checked("c", c, float)
