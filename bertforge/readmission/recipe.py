@@ -53,7 +53,8 @@ class ReadmissionRun(FinetuningConfig):
     A FinetuningConfig with readmission's own fields: the loop's settings (learning_rate, warmup,
     precision, device, early_stopping_patience, ...) are the same fields as a recipe's `training`
     section, with BERT's fine-tuning values as defaults (ClinicalBERT fine-tuned with them); they
-    apply to kind bert (the bilstm keeps the original's own settings, see `baselines.train_bilstm`).
+    apply to kind bert (the bilstm keeps the original's own settings, see `baselines.train_bilstm`, and
+    takes only device).
 
     Args:
         data: the folder `readmission prepare` wrote
@@ -230,7 +231,8 @@ def train_and_score(run: ReadmissionRun, recipe_run: RecipeRun) -> dict:
     else:
         # The loop's run (metrics.jsonl, checkpoints, best/) goes into this run's folder.
         model, _ = train_bilstm(chunks["train"].texts, chunks["train"].labels, dev_texts=chunks["val"].texts,
-                                dev_labels=chunks["val"].labels, seed=run.seed, output_dir=run.output)
+                                dev_labels=chunks["val"].labels, seed=run.seed, output_dir=run.output,
+                                device=run.device)
         test_probabilities = chunk_probabilities(model, chunks["test"].texts)
     scored = score_admissions(chunks["test"], test_probabilities, run.c)
     with replaced_file(Path(run.output) / "scores.csv") as temporary, \
