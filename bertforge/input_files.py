@@ -4,7 +4,8 @@ Every reader of user files goes through `require_file` (a folder given for a fil
 file get different messages) and `open_text` (.gz and .xz read as text, so the project can ship
 its demo corpus compressed); `utf8_problem` finds the line of the first byte that is not UTF-8,
 for a message that names the file and the line, not a byte offset inside a read buffer;
-`jsonl_objects` reads JSON Lines with errors that name file:line.
+`jsonl_objects` reads JSON Lines with errors that name file:line, `blank_line_blocks` plain text
+by blank-line blocks.
 """
 from __future__ import annotations
 
@@ -56,6 +57,21 @@ def open_bytes(path: str | os.PathLike) -> IO[bytes]:
         return open(path, "rb")
     check_signature(path)
     return io.BufferedReader(Decompressed(COMPRESSED[suffix](path, "rb"), path))
+
+
+def blank_line_blocks(path: str | os.PathLike) -> Iterator[str]:
+    """The blank-line separated blocks of a text file (paragraphs, or documents), each with its line ends;
+    streamed line by line, never the whole file."""
+    lines = []
+    with open_text(path) as file:
+        for line in file:
+            if line.strip():
+                lines.append(line)
+            elif lines:
+                yield "".join(lines)
+                lines = []
+    if lines:
+        yield "".join(lines)
 
 
 def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:

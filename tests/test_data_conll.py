@@ -248,7 +248,7 @@ def test_encode_rejects_unknown_tags_and_tiny_max_length(tokenizer):
     sentences = [TaggedSentence(["Paris"], ["B-LOC"], line=12)]
     with pytest.raises(ValueError, match=r"'B-LOC' of the sentence at line 12 is not in label2id"):
         encode_for_tagging(tokenizer, sentences, {"O": 0})
-    with pytest.raises(ValueError, match="max_length must be an int >= 3"):
+    with pytest.raises(ValueError, match="max_length must be at least 3, got 2"):
         encode_for_tagging(tokenizer, sentences, {"O": 0, "B-LOC": 1}, max_length=2)
 
 

@@ -1,9 +1,11 @@
 """Reading raw corpora into documents of sentences: layouts, sentence splitting, errors."""
+import gzip
 import json
 import types
 
 import pytest
 
+from bertforge.input_files import blank_line_blocks
 from bertforge.tasks.pretraining import read_documents, split_lines, split_sentences
 
 
@@ -48,6 +50,17 @@ def test_blank_line_documents_join_wrapped_lines(tmp_path):
     documents = read_documents(path)
     assert isinstance(documents, types.GeneratorType)  # streamed, not a list of the whole corpus
     assert list(documents) == [["One line wrapped here.", "Two."], ["Second document."], ["Third.", "Doc."]]
+
+
+def test_blank_line_blocks_keep_their_lines_and_read_compressed_files(tmp_path):
+    """The one reader of blank-line blocks (pretraining's layouts and adapt's passages both use it)."""
+    text = "\n\nOne line\nwrapped.\n \t\n\nSecond.\n\nlast, no newline"
+    assert list(blank_line_blocks(write(tmp_path / "a.txt", text))) == ["One line\nwrapped.\n", "Second.\n",
+                                                                        "last, no newline"]
+    with gzip.open(tmp_path / "a.txt.gz", "wt", encoding="utf-8") as file:
+        file.write(text)
+    assert list(blank_line_blocks(tmp_path / "a.txt.gz")) == list(blank_line_blocks(tmp_path / "a.txt"))
+    assert list(blank_line_blocks(write(tmp_path / "blank.txt", "\n \n"))) == []
 
 
 def test_file_documents_split_each_paragraph_on_its_own(tmp_path):

@@ -212,10 +212,11 @@ def test_collate_pads_to_the_longest_or_to_pad_to():
 # ---------------------------------------------------------------- errors
 
 @pytest.mark.parametrize("options, message", [
-    ({"max_seq_length": 4}, "max_seq_length must be an int >= 5"),
-    ({"dupe_factor": 0}, "dupe_factor must be a positive int or None"),
-    ({"shuffle_window": 0}, "shuffle_window must be a positive int"),
-    ({"mlm_probability": 0}, "mlm_probability must lie in"),
+    ({"max_seq_length": 4}, r"max_seq_length must be at least 5, got 4 \(\[CLS\] A \[SEP\] B \[SEP\]"),
+    ({"dupe_factor": 0}, "dupe_factor must be at least 1, got 0"),
+    ({"dupe_factor": 1.5}, "dupe_factor must be an integer, got 1.5"),
+    ({"shuffle_window": 0}, "shuffle_window must be at least 1, got 0"),
+    ({"mlm_probability": 0}, "mlm_probability must be greater than 0, got 0"),
 ])
 def test_bad_config(options, message):
     with pytest.raises(ValueError, match=message):

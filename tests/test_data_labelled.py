@@ -256,7 +256,7 @@ def test_window_argument_errors(tokenizer):
         encode_windows(tokenizer, [("a",), ("b", "c")])
     with pytest.raises(ValueError, match=r"stride .* \[0, 8\)"):
         encode_windows(tokenizer, [("a",)], max_length=10, stride=8)
-    with pytest.raises(ValueError, match="max_length must be an int >= 5 "):
+    with pytest.raises(ValueError, match=r"max_length must be at least 5, got 4 \(\[CLS\], \[SEP\]s"):
         encode_windows(tokenizer, [("a", "b")], max_length=4)
     with pytest.raises(ValueError, match="2 labels for 1 rows"):
         encode_windows(tokenizer, [("a",)], labels=torch.tensor([0, 1]))

@@ -154,9 +154,10 @@ def test_sequence_of_only_special_tokens_masks_nothing():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"mlm_probability": 0.0}, "mlm_probability must lie in"),
-    ({"mlm_probability": 1.5}, "mlm_probability must lie in"),
-    ({"max_predictions_per_seq": 0}, "max_predictions_per_seq must be a positive int"),
+    ({"mlm_probability": 0.0}, "mlm_probability must be greater than 0, got 0.0"),
+    ({"mlm_probability": 1.5}, "mlm_probability must be at most 1, got 1.5"),
+    ({"mlm_probability": "0.15"}, "mlm_probability must be a number, got '0.15'"),
+    ({"max_predictions_per_seq": 0}, "max_predictions_per_seq must be at least 1, got 0"),
     ({"whole_word": True}, "whole_word=True needs word_starts"),
 ])
 def test_bad_arguments(options, message):

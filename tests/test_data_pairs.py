@@ -308,7 +308,7 @@ def test_same_rng_seed_same_pairs(chapters):
 
 @pytest.mark.parametrize("max_seq_length", [4, 0, 4.5, True])
 def test_max_seq_length_too_small(max_seq_length):
-    with pytest.raises(ValueError, match="max_seq_length must be an int >= 5"):
+    with pytest.raises(ValueError, match="max_seq_length must be (at least 5|an integer), got "):
         make_sentence_pairs(random_documents([[3], [4]]), 0, np.random.default_rng(0), max_seq_length)
 
 
@@ -319,5 +319,5 @@ def test_nsp_needs_two_documents():
 
 
 def test_bad_short_seq_prob():
-    with pytest.raises(ValueError, match="short_seq_prob is a probability"):
+    with pytest.raises(ValueError, match="short_seq_prob must be at most 1, got 1.5"):
         make_sentence_pairs(random_documents([[3], [4]]), 0, np.random.default_rng(0), short_seq_prob=1.5)

@@ -178,5 +178,5 @@ def test_not_a_prepared_folder(tmp_path):
 
 
 def test_batch_size_must_be_positive(sources, tokenizer, tmp_path):
-    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+    with pytest.raises(ValueError, match="batch_size must be at least 1, got 0"):
         prepare_corpus(sources, tokenizer, tmp_path / "out", batch_size=0)

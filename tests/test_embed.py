@@ -272,12 +272,12 @@ def test_an_empty_list_gives_an_empty_array_of_the_right_width(ours):
     (["a"], {"layers": [-2, -1], "layer_combine": "sum"}, r"not one of \('mean', 'concat'\)"),
     (["a"], {"layers": "last_four_mean", "layer_combine": "concat"}, "already means layer_combine='mean'"),
     (["a"], {"pooling": "pooler", "layers": -2}, "use it with layers=-1"),
-    (["a"], {"batch_size": 0}, "batch_size=0 must be a positive int"),
-    (["a"], {"max_length": 1000}, "to 512, the model's max_position_embeddings"),
+    (["a"], {"batch_size": 0}, "batch_size must be at least 1, got 0"),
+    (["a"], {"batch_size": 2.0}, "batch_size must be an integer, got 2.0"),
+    (["a"], {"max_length": 1000}, "max_length must be at most 512, got 1000 .* the model's max_position_embeddings"),
     (["a"], {"dtype": torch.float64}, "torch.bfloat16 or torch.qint8"),
     (["a"], {"dtype": "int4"}, "their names fp32, fp16, bf16, int8"),
-    (["a"], {"max_batch_tokens": 1}, "max_batch_tokens must be at least 2"),
-    (["a"], {"max_batch_tokens": 0}, "max_batch_tokens=0 must be a positive int"),
+    (["a"], {"max_batch_tokens": 1}, r"max_batch_tokens must be at least 2, got 1 \(\[CLS\] and \[SEP\]\)"),
 ])
 def test_invalid_input_raises_a_value_error_that_says_what_to_do(ours, texts, options, message):
     model, tokenizer = ours

@@ -52,7 +52,7 @@ def test_multiclass_columns_are_combined_and_clinical_rows_renormalised():
 def test_bad_arguments_say_what_is_allowed():
     with pytest.raises(ValueError, match="unknown method 'median'.*'mean', 'max', 'clinical'"):
         combine([0.5], "median")
-    with pytest.raises(ValueError, match="c must be positive"):
+    with pytest.raises(ValueError, match="c must be greater than 0, got 0"):
         combine([0.5], "clinical", c=0)
     with pytest.raises(ValueError, match="chunk probabilities"):
         combine([], "mean")

@@ -124,6 +124,19 @@ def test_readmission_train_takes_the_loops_settings_as_a_recipe_does(tmp_path):
     assert "--output" in line
 
 
+def test_every_fine_tuning_run_starts_from_the_one_set_of_fine_tuning_values(tmp_path):
+    """finetune, sbert train and readmission train declare BERT's fine-tuning values once (FinetuningConfig)."""
+    for split in ("train", "val", "test"):
+        write(tmp_path / "data" / "discharge" / f"{split}.csv", "ID,TEXT,Label\n")
+    readmission = ReadmissionRun(data=str(tmp_path / "data"), output=str(tmp_path / "run")).training_config()
+    keys = ("max_steps", "learning_rate", "warmup", "weight_decay", "keep_last", "eval_at_start")
+    values = [tuple(getattr(config, key) for key in keys)
+              for config in (FinetuneRecipe().training, SbertRecipe().training, readmission)]
+    assert values[0] == values[2] == (0, 2e-5, 0.1, 0.01, 1, False)
+    assert values[1] == (0, 2e-5, 0.1, 0.01, 1, True)  # sbert scores the starting model first
+    assert (FinetuneRecipe().training.output_dir, SbertRecipe().training.output_dir) == ("runs/finetune", "runs/sbert")
+
+
 # ---------------------------------------------------------------- the runner
 
 def test_the_runner_writes_results_last_and_only_for_a_finished_run(tmp_path):

@@ -25,7 +25,8 @@ from bertforge.readmission.recipe import ReadmissionRun
 from bertforge.settings import apply_overrides, build
 from bertforge.tasks.finetune import FinetuneRecipe
 from bertforge.tasks.pretraining.recipe import PretrainRecipe
-from bertforge.validation import BOUNDS
+from bertforge.errors import UsageError
+from bertforge.validation import BOUNDS, Bound, checked
 
 from cli_run import assert_one_line_error, command_options, run_cli
 from hostile_files import FILE_CASES, case_argv, make_good_inputs, make_hostile_files
@@ -113,6 +114,21 @@ def test_every_numeric_option_and_setting_has_a_bound():
             {f.name for f in dataclasses.fields(ReadmissionRun) if f.type in ("int", "float")}
     assert len(CLI_NUMBERS) >= 19 and len(RECIPE_NUMBERS) >= 30  # the enumeration finds them all
     assert sorted(names - set(BOUNDS)) == []
+
+
+def test_python_arguments_are_checked_against_the_same_bounds_and_their_type():
+    """`checked`: the Python API's arguments meet the bound a recipe or option of that name meets."""
+    assert checked("top_k", np.int64(3)) == 3 and type(checked("top_k", np.int64(3))) is int
+    assert checked("mlm_probability", 1, float) == 1.0 and checked("c", np.float32(0.5), float) == 0.5
+    for name, value, kind, message in [("top_k", 0, int, "top_k must be at least 1, got 0"),
+                                       ("top_k", True, int, "top_k must be an integer, got True"),
+                                       ("top_k", 2.0, int, "top_k must be an integer, got 2.0"),
+                                       ("c", "2", float, "c must be a number, got '2'"),
+                                       ("c", float("nan"), float, "c must be a finite number, got nan")]:
+        with pytest.raises(UsageError, match=f"^{message}$"):
+            checked(name, value, kind)
+    with pytest.raises(UsageError, match=r"^max_length must be at most 8, got 9 \(the table\)$"):
+        checked("max_length", 9, bound=Bound(2, 8, meaning="the table"))  # a range that depends on other arguments
 
 
 def out_of_range(name: str, kind: type):

@@ -160,9 +160,11 @@ def test_scored_losses_refuse_pairs_without_scores():
 @pytest.mark.parametrize("settings, message", [
     ({"loss": "triplet"}, "not one of"),
     ({"loss": "cosent", "symmetric": True}, "mnrl only"),
-    ({"scale": 0.0}, "scale must be > 0"),
-    ({"distillation": -1.0}, "distillation is a weight"),
-    ({"loss": "cosent", "distillation": 1.0}, "distillation is a weight"),
+    ({"scale": 0.0}, "loss.scale must be greater than 0, got 0.0"),
+    ({"mini_batch_size": -1}, "loss.mini_batch_size must be at least 0, got -1"),
+    ({"matryoshka_dims": [64, 0]}, "loss.matryoshka_dims must be at least 1, got 0"),
+    ({"distillation": -1.0}, r"loss.distillation must be at least 0, got -1.0 \(0: no teacher term\)"),
+    ({"loss": "cosent", "distillation": 1.0}, "distillation is a weight of the mnrl loss's teacher term"),
 ])
 def test_objective_rejects_bad_settings(settings, message):
     with pytest.raises(ValueError, match=message):

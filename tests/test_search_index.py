@@ -89,7 +89,7 @@ def test_approximate_kinds_reach_their_recall_on_unseen_queries(cassette_vectors
     assert tuned >= 0.9
     index.set_effort(1500 if kind == "ivf" else 1024)  # every list / a wide beam: exact or nearly
     assert held_out_recall() >= max(tuned, 0.995)
-    with pytest.raises(ValueError, match="must be a positive int"):
+    with pytest.raises(ValueError, match="effort must be at least 1, got 0 .an ivf index's nprobe"):
         index.set_effort(0)
 
 

@@ -445,7 +445,7 @@ def test_bad_training_arguments_raise(tmp_path):
     corpus = write(tmp_path / "corpus.txt", "some words here\n")
     with pytest.raises(ValueError, match="leaves no room beyond the 5 special tokens; pass a larger vocab_size"):
         BertTokenizer.train([corpus], vocab_size=5)
-    with pytest.raises(ValueError, match="num_unused must be an int >= 0"):
+    with pytest.raises(ValueError, match="num_unused must be at least 0, got -1"):
         BertTokenizer.train([corpus], num_unused=-1)
 
 

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..input_files import jsonl_objects, text_suffix, utf8_problem
+from ..input_files import blank_line_blocks, jsonl_objects, text_suffix, utf8_problem
 from ..tasks.classification.reader import DELIMITERS, read_rows
-from ..tasks.pretraining.corpus import _blocks, expand_paths, split_sentences
+from ..tasks.pretraining.corpus import expand_paths, split_sentences
 
 TEXT_SUFFIXES = (".txt", ".text", ".md", "")
 JSONL = ".jsonl"
@@ -121,7 +121,7 @@ def text_passages(path: Path) -> Iterator[Passage]:
     """Blank-line blocks, short ones joined with the next until MIN_WORDS words."""
     pending: list[str] = []
     start = 0
-    for number, block in enumerate(_blocks(path)):
+    for number, block in enumerate(blank_line_blocks(path)):
         if not pending:
             start = number
         pending.extend(sentences_of(block))

@@ -31,7 +31,7 @@ from ..tasks.retrieval.bi_encoder import BiEncoder, Objective
 from ..tasks.retrieval.denoising import DenoisingAutoEncoder, DenoisingCollator
 from ..train.batches import ShuffledBatches
 from ..train.best import best_model_folder
-from ..train.loop import TrainConfig
+from ..train.loop import FinetuningConfig
 from ..train.run_log import METRICS_FILE
 from ..train.runner import RecipeRun, run_recipe
 from .corpus import Passage
@@ -78,9 +78,8 @@ def train_method(init: Path, corpus: list[Passage], texts: list[str], settings: 
     Returns the best model on the dev queries (loaded from run_dir/best) and the loop's records,
     evaluations included (from run_dir's metrics log, so those before a kill count too).
     """
-    config = TrainConfig(output_dir=str(run_dir), max_steps=0, learning_rate=settings.learning_rate,
-                         warmup=settings.warmup, weight_decay=0.01, log_every=10, keep_last=1, seed=settings.seed,
-                         tensorboard=False, plot=False, eval_at_start=False, device=device)
+    config = FinetuningConfig(output_dir=str(run_dir), learning_rate=settings.learning_rate, warmup=settings.warmup,
+                              seed=settings.seed, tensorboard=False, plot=False, device=device)
 
     def body(run: RecipeRun) -> dict:
         objective = Objective(loss="mnrl", scale=settings.scale, symmetric=settings.symmetric,

@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..readmission.prepare import ReadmissionTask
-from ..readmission.recipe import ReadmissionRun
+from ..readmission.recipe import CHUNK_MAX_LENGTH, ReadmissionRun
+from ..tasks.long_documents import CLINICALBERT_C
 
 
 def readmission_prepare(*, output: str, admissions: str | None = None, notes: str | None = None,
@@ -48,8 +49,8 @@ def readmission_train(run: ReadmissionRun, *, overwrite: bool = False) -> None:
           f"AUPRC {result['auprc']:.3f}, RP80 {result['rp80']:.3f} on {result['test_admissions']} test admissions")
 
 
-def readmission_evaluate(*, model: str, data: str, task: ReadmissionTask = "discharge", c: float = 2.0,
-                         max_length: int = 512) -> None:
+def readmission_evaluate(*, model: str, data: str, task: ReadmissionTask = "discharge",
+                         c: float = CLINICALBERT_C, max_length: int = CHUNK_MAX_LENGTH) -> None:
     """Score a fine-tuned readmission model on a task's test admissions (e.g. a discharge model on early notes).
 
     Args:
@@ -83,7 +84,7 @@ def readmission_report(runs: list[str], *, output: str) -> None:
     print(write_report([Path(r) for r in runs], Path(output)))
 
 
-def readmission_score(notes: list[str], *, model: str, c: float = 2.0) -> None:
+def readmission_score(notes: list[str], *, model: str, c: float = CLINICALBERT_C) -> None:
     """Risk of 30-day readmission for a new admission, updated note by note, and the chunk that drove it.
 
     Args:

@@ -32,7 +32,8 @@ from ..models.folder import ModelFolder, read_model_folder
 from ..models.model import BertModel
 from ..models.outputs import EncoderOutput
 from ..tokenization.tokenizer import BertTokenizer
-from .options import (LayerSpec, check_max_length, check_positive, check_sentence, check_texts, find_word,
+from ..validation import checked
+from .options import (LayerSpec, check_max_length, check_sentence, check_texts, find_word,
                       resolve_encoder, resolve_layers)
 from .pooling import pool, pooling_modes
 
@@ -112,7 +113,7 @@ class Embedder:
         if not isinstance(prompt, str):
             raise ValueError(f"prompt must be a str, got {type(prompt).__name__}")
         self.prompt = prompt
-        self.batch_size = check_positive("batch_size", batch_size)
+        self.batch_size = checked("batch_size", batch_size)
         self.max_length = check_max_length(max_length, tokenizer, encoder)
         self.progress = progress
         self.dtype = check_inference_dtype(dtype)
@@ -122,9 +123,7 @@ class Embedder:
         self.device = next(self.model.parameters()).device
         if max_batch_tokens is None:
             max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS.get(self.device.type, DEFAULT_MAX_BATCH_TOKENS["cuda"])
-        elif check_positive("max_batch_tokens", max_batch_tokens) < 2:
-            raise ValueError("max_batch_tokens must be at least 2 ([CLS] and [SEP])")
-        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_tokens = checked("max_batch_tokens", max_batch_tokens)
 
     def check_pooler_allowed(self, encoder: BertModel, num_layers: int) -> None:
         if self.layers != (num_layers,):

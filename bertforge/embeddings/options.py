@@ -11,6 +11,7 @@ from typing import Iterable, Literal, Sequence, get_args
 import numpy as np
 
 from ..models.model import BertModel
+from ..validation import Bound, checked
 
 LayerCombine = Literal["mean", "concat"]
 LAYER_COMBINES = get_args(LayerCombine)
@@ -97,18 +98,8 @@ def check_max_length(max_length: int | None, tokenizer, model: BertModel) -> int
     positions = model.config.max_position_embeddings
     if max_length is None:
         return min(int(getattr(tokenizer, "model_max_length", positions)), positions)
-    if not isinstance(max_length, int) or not 2 <= max_length <= positions:
-        raise ValueError(
-            f"max_length={max_length!r} must be an int from 2 ([CLS] + [SEP]) to {positions}, "
-            "the model's max_position_embeddings"
-        )
-    return max_length
-
-
-def check_positive(name: str, value) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive int")
-    return value
+    return checked("max_length", max_length, bound=Bound(2, positions, meaning="[CLS] + [SEP] at the least, the "
+                                                                            "model's max_position_embeddings at most"))
 
 
 def find_word(sentence: str, word: str, occurrence: int) -> tuple[int, int]:

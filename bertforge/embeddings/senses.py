@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from ..atomic import replaced_file
 from ..errors import UsageError
+from ..validation import checked
 from .similarity import l2_normalized
 
 MIN_OCCURRENCES = 4  # k-means into 2 senses and a silhouette need a few points in each
@@ -103,8 +104,7 @@ def cluster_senses(vectors: np.ndarray, max_senses: int = 6, seed: int = 0) -> t
     if len(vectors) < MIN_OCCURRENCES:
         raise ValueError(f"{len(vectors)} occurrence(s) are too few to tell senses apart; "
                          f"give a corpus with at least {MIN_OCCURRENCES}")
-    if not isinstance(max_senses, int) or max_senses < 2:
-        raise ValueError(f"max_senses={max_senses!r} must be an int >= 2")
+    checked("max_senses", max_senses)
     silhouettes, labelings = {}, {}
     for k in range(2, min(max_senses, len(vectors) - 1) + 1):
         labels = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(vectors)

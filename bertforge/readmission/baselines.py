@@ -42,16 +42,15 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..atomic import replaced_file, write_text
-from ..engine.devices import select_device
 from ..models.checkpoint import WEIGHTS_SAFETENSORS
 from ..models.outputs import ClassifierOutput
-from ..tasks.long_documents import combine_per_document
+from ..tasks.long_documents import CLINICALBERT_C, combine_per_document
 from ..tasks.metrics import binary_labels
 from ..train.batches import ShuffledBatches, predict_rows
-from ..train.best import best_model_folder
 from ..train.collate import pad_rows
-from ..train.loop import TrainConfig, train
-from ..train.optim import epoch_schedule
+from ..train.loop import Device, FinetuningConfig
+from ..train.runner import RecipeRun
+from ..validation import Bound, checked
 
 logger = logging.getLogger("bertforge")
 
@@ -199,11 +198,11 @@ def collate_chunks(word_ids: Sequence[Sequence[int]], labels: np.ndarray | None 
 
 
 def train_bilstm(train_texts: Sequence[str], train_labels, *, dev_texts: Sequence[str] | None = None,
-                 dev_labels=None, seed: int = 0, epochs: int = 3, batch_size: int = 32, embedding_dim: int = 100,
+                 dev_labels=None, seed: int = 0, epochs: float = 3, batch_size: int = 32, embedding_dim: int = 100,
                  hidden_size: int = 128, max_words: int = 318, lr: float = 1e-3, min_count: int = 2,
                  dropout: float = 0.1, output_dir: str | os.PathLike | None = None, resume: bool = False,
-                 device: torch.device | None = None) -> tuple[BiLSTMClassifier, Vocabulary]:
-    """(fitted model in eval mode, its vocabulary), trained on chunks by the one training loop.
+                 device: Device = "auto") -> tuple[BiLSTMClassifier, Vocabulary]:
+    """(fitted model in eval mode, its vocabulary), trained on chunks by the one loop through the recipe runner.
 
     As the original: binary cross-entropy, Adam at a constant lr (AdamW with no weight decay,
     the loop's eps 1e-6), no gradient clipping, shuffled batches every epoch. Embeddings are
@@ -214,45 +213,45 @@ def train_bilstm(train_texts: Sequence[str], train_labels, *, dev_texts: Sequenc
     the best one is returned (else the last). The run (metrics.jsonl with train loss and
     accuracy and eval_auroc, a checkpoint per epoch, best/) goes to output_dir, which the caller
     owns (`train.run_folder.claim_run_folder`); resume=True continues the run there exactly.
-    Without output_dir, a temporary folder is used and removed. device defaults to the GPU when
-    there is one. The same seed gives the same model on the CPU; the global torch RNG is left as
-    it was. Raises ValueError for bad texts or labels (see `bag_of_words`), for dev texts without
-    dev labels, and for epochs < 1.
+    Without output_dir, a temporary folder is used and removed. device: auto (the GPU when there
+    is one), cuda or cpu. The same seed gives the same model on the CPU; the global torch RNG is
+    left as it was. Raises ValueError for bad texts or labels (see `bag_of_words`), for dev texts
+    without dev labels, and for epochs < 1.
     """
     train_texts, train_labels = _checked_chunks(train_texts, train_labels, "train")
     if (dev_texts is None) != (dev_labels is None):
         raise ValueError("pass dev_texts and dev_labels together, or neither")
     if dev_texts is not None:
         dev_texts, dev_labels = _checked_chunks(dev_texts, dev_labels, "dev")
-    if epochs < 1:
-        raise ValueError(f"epochs must be at least 1, got {epochs}")
-    device = device or select_device()
+    checked("epochs", epochs, float, bound=Bound(1))
     vocabulary = Vocabulary.build(train_texts, min_count=min_count)
     with contextlib.ExitStack() as stack:
         run_dir = Path(output_dir) if output_dir is not None else \
             Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bertforge-bilstm-")))
+        run = RecipeRun(bilstm_training(run_dir, lr, seed, device), resume=resume)
         # The loop reseeds the global RNG every step (dropout); this run must not change the caller's.
-        stack.enter_context(torch.random.fork_rng(devices=[device] if device.type == "cuda" else []))
+        stack.enter_context(torch.random.fork_rng(devices=[run.device] if run.device.type == "cuda" else []))
         torch.manual_seed(seed)  # the initial weights
         model = BiLSTMClassifier(vocabulary, embedding_dim, hidden_size, max_words, dropout)
         word_ids = model.word_ids(train_texts)
         batches = ShuffledBatches(len(word_ids), batch_size, seed=seed,
                                   collate=lambda rows: collate_chunks([word_ids[i] for i in rows], train_labels[rows]))
-        config = epoch_schedule(
-            TrainConfig(output_dir=str(run_dir), max_steps=0, learning_rate=lr, weight_decay=0.0, warmup=0,
-                        schedule="constant", max_grad_norm=math.inf, seed=seed, eval_at_start=False, keep_last=1),
-            epochs, batches.batches_per_epoch, has_dev=dev_texts is not None, default_metric="auroc")
-        logger.warning("bilstm: %d training chunks, %d words in the vocabulary, %d steps (%d epochs of %d batches)",
+        config = run.schedule(batches, epochs, has_dev=dev_texts is not None, default_metric="auroc")
+        logger.warning("bilstm: %d training chunks, %d words in the vocabulary, %d steps (%g epochs of %d batches)",
                        len(word_ids), len(vocabulary), config.max_steps, epochs, batches.batches_per_epoch)
 
         def evaluate(network: BiLSTMClassifier) -> dict[str, float]:
             return {"auroc": float(roc_auc_score(dev_labels, chunk_probabilities(network, dev_texts)))}
 
-        train(model, batches, config, statistics=accuracy, evaluate=evaluate if dev_texts is not None else None,
-              device=device, resume=resume)
-        if dev_texts is not None:
-            model = BiLSTMClassifier.from_pretrained(best_model_folder(run_dir)).to(device)
+        model = run.fit(model, batches, config, evaluate if dev_texts is not None else None, statistics=accuracy)
     return model.eval(), model.vocabulary
+
+
+def bilstm_training(run_dir: Path, lr: float, seed: int, device: Device) -> FinetuningConfig:
+    """The original's optimisation as the loop's settings: Adam at a constant lr (no weight decay, no warm-up,
+    no clipping), counted in epochs, one checkpoint kept."""
+    return FinetuningConfig(output_dir=str(run_dir), learning_rate=lr, weight_decay=0.0, warmup=0,
+                            schedule="constant", max_grad_norm=math.inf, seed=seed, device=device)
 
 
 def accuracy(batch: dict[str, torch.Tensor], output: ClassifierOutput) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -286,7 +285,7 @@ def chunk_probabilities(model: Pipeline | BiLSTMClassifier, texts: Sequence[str]
 
 
 def admission_scores(admission_ids: Sequence | np.ndarray, chunk_probabilities: Sequence[float] | np.ndarray,
-                     c: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+                     c: float = CLINICALBERT_C) -> tuple[np.ndarray, np.ndarray]:
     """(admission ids (d,) sorted, scores (d,)): ClinicalBERT's (P_max + P_mean n/c) / (1 + n/c) per admission.
 
     chunk_probabilities (n_chunks,) are P(readmitted), one per entry of admission_ids (n_chunks,).

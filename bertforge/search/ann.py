@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BertforgeError, UsageError
+from ..validation import checked
 from . import IndexKind
 
 try:
@@ -89,9 +90,7 @@ def check_effort(kind: str, effort) -> int:
     """A user's effort (nprobe / efSearch), or ValueError saying why it does not apply."""
     if kind == "flat":
         raise ValueError("a flat index searches exactly; it has no effort to set (leave out --effort)")
-    if not isinstance(effort, int) or isinstance(effort, bool) or effort < 1:
-        raise ValueError(f"effort={effort!r} must be a positive int ({'nprobe' if kind == 'ivf' else 'efSearch'})")
-    return effort
+    return checked("effort", effort)
 
 
 def set_effort(index: faiss.Index, kind: str, effort: int | None) -> None:

@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from ..embeddings.embed import check_texts
+from ..validation import checked
 from . import ann
 from .ann import faiss
 from .corpus import Passage, PassageId, UniqueIds
@@ -210,8 +211,7 @@ class Index:
         every passage. A query longer than the model's max_length is truncated, with a warning.
         Raises ValueError for top_k < 1 or vectors of the wrong size.
         """
-        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-            raise ValueError(f"top_k={top_k!r} must be a positive int")
+        checked("top_k", top_k)
         single = isinstance(queries, str) or (isinstance(queries, np.ndarray) and queries.ndim == 1)
         vectors = self.query_vectors([queries] if isinstance(queries, str) else queries)
         scores, rows = self.searcher().search(vectors, min(top_k, len(self)))

@@ -17,7 +17,7 @@ from typing import Literal, get_args
 import torch
 
 from ..settings import PATH
-from .long_documents import Combine
+from .long_documents import CLINICALBERT_C, Combine
 
 TaskName = Literal["classification", "ner", "qa"]
 TASKS = get_args(TaskName)
@@ -40,7 +40,7 @@ class TaskSettings:
     stride: int = -1  # classification: overlap of a long text's windows (32); qa: doc_stride (128)
     max_windows: int = 0  # 0: every window of a long text
     combine: Combine = "mean"  # windows -> document (clinical: ClinicalBERT's mix, with combine_c)
-    combine_c: float = 2.0
+    combine_c: float = CLINICALBERT_C
     # question answering
     max_query_length: int = 64
     n_best_size: int = 20

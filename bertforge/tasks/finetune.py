@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..train.batches import ShuffledBatches
 from ..tokenization.tokenizer import BertTokenizer
-from ..train.loop import TrainConfig
+from ..train.loop import FinetuningConfig
 from ..train.runner import RecipeRun, run_recipe
 from . import TASKS, TaskName, TaskSettings, load_task
 from ..atomic import write_text
@@ -27,11 +27,6 @@ logger = logging.getLogger("bertforge")
 TASK_FILE = "task.json"  # beside the best model: the task and how its inputs are read, for `predict`
 
 
-def finetuning_defaults() -> TrainConfig:
-    return TrainConfig(output_dir="runs/finetune", max_steps=0, learning_rate=2e-5, warmup=0.1, weight_decay=0.01, log_every=10,
-                       eval_at_start=False, keep_last=1)
-
-
 @dataclass
 class FinetuneRecipe:
     task: TaskName = "classification"
@@ -41,7 +36,7 @@ class FinetuneRecipe:
     batch_size: int = 32
     eval_batch_size: int = 64
     model_overrides: dict = field(default_factory=dict, metadata={KEYS_OF: BertConfig})  # e.g. hidden_dropout_prob
-    training: TrainConfig = field(default_factory=finetuning_defaults)  # max_steps/eval_every 0: from epochs
+    training: FinetuningConfig = field(default_factory=FinetuningConfig)  # max_steps/eval_every 0: from epochs
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:

@@ -14,11 +14,14 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from ..validation import checked
+
 Combine = Literal["mean", "max", "clinical"]
 METHODS = get_args(Combine)
+CLINICALBERT_C = 2.0  # the paper's c: every default of the clinical mix (tasks, readmission) is this one
 
 
-def combine(probabilities: Sequence[float] | np.ndarray, method: str = "mean", c: float = 2.0) -> float:
+def combine(probabilities: Sequence[float] | np.ndarray, method: str = "mean", c: float = CLINICALBERT_C) -> float:
     """One document's probability from its chunks' probabilities (n,) for one class.
 
     Raises ValueError for no chunks, an unknown method, or c <= 0.
@@ -32,7 +35,7 @@ def combine(probabilities: Sequence[float] | np.ndarray, method: str = "mean", c
 
 
 def combine_per_document(document_index: Sequence[int] | np.ndarray, probabilities: Sequence | np.ndarray,
-                         method: str = "mean", c: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+                         method: str = "mean", c: float = CLINICALBERT_C) -> tuple[np.ndarray, np.ndarray]:
     """(documents (d,) sorted, scores (d,) or (d, num_classes)) from window probabilities.
 
     document_index (n_windows,) names each window's document; probabilities is (n_windows,) (one
@@ -75,5 +78,4 @@ def combine_per_document(document_index: Sequence[int] | np.ndarray, probabiliti
 def _check(method: str, c: float) -> None:
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; use one of {METHODS}")
-    if not c > 0:
-        raise ValueError(f"c must be positive (ClinicalBERT used 2), got {c!r}")
+    checked("c", c, float)

@@ -15,6 +15,7 @@ from pathlib import Path
 from tokenizers import AddedToken
 
 from ..atomic import replaced_file
+from ..validation import checked
 from .encoding import Encoding, as_tensors
 from .vocab_training import SPECIAL_TOKENS, build_engine, check_vocab, load_settings, read_vocab_file, train_vocab
 
@@ -71,8 +72,7 @@ class BertTokenizer:
         if absent:
             raise ValueError(f"never_split tokens {absent} are not in the vocabulary; add them to vocab.txt "
                              "or leave them out (the reference would map them to [UNK])")
-        if isinstance(model_max_length, bool) or not isinstance(model_max_length, int) or model_max_length < 1:
-            raise ValueError(f"model_max_length must be a positive int, got {model_max_length!r}")
+        checked("model_max_length", model_max_length)
         self._vocab = dict(vocab)
         self._tokens = sorted(self._vocab, key=self._vocab.get)  # id -> token
         self.do_lower_case, self.strip_accents = bool(do_lower_case), strip_accents

@@ -28,6 +28,7 @@ from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normaliz
                         trainers)
 
 from ..resources import resolve_model
+from ..validation import checked
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # transformers writes this model_max_length when it does not know one (VERY_LARGE_INTEGER).
@@ -214,8 +215,7 @@ def train_vocab(files: list[str | os.PathLike], vocab_size: int = 30522, min_fre
         raise ValueError("no training files given; pass paths of plain-text files")
     for file in files:
         require_file(file, "training file")
-    if isinstance(num_unused, bool) or not isinstance(num_unused, int) or num_unused < 0:
-        raise ValueError(f"num_unused must be an int >= 0, got {num_unused!r}")
+    checked("num_unused", num_unused)
     specials = ["[PAD]", *(f"[unused{i}]" for i in range(num_unused)), "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= len(specials):
         raise ValueError(f"vocab_size={vocab_size!r} leaves no room beyond the {len(specials)} special tokens; "

@@ -119,6 +119,23 @@ class TrainConfig:
             raise ValueError("early_stopping_patience needs best_metric: the metric whose improvement it waits for")
 
 
+@dataclass
+class FinetuningConfig(TrainConfig):
+    """TrainConfig with BERT's fine-tuning values (Devlin et al. 2018, A.3: lr 2e-5, 10% warm-up, weight decay 0.01),
+    counted in epochs (max_steps 0: `train.optim.epoch_schedule`), the best model by dev kept and one checkpoint.
+
+    The one declaration of those values: finetune's and sbert train's `training` sections, readmission's
+    run and adapt's stages start from it.
+    """
+
+    output_dir: str = field(default="runs/finetune", metadata=PATH)
+    max_steps: int = 0
+    learning_rate: float = 2e-5
+    warmup: float = 0.1
+    eval_at_start: bool = False
+    keep_last: int = 1
+
+
 def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, statistics: Statistics | None = None,
           evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None, tokenizer=None,
           topology: Topology = Topology(), device: torch.device = torch.device("cpu"),

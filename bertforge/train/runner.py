@@ -94,7 +94,7 @@ class RecipeRun:
         """
         train(model, batches, config, evaluate=evaluate, tokenizer=self.tokenizer, device=self.device,
               resume=self.resume, **loop_options)
-        if evaluate is None or not (self.best_folder / "config.json").exists():
+        if evaluate is None or not self.best_folder.is_dir():  # the loop kept no best (model of any kind: a folder)
             model.save_pretrained(self.best_folder, tokenizer=self.tokenizer)
         return type(model).from_pretrained(self.best_folder).to(self.device)
 

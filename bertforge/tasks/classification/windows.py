@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ...train.collate import pad_rows
+from ...validation import Bound, checked
 
 logger = logging.getLogger(__name__)
 
@@ -58,14 +59,12 @@ def check_window_settings(texts: list[tuple[str, ...]], max_length, stride, max_
         raise ValueError("every row needs the same number of texts, 1 or 2 (a text pair); "
                          f"got widths {sorted({len(row) for row in texts})}")
     needed = 1 + 2 * width  # [CLS], then a piece and a [SEP] per text
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < needed:
-        raise ValueError(f"max_length must be an int >= {needed} ([CLS], [SEP]s and a piece per text), "
-                         f"got {max_length!r}")
+    checked("max_length", max_length, bound=Bound(needed, meaning="[CLS], [SEP]s and a piece per text"))
     if width == 1 and not 0 <= stride < max_length - 2:
         raise ValueError(f"stride (overlap between windows) must lie in [0, {max_length - 2}) for "
                          f"max_length={max_length}, got {stride!r}")
-    if max_windows is not None and max_windows < 1:
-        raise ValueError(f"max_windows must be a positive int or None (all windows), got {max_windows!r}")
+    if max_windows is not None:
+        checked("max_windows", max_windows, bound=Bound(1, meaning="None: every window"))
     if labels is not None and len(labels) != len(texts):
         raise ValueError(f"{len(labels)} labels for {len(texts)} rows; pass one label per row")
     return width

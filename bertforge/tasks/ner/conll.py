@@ -22,6 +22,7 @@ from ...atomic import replaced_file
 from ...input_files import require_file
 from ...models.heads import IGNORE_INDEX
 from ...train.collate import pad_rows
+from ...validation import Bound, checked
 
 logger = logging.getLogger(__name__)
 
@@ -262,8 +263,7 @@ def encode_for_tagging(tokenizer, sentences: Sequence[TaggedSentence], label2id:
     labels=None (prediction). Raises ValueError for max_length < 3, label2id with unlabelled
     sentences, or a tag missing from label2id (naming it and its sentence's line).
     """
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 3:
-        raise ValueError(f"max_length must be an int >= 3 ([CLS], one piece, [SEP]), got {max_length!r}")
+    checked("max_length", max_length, bound=Bound(3, meaning="[CLS], one piece, [SEP]"))
     if not sentences:
         raise ValueError("no sentences to encode; read a file with read_conll first")
     if label2id is not None:

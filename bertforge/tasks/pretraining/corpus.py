@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Literal, get_args
 
-from ...input_files import jsonl_objects, open_text, require_file, text_suffix
+from ...input_files import blank_line_blocks, jsonl_objects, require_file, text_suffix
 
 DocumentBoundary = Literal["blank_line", "file", "chapter"]
 DOCUMENT_BOUNDARIES = get_args(DocumentBoundary)
@@ -98,33 +98,19 @@ def read_documents(paths: str | os.PathLike | Iterable[str | os.PathLike], docum
         elif document_boundary == "chapter":
             documents = _chapter_documents(path, split_sentences)
         else:
-            documents = (_sentences(block, split_sentences) for block in _blocks(path))
+            documents = (_sentences(block, split_sentences) for block in blank_line_blocks(path))
         yield from (document for document in documents if document)
-
-
-def _blocks(path: Path) -> Iterator[str]:
-    """The blank-line separated blocks of a text file, read line by line (never the whole file)."""
-    lines = []
-    with open_text(path) as file:
-        for line in file:
-            if line.strip():
-                lines.append(line)
-            elif lines:
-                yield "".join(lines)
-                lines = []
-    if lines:
-        yield "".join(lines)
 
 
 def _file_document(path: Path, split: Callable[[str], list[str]]) -> Iterator[list[str]]:
     # Paragraphs are split one at a time so that no sentence runs across a paragraph
     # (a heading like "Chapter 1" has no full stop to end it).
-    yield [sentence for block in _blocks(path) for sentence in split(block)]
+    yield [sentence for block in blank_line_blocks(path) for sentence in split(block)]
 
 
 def _chapter_documents(path: Path, split: Callable[[str], list[str]]) -> Iterator[list[str]]:
     document = []
-    for block in _blocks(path):
+    for block in blank_line_blocks(path):
         if _HEADING.fullmatch(block.strip()):
             yield document
             document = []

@@ -16,6 +16,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from .masking import check_masking_args, mask_tokens
 from ...train.collate import pad_rows
 from .pairs import build_pair, check_pair_args, plan_sentence_pairs
+from ...validation import checked
 
 # Stream tags: the same (seed, epoch) feeds independent generators for each kind of choice.
 _ORDER, _PLAN, _WINDOW = range(3)
@@ -44,12 +45,9 @@ class PretrainingConfig:
     def __post_init__(self):
         check_pair_args(self.max_seq_length, self.short_seq_prob)
         check_masking_args(self.mlm_probability, self.max_predictions_per_seq)
-        for name in ("dupe_factor", "shuffle_window"):
-            value = getattr(self, name)
-            if (value is not None or name == "shuffle_window") and (
-                    isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive int{' or None (dynamic)' if name == 'dupe_factor' else ''}"
-                                 f", got {value!r}")
+        if self.dupe_factor is not None:  # None: dynamic masking
+            checked("dupe_factor", self.dupe_factor)
+        checked("shuffle_window", self.shuffle_window)
 
 
 class PretrainingDataset(IterableDataset):

@@ -5,16 +5,13 @@ from collections.abc import Iterable
 import numpy as np
 
 from ...models.heads import IGNORE_INDEX  # label of unmasked positions: the losses skip it
+from ...validation import checked
 
 
 def check_masking_args(mlm_probability: float, max_predictions_per_seq: int) -> None:
-    """Raise ValueError for a masking rate or prediction cap that cannot work."""
-    if not 0 < mlm_probability <= 1:
-        raise ValueError(f"mlm_probability must lie in (0, 1], got {mlm_probability!r}; BERT used 0.15")
-    if isinstance(max_predictions_per_seq, bool) or not isinstance(max_predictions_per_seq, (int, np.integer)) \
-            or max_predictions_per_seq < 1:
-        raise ValueError(f"max_predictions_per_seq must be a positive int, got {max_predictions_per_seq!r}; "
-                         "BERT used 20 for 128-token sequences, 80 for 512")
+    """Raise UsageError (a ValueError) for a masking rate or prediction cap that cannot work."""
+    checked("mlm_probability", mlm_probability, float)
+    checked("max_predictions_per_seq", max_predictions_per_seq)
 
 
 def mask_tokens(input_ids, rng: np.random.Generator, vocab_size: int, mask_token_id: int, special_ids: Iterable[int],

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MIN_SEQ_LENGTH = 5  # [CLS] A [SEP] B [SEP] with one token each
+from ...validation import checked
+
 
 
 @dataclass(frozen=True)
@@ -45,13 +46,9 @@ class SentencePair:
 
 
 def check_pair_args(max_seq_length: int, short_seq_prob: float) -> None:
-    """Raise ValueError for a max_seq_length or short_seq_prob that cannot make instances."""
-    if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, (int, np.integer)) \
-            or max_seq_length < MIN_SEQ_LENGTH:
-        raise ValueError(f"max_seq_length must be an int >= {MIN_SEQ_LENGTH} ([CLS] A [SEP] B [SEP] with a token "
-                         f"in each segment), got {max_seq_length!r}")
-    if not 0 <= short_seq_prob <= 1:
-        raise ValueError(f"short_seq_prob is a probability, got {short_seq_prob!r}; BERT used 0.1")
+    """Raise UsageError (a ValueError) for a max_seq_length or short_seq_prob that cannot make instances."""
+    checked("max_seq_length", max_seq_length)
+    checked("short_seq_prob", short_seq_prob, float)
 
 
 def make_sentence_pairs(corpus, document_index: int, rng: np.random.Generator, max_seq_length: int = 128,

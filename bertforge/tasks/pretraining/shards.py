@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from ...atomic import staging_folder
 from ...input_files import fingerprints
+from ...validation import checked
 from .corpus import DOCUMENT_BOUNDARIES, expand_paths, read_documents, split_sentences
 
 FORMAT_VERSION = 1
@@ -54,8 +55,7 @@ def prepare_corpus(paths, tokenizer, output_dir: str | os.PathLike, document_bou
     `read_documents`), batch_size < 1, an `output_dir` that already holds files (unless
     overwrite=True) and a corpus with no text.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int (documents per tokenizer batch), got {batch_size!r}")
+    checked("batch_size", batch_size)
     if document_boundary not in DOCUMENT_BOUNDARIES:
         raise ValueError(f"unknown document_boundary {document_boundary!r}; use one of {DOCUMENT_BOUNDARIES}")
     files = expand_paths(paths)  # fail on a missing file before any work

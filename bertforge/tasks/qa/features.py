@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from ...train.collate import pad_rows
+from ...validation import Bound, checked
 from .squad import QAExample
 
 logger = logging.getLogger("bertforge")
@@ -52,11 +53,11 @@ def qa_features(tokenizer, examples: list[QAExample], max_length: int = 384, doc
     first answer is the target. Raises ValueError for max_length <= max_query_length + 3, a
     doc_stride < 1, or (training) an answerable example whose first answer is not at its start.
     """
-    if max_query_length < 1 or max_length <= max_query_length + 3:
-        raise ValueError(f"max_length ({max_length}) must exceed max_query_length ({max_query_length}) + 3 "
-                         "([CLS] and two [SEP]), and max_query_length must be positive")
-    if doc_stride < 1:
-        raise ValueError(f"doc_stride must be a positive number of tokens, got {doc_stride}")
+    checked("max_query_length", max_query_length)
+    room = Bound(max_query_length + 4, meaning=f"max_query_length {max_query_length}, [CLS], two [SEP] and a token "
+                                                "of context")
+    checked("max_length", max_length, bound=room)
+    checked("doc_stride", doc_stride)
     if training:
         _check_training_answers(examples)
     features = QAFeatures([], [], [], [], [], [], [] if training else None, [] if training else None,

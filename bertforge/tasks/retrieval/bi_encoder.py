@@ -29,6 +29,7 @@ from ...atomic import staging_folder
 from ...embeddings.pooling import pool, pooling_modes
 from ...models.folder import LEGACY_POOLING_KEYS, MODULES_FILE, ST_CONFIG_FILE, ModelFolder, read_model_folder
 from ...models.model import BertModel
+from ...validation import check_fields, checked
 from .gradient_cache import cached_loss
 from .losses import (LOSSES, cosent_loss, cosine_similarity_loss, matryoshka, score_distillation_loss,
                      multiple_negatives_ranking_loss)
@@ -52,10 +53,12 @@ class Objective:
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
             raise ValueError(f"loss {self.loss!r} is not one of {', '.join(LOSSES)}")
-        if self.scale <= 0 or self.mini_batch_size < 0 or any(d < 1 for d in self.matryoshka_dims):
-            raise ValueError("loss.scale must be > 0, loss.mini_batch_size >= 0 and matryoshka_dims positive")
-        if self.distillation < 0 or (self.distillation and self.loss != "mnrl"):
-            raise ValueError("loss.distillation is a weight >= 0 of the mnrl loss's teacher term")
+        check_fields(self, "loss.")
+        for dim in self.matryoshka_dims:
+            checked("matryoshka_dims", dim, where="loss.")
+        if self.distillation and self.loss != "mnrl":
+            raise ValueError("loss.distillation is a weight of the mnrl loss's teacher term; leave it 0 with "
+                             f"loss {self.loss}")
         if self.symmetric and self.loss != "mnrl":
             raise ValueError("loss.symmetric applies to mnrl only (in-batch negatives in both directions)")
 

@@ -16,7 +16,7 @@ import torch
 
 from ...settings import CHECKPOINT, PATH, load_recipe, recipe_from_values
 from ...train.batches import ShuffledBatches
-from ...train.loop import TrainConfig
+from ...train.loop import FinetuningConfig
 from ...train.runner import RecipeRun, run_recipe
 from .bi_encoder import BiEncoder, Objective
 from .evaluation import encoder_embedder, encoder_scorer, evaluate_retrieval, evaluate_scored_pairs
@@ -25,9 +25,8 @@ from .reader import SentencePairs, read_pairs, read_retrieval_set
 logger = logging.getLogger("bertforge")
 
 
-def sbert_defaults() -> TrainConfig:
-    return TrainConfig(output_dir="runs/sbert", max_steps=0, learning_rate=2e-5, warmup=0.1, weight_decay=0.01,
-                       log_every=10, eval_at_start=True, keep_last=1)
+def sbert_defaults() -> FinetuningConfig:
+    return FinetuningConfig(output_dir="runs/sbert", eval_at_start=True)
 
 
 @dataclass
@@ -49,7 +48,7 @@ class SbertRecipe:
     epochs: float = 1.0
     batch_size: int = 32  # in-batch negatives: each anchor sees batch_size - 1 other positives
     eval_batch_size: int = 64
-    training: TrainConfig = field(default_factory=sbert_defaults)  # max_steps/eval_every 0: from epochs
+    training: FinetuningConfig = field(default_factory=sbert_defaults)  # max_steps/eval_every 0: from epochs
 
     @classmethod
     def from_file(cls, path: str | Path, overrides: list[str] = (), flags: dict | None = None) -> "SbertRecipe":
