@@ -21,7 +21,7 @@ from bertforge import BertForMaskedLM
 from bertforge.adapt.corpus import Passage, read_corpus, split_long
 from bertforge.adapt.domain_vocabulary import corpus_pieces, grow_checkpoint, old_pieces, vocabulary_change
 from bertforge.adapt.ict import IctCollator, held_out_queries, training_passages
-from bertforge.adapt.methods import CropCollator, MethodSettings, TeacherVectors, random_span
+from bertforge.adapt.methods import MethodSettings, TeacherVectors
 from bertforge.adapt.mlm import has_mlm_head
 from bertforge.adapt.pipeline import pick_final
 from bertforge.adapt.presets import MLM_MIN_STEPS, MLM_STEPS, mlm_settings
@@ -135,26 +135,15 @@ def test_ict_pairs_mostly_drop_the_sentence_from_its_context(cassette_dir):
     assert collator(list(range(40)))["anchor_input_ids"].equal(batch["anchor_input_ids"])  # same batch, same draw
 
 
-def test_crop_pairs_are_two_spans_of_the_same_passage(cassette_dir):
-    texts = [" ".join(f"w{i}x{j}" for j in range(40)) for i in range(6)]
-    tokenizer = BertTokenizer.from_pretrained(cassette_dir)
-    batch = CropCollator(texts, tokenizer, max_length=128, seed=3)(list(range(6)))
-    for column in ("anchor", "positive"):
-        spans = tokenizer.batch_decode(batch[f"{column}_input_ids"], skip_special_tokens=True)
-        for index, span in enumerate(spans):
-            words = span.replace(" ", "").replace("w", " w").split()
-            assert 4 <= len(words) <= 20 and all(word.startswith(f"w{index}x") for word in words)
-    rng = np.random.default_rng(0)
-    assert random_span(["a", "b"], rng) == "a b"  # shorter than the minimum: the whole passage
-
-
 def test_teacher_vectors_are_the_starting_models_vectors_of_the_batch(cassette_dir):
     from bertforge.tasks.retrieval.bi_encoder import BiEncoder
 
     texts = prose(8)
     tokenizer = BertTokenizer.from_pretrained(cassette_dir)
     teacher = BiEncoder.from_pretrained(cassette_dir)
-    batch = TeacherVectors(CropCollator(texts, tokenizer, max_length=128), teacher)(list(range(8)))
+    passages = [Passage(str(i), text.split(". ")) for i, text in enumerate(texts)]
+    ict = IctCollator(passages, list(range(8)), tokenizer, max_length=128)
+    batch = TeacherVectors(ict, teacher)(list(range(8)))
     expected = teacher.sentence_vectors(batch["anchor_input_ids"], batch["anchor_attention_mask"])
     np.testing.assert_allclose(batch["anchor_teacher"].numpy(), expected.detach().numpy(), atol=1e-6)
     assert batch["positive_teacher"].shape == (8, teacher.config.hidden_size)

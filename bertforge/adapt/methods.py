@@ -3,8 +3,6 @@
 - ICT (Lee et al. 2019): a sentence and the passage it came from (without it, mostly) are a
   pair; the other passages of the batch, and a BM25-mined hard negative, are the negatives.
   Multiple-negatives ranking loss, symmetric: the passage must also pick its sentence.
-- Cropping (Izacard et al. 2022, Contriever): two independent random spans of one passage, each
-  10-50% of its words, are a pair: passage-to-passage relatedness rather than sentence-to-context.
 - SimCSE (Gao et al. 2021): a text and itself, encoded twice with dropout on, are a pair;
   the batch's other texts are the negatives. Keeps the vector space from collapsing onto
   whatever ICT rewards; cheap (short texts, no mining).
@@ -39,7 +37,7 @@ from .ict import MIN_QUERY_WORDS, IctCollator, training_passages
 from .mining import bm25_negatives
 
 logger = logging.getLogger("bertforge")
-METHODS = ("ict", "simcse", "crop", "tsdae")
+METHODS = ("ict", "simcse", "tsdae")
 
 
 @dataclass
@@ -115,8 +113,6 @@ def model_class(method: str) -> type[BiEncoder]:
 def make_collator(settings: MethodSettings, corpus: list[Passage], texts: list[str], tokenizer):
     if settings.method == "simcse":
         return SimcseCollator(texts, tokenizer, settings.max_length)
-    if settings.method == "crop":
-        return CropCollator(texts, tokenizer, settings.max_length, seed=settings.seed)
     if settings.method == "tsdae":
         return DenoisingCollator(tsdae_sentences(corpus), tokenizer, settings.max_length, seed=settings.seed)
     examples = training_passages(corpus)
@@ -137,38 +133,6 @@ def tsdae_sentences(corpus: list[Passage]) -> list[str]:
     if not sentences:
         raise ValueError(f"no sentence of at least {MIN_QUERY_WORDS} words to train TSDAE on; give prose")
     return sentences
-
-
-class CropCollator:
-    """Texts -> (span, another span of the same text): each a random run of 10-50% of its words (at least 4)."""
-
-    def __init__(self, texts: list[str], tokenizer, max_length: int, seed: int = 0):
-        self.words = [text.split() for text in texts]
-        self.tokenizer, self.max_length, self.seed = tokenizer, max_length, seed
-
-    def __len__(self) -> int:
-        return len(self.words)
-
-    def __call__(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        rng = np.random.default_rng([self.seed, *indices])  # a resumed run rebuilds the same batch
-        columns = {"anchor": [], "positive": []}
-        for index in indices:
-            for texts in columns.values():
-                texts.append(random_span(self.words[index], rng))
-        batch = {}
-        for name, texts in columns.items():
-            encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length, padding=True,
-                                     return_tensors="pt")
-            batch.update({f"{name}_input_ids": encoded["input_ids"],
-                          f"{name}_attention_mask": encoded["attention_mask"]})
-        return batch
-
-
-def random_span(words: list[str], rng: np.random.Generator, low: float = 0.1, high: float = 0.5,
-                minimum: int = 4) -> str:
-    length = min(len(words), max(minimum, int(round(len(words) * rng.uniform(low, high)))))
-    start = int(rng.integers(0, len(words) - length + 1))
-    return " ".join(words[start:start + length])
 
 
 class TeacherVectors:
