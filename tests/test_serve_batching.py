@@ -56,7 +56,7 @@ def test_batches_are_within_budget_and_maximal(lengths, budget, cap):
 # --- passes: a batch cut by the engine's planner, each pass packed ------------------------------
 
 def test_a_batch_runs_in_the_engines_passes_and_answers_in_its_own_order():
-    """The passes are engine.batching.plan_batches' (longest first, padded size within the budget);
+    """The passes are engine.batching.plan_batches' (longest first, real tokens within the budget);
     each pass carries its packing, pairs keep their segment ids, results come back in input order."""
     from bertforge.serve.passes import Tokens, run_in_passes
 
@@ -67,11 +67,12 @@ def test_a_batch_runs_in_the_engines_passes_and_answers_in_its_own_order():
         return [(int(ids[0]), extra) for ids, extra in zip(batch.input_ids, extras)]
 
     inputs = [Tokens([2] * 20), Tokens([1] * 21), Tokens([3] * 200), Tokens([4] * 3, [0, 1, 1])]
-    results = run_in_passes(run, inputs, pad_id=0, max_tokens=220, extras=["b", "a", "long", "pair"])
+    results = run_in_passes(run, inputs, pad_id=0, max_tokens=230, extras=["b", "a", "long", "pair"])
     assert results == [(2, "b"), (1, "a"), (3, "long"), (4, "pair")]
-    assert [shape for shape, _, _ in passes] == [(1, 200), (3, 21)]  # 200 + 20 > 220 / 2: the long one alone
-    assert passes[1][1] == 21 + 20 + 3  # only real tokens run
-    assert passes[1][2][2][:3] == [0, 1, 1] and passes[1][2][0] == [0] * 21
+    # 200 + 21 = 221 real tokens fit 230 (padded, 2 x 200 would not); + 20 would not.
+    assert [shape for shape, _, _ in passes] == [(2, 200), (2, 20)]
+    assert [tokens for _, tokens, _ in passes] == [200 + 21, 20 + 3]  # only real tokens run
+    assert passes[1][2][1][:3] == [0, 1, 1] and passes[1][2][0] == [0] * 20
 
 
 # --- Batcher: concurrency, isolation, cancellation, draining ---------------------------------
