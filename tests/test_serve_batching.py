@@ -1,6 +1,7 @@
 """The server's batcher: which queued inputs form a batch, and that each caller gets its own answers."""
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -229,3 +230,53 @@ def test_batch_metrics_count_inputs_tokens_and_batches():
     assert sample("bertforge_batch_size_sum", {"model": "test"}) == 3
     assert sample("bertforge_batch_tokens_sum", {"model": "test"}) == 18  # 3 inputs x longest 6
     assert sample("bertforge_queue_depth", {"model": "test"}) == 0
+
+
+# --- gathering: a short queue after a large batch waits a moment for the rest ----------------
+
+def test_after_a_large_batch_a_short_queue_waits_for_company():
+    model = HeldModel()
+
+    async def scenario():
+        batcher = await started(model, gather_share=1e6)  # a deadline far away: only company ends the wait
+        await batcher.submit([f"first-{i}" for i in range(8)], [2] * 8)  # one batch of 8
+        straggler = asyncio.create_task(batcher.submit(["straggler"], [2]))
+        await asyncio.sleep(0.1)
+        assert len(model.batches) == 1  # 1 < 8 / 2: it waits
+        rest = [asyncio.create_task(batcher.submit([f"late-{i}"], [2])) for i in range(3)]
+        answers = await asyncio.gather(straggler, *rest)
+        await batcher.close()
+        return answers
+
+    assert run(scenario()) == [["answer to straggler"]] + [[f"answer to late-{i}"] for i in range(3)]
+    assert model.batches[1] == ["straggler", "late-0", "late-1", "late-2"]  # half of 8 arrived: one pass
+
+
+def test_the_wait_ends_at_a_share_of_the_last_batchs_time():
+    model = HeldModel()
+
+    async def scenario():
+        batcher = await started(model, gather_share=1.0)
+        batcher.last_size, batcher.last_seconds = 8, 0.2  # as if 8 inputs had just taken 0.2 s
+        started_at = time.perf_counter()
+        answer = await batcher.submit(["alone"], [2])
+        waited = time.perf_counter() - started_at
+        await batcher.close()
+        return answer, waited
+
+    answer, waited = run(scenario())
+    assert answer == ["answer to alone"] and model.batches == [["alone"]]
+    assert 0.15 <= waited < 5
+
+
+def test_a_lone_client_never_waits():
+    model = HeldModel()
+
+    async def scenario():
+        batcher = await started(model, gather_share=1e6)
+        for i in range(5):  # each batch held one input, so the next one starts at once
+            await asyncio.wait_for(batcher.submit([f"request-{i}"], [2]), timeout=2)
+        await batcher.close()
+
+    run(scenario())
+    assert model.batches == [[f"request-{i}"] for i in range(5)]
