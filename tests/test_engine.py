@@ -15,12 +15,12 @@ import bertforge
 from bertforge import BertConfig
 from bertforge.engine import attention as attention_module
 from bertforge.engine.attention import attention
-from bertforge.engine.unpadding import Packing, packing_if_it_pays, pad, unpad
+from bertforge.engine.unpadding import Packing, equal_length_runs, packing_if_it_pays, pad, unpad
 from bertforge.models.heads import masked_positions_from
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-KERNELS = ["repadded", "jagged", "varlen"]
+KERNELS = ["repadded", "length_grouped", "jagged", "varlen"]
 # Jagged SDPA on CPU takes torch's math path, which builds an old-style nested tensor and warns about it.
 QUIET_NESTED = pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
 
@@ -72,6 +72,27 @@ def test_packing_is_made_only_where_it_pays():
     assert packing_if_it_pays(mask_of([10, 10, 10, 8], seq=10), "cuda") is not None
     packing = packing_if_it_pays(mask_of([10, 5, 5, 5], seq=10), "cpu")  # 37.5%
     assert packing.cu_seqlens.tolist() == [0, 10, 15, 20, 25]
+
+
+def test_equal_lengths_are_grouped_keeping_a_sorted_batchs_order():
+    assert equal_length_runs([9, 9, 5, 3, 3, 3]) == (((2, 9), (1, 5), (3, 3)), None)  # already adjacent: no reorder
+    assert equal_length_runs([3, 9, 3, 0, 9]) == (((2, 9), (2, 3)), [1, 4, 0, 2, 3])  # longest first, stable
+    assert equal_length_runs([4, 0, 4]) == (((2, 4),), None)  # an empty row has no tokens to group
+
+
+def test_length_groups_put_each_groups_tokens_side_by_side():
+    packing = Packing.from_attention_mask(mask_of([2, 3, 2], seq=3))  # packed rows: a a b b b c c
+    groups = packing.length_groups
+    assert groups.runs == ((1, 3), (2, 2)) and groups.order.tolist() == [2, 3, 4, 0, 1, 5, 6]
+    assert Packing.from_attention_mask(mask_of([3, 2, 2], seq=3)).length_groups.order is None
+
+
+def test_the_cpu_groups_by_length_for_inference_only():
+    """Training (and torch.compile, which would re-trace for every batch's groups) keeps one padded call."""
+    query = torch.zeros(4, 2, 8)
+    with torch.inference_mode():
+        assert attention_module.packed_kernel(query, 0.0) == "length_grouped"
+    assert attention_module.packed_kernel(query, 0.0) == "repadded"
 
 
 @QUIET_NESTED

@@ -36,6 +36,25 @@ def test_batches_cover_every_row_once_longest_first_within_the_budget(max_tokens
         assert len(batches[0]) < len(batches[-1])
 
 
+@pytest.mark.parametrize("max_tokens, max_texts", [(64, None), (64, 3), (7, None), (1000, 5)])
+def test_a_real_token_budget_fills_each_batch_as_far_as_its_real_tokens_allow(max_tokens, max_texts):
+    lengths = np.random.default_rng(1).integers(2, 40, size=101)
+    batches = plan_batches(lengths, max_tokens, max_texts, count_padding=False)
+    rows = np.concatenate(batches)
+    assert sorted(rows.tolist()) == list(range(101)) and np.all(np.diff(lengths[rows]) <= 0)
+    for batch, following in zip(batches, [*batches[1:], None]):
+        assert lengths[batch].sum() <= max_tokens or len(batch) == 1
+        assert max_texts is None or len(batch) <= max_texts
+        if following is not None and (max_texts is None or len(batch) < max_texts):  # one more would not fit
+            assert lengths[batch].sum() + lengths[following[0]] > max_tokens
+
+
+def test_a_real_token_budget_keeps_a_long_text_with_short_ones():
+    # Padded, 40 + 5 x 4 would count as 6 x 40 = 240: the long text would ride alone.
+    assert [b.tolist() for b in plan_batches([4, 40, 4, 4, 4, 4], 64, count_padding=False)] == [[1, 0, 2, 3, 4, 5]]
+    assert [b.tolist() for b in plan_batches([4, 40, 4, 4, 4, 4], 64)] == [[1], [0, 2, 3, 4, 5]]
+
+
 def test_equal_lengths_keep_input_order_and_no_texts_give_no_batches():
     assert [b.tolist() for b in plan_batches([3, 5, 3, 5, 3], 10)] == [[1, 3], [0, 2, 4]]
     assert plan_batches([], 10) == []

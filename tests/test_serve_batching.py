@@ -1,6 +1,7 @@
 """The server's batcher: which queued inputs form a batch, and that each caller gets its own answers."""
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -56,7 +57,7 @@ def test_batches_are_within_budget_and_maximal(lengths, budget, cap):
 # --- passes: a batch cut by the engine's planner, each pass packed ------------------------------
 
 def test_a_batch_runs_in_the_engines_passes_and_answers_in_its_own_order():
-    """The passes are engine.batching.plan_batches' (longest first, padded size within the budget);
+    """The passes are engine.batching.plan_batches' (longest first, real tokens within the budget);
     each pass carries its packing, pairs keep their segment ids, results come back in input order."""
     from bertforge.serve.passes import Tokens, run_in_passes
 
@@ -67,11 +68,12 @@ def test_a_batch_runs_in_the_engines_passes_and_answers_in_its_own_order():
         return [(int(ids[0]), extra) for ids, extra in zip(batch.input_ids, extras)]
 
     inputs = [Tokens([2] * 20), Tokens([1] * 21), Tokens([3] * 200), Tokens([4] * 3, [0, 1, 1])]
-    results = run_in_passes(run, inputs, pad_id=0, max_tokens=220, extras=["b", "a", "long", "pair"])
+    results = run_in_passes(run, inputs, pad_id=0, max_tokens=230, extras=["b", "a", "long", "pair"])
     assert results == [(2, "b"), (1, "a"), (3, "long"), (4, "pair")]
-    assert [shape for shape, _, _ in passes] == [(1, 200), (3, 21)]  # 200 + 20 > 220 / 2: the long one alone
-    assert passes[1][1] == 21 + 20 + 3  # only real tokens run
-    assert passes[1][2][2][:3] == [0, 1, 1] and passes[1][2][0] == [0] * 21
+    # 200 + 21 = 221 real tokens fit 230 (padded, 2 x 200 would not); + 20 would not.
+    assert [shape for shape, _, _ in passes] == [(2, 200), (2, 20)]
+    assert [tokens for _, tokens, _ in passes] == [200 + 21, 20 + 3]  # only real tokens run
+    assert passes[1][2][1][:3] == [0, 1, 1] and passes[1][2][0] == [0] * 20
 
 
 # --- Batcher: concurrency, isolation, cancellation, draining ---------------------------------
@@ -228,3 +230,53 @@ def test_batch_metrics_count_inputs_tokens_and_batches():
     assert sample("bertforge_batch_size_sum", {"model": "test"}) == 3
     assert sample("bertforge_batch_tokens_sum", {"model": "test"}) == 18  # 3 inputs x longest 6
     assert sample("bertforge_queue_depth", {"model": "test"}) == 0
+
+
+# --- gathering: a short queue after a large batch waits a moment for the rest ----------------
+
+def test_after_a_large_batch_a_short_queue_waits_for_company():
+    model = HeldModel()
+
+    async def scenario():
+        batcher = await started(model, gather_share=1e6)  # a deadline far away: only company ends the wait
+        await batcher.submit([f"first-{i}" for i in range(8)], [2] * 8)  # one batch of 8
+        straggler = asyncio.create_task(batcher.submit(["straggler"], [2]))
+        await asyncio.sleep(0.1)
+        assert len(model.batches) == 1  # 1 < 8 / 2: it waits
+        rest = [asyncio.create_task(batcher.submit([f"late-{i}"], [2])) for i in range(3)]
+        answers = await asyncio.gather(straggler, *rest)
+        await batcher.close()
+        return answers
+
+    assert run(scenario()) == [["answer to straggler"]] + [[f"answer to late-{i}"] for i in range(3)]
+    assert model.batches[1] == ["straggler", "late-0", "late-1", "late-2"]  # half of 8 arrived: one pass
+
+
+def test_the_wait_ends_at_a_share_of_the_last_batchs_time():
+    model = HeldModel()
+
+    async def scenario():
+        batcher = await started(model, gather_share=1.0)
+        batcher.last_size, batcher.last_seconds = 8, 0.2  # as if 8 inputs had just taken 0.2 s
+        started_at = time.perf_counter()
+        answer = await batcher.submit(["alone"], [2])
+        waited = time.perf_counter() - started_at
+        await batcher.close()
+        return answer, waited
+
+    answer, waited = run(scenario())
+    assert answer == ["answer to alone"] and model.batches == [["alone"]]
+    assert 0.15 <= waited < 5
+
+
+def test_a_lone_client_never_waits():
+    model = HeldModel()
+
+    async def scenario():
+        batcher = await started(model, gather_share=1e6)
+        for i in range(5):  # each batch held one input, so the next one starts at once
+            await asyncio.wait_for(batcher.submit([f"request-{i}"], [2]), timeout=2)
+        await batcher.close()
+
+    run(scenario())
+    assert model.batches == [[f"request-{i}"] for i in range(5)]

@@ -7,8 +7,13 @@ back to back). Packed inputs go to a variable-length kernel where the device has
     (CUDA, fp16/bf16, no dropout: the op has no dropout argument);
   - "jagged": SDPA on nested (jagged) tensors built on the same cu_seqlens, which reaches the
     same flash kernel with dropout, and the memory-efficient one in fp32 (CUDA);
-  - "repadded": back to (batch, seq) for SDPA and packed again (the CPU: the packed kernels
-    above have no CPU implementation, and jagged SDPA on CPU measured 2.8x slower than this).
+  - "length_grouped": SDPA once per group of equal-length sequences, each group a plain
+    (sequences, heads, length, d) view with no padding and no mask (the CPU, inference: a server's
+    batch of 16 texts of mixed lengths ran 1.25-1.4x faster than "repadded", all-MiniLM-L6-v2,
+    1 thread; the fused CPU kernel is much slower with a mask than without);
+  - "repadded": back to (batch, seq) for SDPA and packed again (the CPU in training and under
+    torch.compile, where one call per batch keeps the graph's shape: the packed kernels above
+    have no CPU implementation, and jagged SDPA on CPU measured 2.8x slower than this).
 None of them reads a value from the device: `Packing` carries max_seqlen as a host int.
 """
 from __future__ import annotations
@@ -65,7 +70,9 @@ def padded_attention(query: Tensor, key: Tensor, value: Tensor, key_mask: Tensor
 def packed_kernel(query: Tensor, dropout_p: float) -> str:
     """Which packed kernel serves these inputs (see the module docstring)."""
     if query.device.type != "cuda":
-        return "repadded"
+        # Grouping depends on the batch's lengths (a compiled graph would be re-traced for each batch).
+        inference = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+        return "length_grouped" if inference else "repadded"
     if varlen_attn is not None and dropout_p == 0.0 and query.dtype in HALF_PRECISION:
         return "varlen"
     return "jagged"
@@ -94,4 +101,24 @@ def repadded_attention(query: Tensor, key: Tensor, value: Tensor, packing: Packi
     return unpad(context.transpose(1, 2), packing)
 
 
-PACKED_KERNELS = {"varlen": varlen_attention, "jagged": jagged_attention, "repadded": repadded_attention}
+def length_grouped_attention(query: Tensor, key: Tensor, value: Tensor, packing: Packing, dropout_p: float) -> Tensor:
+    groups = packing.length_groups
+    if groups.order is not None:
+        query, key, value = (t.index_select(0, groups.order) for t in (query, key, value))
+    contexts, start = [], 0
+    for count, length in groups.runs:
+        end = start + count * length
+        grouped = (t[start:end].unflatten(0, (count, length)).transpose(1, 2) for t in (query, key, value))
+        context = F.scaled_dot_product_attention(*grouped, dropout_p=dropout_p)  # (count, heads, length, d)
+        contexts.append(context.transpose(1, 2).flatten(0, 1))
+        start = end
+    if not contexts:  # only empty sequences
+        return torch.zeros_like(query)
+    context = contexts[0] if len(contexts) == 1 else torch.cat(contexts)
+    if groups.order is not None:  # back to the packed order
+        context = torch.empty_like(context).index_copy(0, groups.order, context)
+    return context
+
+
+PACKED_KERNELS = {"varlen": varlen_attention, "jagged": jagged_attention, "repadded": repadded_attention,
+                  "length_grouped": length_grouped_attention}

@@ -23,20 +23,28 @@ from torch import Tensor
 from .unpadding import Packing
 
 
-def plan_batches(lengths: Sequence[int] | np.ndarray, max_tokens: int, max_texts: int | None = None) -> list[np.ndarray]:
+def plan_batches(lengths: Sequence[int] | np.ndarray, max_tokens: int, max_texts: int | None = None, *,
+                 count_padding: bool = True) -> list[np.ndarray]:
     """Row indices of each batch, longest texts first; every row appears exactly once.
 
     lengths: token count of each text, (n,). A batch of k texts whose longest has L tokens
     is padded to k * L <= max_tokens (a text longer than max_tokens alone forms a batch: cut it
     first with `fit_to_budget`), and k <= max_texts when given.
+    count_padding=False bounds the batch's real tokens (the sum of its lengths) instead: for a
+    packed forward pass with length-grouped attention (`engine.attention`), where padding costs
+    no time, and whose caller bounds the padded size some other way (the server's batcher does).
     Returns int64 arrays; [] for no texts.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     order = np.argsort(-lengths, kind="stable")  # stable: equal lengths keep input order
+    real_ends = np.cumsum(lengths[order])  # real tokens of order[:i + 1]
     batches, start = [], 0
     while start < len(order):
-        longest = int(lengths[order[start]])
-        count = max(1, max_tokens // max(1, longest))
+        if count_padding:
+            count = max(1, max_tokens // max(1, int(lengths[order[start]])))
+        else:
+            before = int(real_ends[start - 1]) if start else 0
+            count = max(1, int(np.searchsorted(real_ends, before + max_tokens, side="right")) - start)
         if max_texts is not None:
             count = min(count, max_texts)
         batches.append(order[start:start + count])

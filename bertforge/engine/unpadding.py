@@ -8,6 +8,7 @@ the batch moves to the device, so the forward pass never asks the device for a n
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -56,6 +57,19 @@ class Packing:
     def num_tokens(self) -> int:
         return self.token_indices.numel()
 
+    @functools.cached_property
+    def length_groups(self) -> "LengthGroups":
+        """The sequences grouped by length (see LengthGroups); reads cu_seqlens, so for host-side kernels only."""
+        bounds = self.cu_seqlens.tolist()
+        lengths = [end - start for start, end in zip(bounds, bounds[1:])]
+        runs, rows = equal_length_runs(lengths)
+        if rows is None:
+            return LengthGroups(runs, None)
+        starts = torch.tensor([bounds[r] for r in rows], dtype=torch.int64)
+        sizes = torch.tensor([lengths[r] for r in rows], dtype=torch.int64)
+        shift = torch.repeat_interleave(starts - (sizes.cumsum(0) - sizes), sizes)  # packed row - grouped row
+        return LengthGroups(runs, torch.arange(int(sizes.sum())) + shift)
+
     def to(self, device: torch.device, non_blocking: bool = False) -> "Packing":
         move = lambda tensor: tensor.to(device, non_blocking=non_blocking)
         return Packing(move(self.token_indices), move(self.cu_seqlens), move(self.key_mask), self.max_seqlen,
@@ -64,6 +78,43 @@ class Packing:
     def pin_memory(self) -> "Packing":
         return Packing(self.token_indices.pin_memory(), self.cu_seqlens.pin_memory(), self.key_mask.pin_memory(),
                        self.max_seqlen, self.min_seqlen, self.batch_size, self.seq_len)
+
+
+@dataclass(frozen=True)
+class LengthGroups:
+    """A Packing's sequences with equal lengths side by side: attention runs on each group unpadded.
+
+    runs: (sequences, length) per group, in the grouped order (empty sequences left out).
+    order: (tokens,) int64, the packed rows in the grouped order; None when equal lengths are already
+        adjacent (a batch sorted by length, as the inference planner makes them).
+    """
+
+    runs: tuple[tuple[int, int], ...]
+    order: Tensor | None
+
+
+def equal_length_runs(lengths: list[int]) -> tuple[tuple[tuple[int, int], ...], list[int] | None]:
+    """Runs of equal length as (count, length), and the row order that makes them (None: the given one).
+
+    Rows keep their order where equal lengths are already adjacent; otherwise they are sorted by
+    length, longest first (stable). Empty rows are left out of the runs.
+    """
+    def runs_of(rows):
+        runs: list[list[int]] = []
+        for row in rows:
+            if lengths[row] == 0:
+                continue
+            if runs and runs[-1][1] == lengths[row]:
+                runs[-1][0] += 1
+            else:
+                runs.append([1, lengths[row]])
+        return tuple((count, length) for count, length in runs)
+
+    runs = runs_of(range(len(lengths)))
+    if len(runs) == len({length for length in lengths if length}):
+        return runs, None
+    rows = sorted(range(len(lengths)), key=lambda row: -lengths[row])
+    return runs_of(rows), rows
 
 
 def packing_if_it_pays(attention_mask: Tensor, device_type: str) -> Packing | None:

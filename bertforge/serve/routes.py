@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
 
 from .embed_routes import ERRORS
 from .errors import ApiError
 from .inputs import as_list
+from .responses import FastJSONResponse
 from .schemas import (ClassifyRequest, DecodeRequest, FillMaskCandidate, FillMaskRequest, Prediction, PredictRequest,
                       Rank, RerankRequest, SearchHit, SearchRequest, Token, TokenizeRequest)
 from .server import Server, current_server, require
@@ -25,7 +25,8 @@ async def tokenize(body: TokenizeRequest, server: Server = Depends(current_serve
                                           f"{', '.join(models.vocabularies)} (see GET /info)")
     prefix = server.encoders["embed"].prompts.prefix(body.prompt_name)
     texts = [prefix + text for text in as_list(body.inputs, "inputs", server.settings.max_client_batch_size)]
-    return JSONResponse(await server.tokenized(token_table, models.vocabularies[name], texts, body.add_special_tokens))
+    table = await server.tokenized(token_table, models.vocabularies[name], texts, body.add_special_tokens)
+    return FastJSONResponse(table)
 
 
 def token_table(tokenizer, texts: list[str], add_special_tokens: bool) -> list[list[dict]]:
@@ -67,7 +68,7 @@ async def fill_mask(body: FillMaskRequest, request: Request, server: Server = De
     to_token = masked_lm.tokenizer.convert_ids_to_tokens
     answers = [[[{"token": t, "token_str": to_token(t), "score": p} for t, p in mask] for mask in masks]
                for masks in results]
-    return JSONResponse(answers[0] if isinstance(body.inputs, str) else answers)
+    return FastJSONResponse(answers[0] if isinstance(body.inputs, str) else answers)
 
 
 def ranked(labels: list[str], scores: np.ndarray) -> list[dict]:
@@ -83,7 +84,7 @@ async def classify(body: ClassifyRequest, request: Request, server: Server = Dep
     tokens = await server.tokenized(server.encoders["classify"].encode, texts, body.truncate)
     logits = await server.run_batched("classify", tokens, [len(t) for t in tokens], request)
     answers = [ranked(classifier.labels, classifier.scores(row)) for row in logits]
-    return JSONResponse(answers[0] if isinstance(body.inputs, str) else answers)
+    return FastJSONResponse(answers[0] if isinstance(body.inputs, str) else answers)
 
 
 def predict_inputs(inputs) -> tuple[list[list[str]], bool]:
@@ -122,7 +123,7 @@ async def predict(body: PredictRequest, request: Request, server: Server = Depen
     tokens = await predict_tokens(server, batch, body.truncate, body.truncation_direction)
     logits = await server.run_batched("classify", tokens, [len(t) for t in tokens], request)
     answers = [ranked(classifier.labels, row if body.raw_scores else classifier.scores(row)) for row in logits]
-    return JSONResponse(answers[0] if single else answers)
+    return FastJSONResponse(answers[0] if single else answers)
 
 
 @router.post("/rerank", tags=["text"], response_model=list[Rank],
@@ -136,8 +137,8 @@ async def rerank(body: RerankRequest, request: Request, server: Server = Depends
     logits = np.array([row[0] for row in await server.run_batched("rerank", tokens, [len(t) for t in tokens], request)])
     scores = logits if body.raw_scores else 1 / (1 + np.exp(-logits))  # sentence-transformers' CrossEncoder: sigmoid
     order = np.argsort(-scores, kind="stable")
-    return JSONResponse([{"index": int(i), **({"text": texts[i]} if body.return_text else {}),
-                          "score": float(scores[i])} for i in order])
+    return FastJSONResponse([{"index": int(i), **({"text": texts[i]} if body.return_text else {}),
+                              "score": float(scores[i])} for i in order])
 
 
 @router.post("/search", tags=["search"], response_model=list[list[SearchHit]],

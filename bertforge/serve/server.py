@@ -107,8 +107,8 @@ class Server:
         return await until_disconnected(request, future)
 
 
-def current_server(request: Request) -> Server:
-    """The app's Server: a FastAPI dependency for every route."""
+async def current_server(request: Request) -> Server:
+    """The app's Server: a FastAPI dependency for every route (async: FastAPI runs a plain def in its thread pool)."""
     return request.app.state.server
 
 
