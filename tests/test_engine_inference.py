@@ -110,10 +110,16 @@ def test_packed_forward_on_minilm_matches_transformers(minilm_dir):
 
 # ---------------------------------------------------------------- precision
 
-@pytest.mark.parametrize("kernel", ["int_mm", "fbgemm"])
-def test_int8_linear_is_close_to_float_with_outlier_tokens_and_outlier_channels(kernel):
+def skip_unless_built(kernel: str) -> None:
     if kernel == "fbgemm" and "fbgemm" not in torch.backends.quantized.supported_engines:
         pytest.skip("this torch has no FBGEMM")
+    if kernel == "onednn" and not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch has no oneDNN")
+
+
+@pytest.mark.parametrize("kernel", ["onednn", "int_mm", "fbgemm"])
+def test_int8_linear_is_close_to_float_with_outlier_tokens_and_outlier_channels(kernel):
+    skip_unless_built(kernel)
     torch.manual_seed(0)
     linear = torch.nn.Linear(64, 48)
     states = torch.randn(2, 9, 64)
@@ -127,12 +133,53 @@ def test_int8_linear_is_close_to_float_with_outlier_tokens_and_outlier_channels(
     assert relative.max() < 0.02
 
 
-def test_the_int8_kernel_is_fbgemm_only_where_the_cpu_lacks_vnni(monkeypatch):
+@pytest.mark.parametrize("kernel", ["onednn", "int_mm", "fbgemm"])
+def test_int8_linear_without_outliers_or_bias_is_the_int8_product_rescaled(kernel):
+    """Where no channel passes the threshold, every output is the exact integer product times both scales."""
+    skip_unless_built(kernel)
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(32, 16, bias=False)
+    states = torch.randn(5, 32)  # |values| < 6: no outlier channel
+    quantized = Int8Linear(linear, kernel)
+    token_scale = states.abs().amax(dim=1, keepdim=True) / 127
+    rows = (states / token_scale).round()
+    expected = (rows @ quantized.weight_t.float()) * quantized.weight_scale * token_scale
+    tolerance = 0.05 if kernel == "fbgemm" else 1e-5  # FBGEMM quantises the rows once more, to 7 bits
+    torch.testing.assert_close(quantized(states), expected, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("kernel", ["onednn", "int_mm", "fbgemm"])
+def test_concatenated_int8_linear_equals_the_separate_ones_side_by_side(kernel):
+    """Query, key and value fused: one quantisation of the shared input, the same numbers as three."""
+    skip_unless_built(kernel)
+    torch.manual_seed(0)
+    linears = [torch.nn.Linear(64, 24), torch.nn.Linear(64, 24, bias=False), torch.nn.Linear(64, 8)]
+    states = torch.randn(11, 64)
+    states[:, 7] *= 40  # an outlier channel, multiplied in float by both
+    fused = Int8Linear.concatenated(linears, kernel)
+    separate = torch.cat([Int8Linear(linear, kernel)(states) for linear in linears], dim=1)
+    torch.testing.assert_close(fused(states), separate, rtol=1e-5, atol=1e-5)
+
+
+def test_int8_self_attention_uses_the_fused_projection_and_matches_the_three(tiny_model):
+    quantized = in_dtype(tiny_model, torch.qint8, inplace=False)
+    attention = quantized.encoder.layer[0].attention.self
+    assert isinstance(attention.fused_projection, Int8Linear) and attention.fused_projection.out_features == 3 * 32
+    batch = random_batch(2, [9, 4])
+    with torch.inference_mode():
+        fused = packed_forward(quantized, batch).last_hidden_state
+        for layer in quantized.encoder.layer:
+            layer.attention.self.fused_projection = None  # back to query, key and value apart
+        separate = packed_forward(quantized, batch).last_hidden_state
+    torch.testing.assert_close(fused, separate, rtol=1e-5, atol=1e-5)
+
+
+def test_the_int8_kernel_is_onednn_with_vnni_and_fbgemm_without(monkeypatch):
     """_int_mm is a plain loop without VNNI (36x slower than float32 on AVX2): FBGEMM there."""
     from bertforge.engine.precision import int8_kernel
 
     monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: True, raising=False)
-    assert int8_kernel() == "int_mm"
+    assert int8_kernel() == ("onednn" if torch.backends.mkldnn.is_available() else "int_mm")
     monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: False, raising=False)
     assert int8_kernel() == ("fbgemm" if "fbgemm" in torch.backends.quantized.supported_engines else "int_mm")
 

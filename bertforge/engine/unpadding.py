@@ -86,5 +86,5 @@ def unpad(states: Tensor, packing: Packing) -> Tensor:
 def pad(states: Tensor, packing: Packing) -> Tensor:
     """(tokens, ...) -> (batch, seq, ...) with zeros at the padded positions: `unpad` undone."""
     padded = states.new_zeros(packing.batch_size * packing.seq_len, *states.shape[1:])
-    padded = padded.index_copy(0, packing.token_indices, states)
+    padded.index_copy_(0, packing.token_indices, states)  # in place: index_copy would copy the zeros again first
     return padded.view(packing.batch_size, packing.seq_len, *states.shape[1:])
