@@ -174,6 +174,20 @@ def test_int8_self_attention_uses_the_fused_projection_and_matches_the_three(tin
     torch.testing.assert_close(fused, separate, rtol=1e-5, atol=1e-5)
 
 
+def test_int8_feed_forward_in_pieces_equals_it_all_at_once(tiny_model, monkeypatch):
+    """Pieces of INT8_FEED_FORWARD_ROWS tokens (kept in cache): the same states where no channel is an outlier."""
+    import bertforge.models.model as model_module
+
+    quantized = in_dtype(tiny_model, torch.qint8, inplace=False)
+    batch = random_batch(3, [9, 4, 7])
+    outputs = {}
+    for rows in (5, 10 ** 6):  # 20 tokens in pieces of 5, then at once
+        monkeypatch.setattr(model_module, "INT8_FEED_FORWARD_ROWS", rows)
+        with torch.inference_mode():
+            outputs[rows] = packed_forward(quantized, batch).last_hidden_state
+    torch.testing.assert_close(outputs[5], outputs[10 ** 6], rtol=1e-5, atol=1e-5)
+
+
 def test_the_int8_kernel_is_onednn_with_vnni_and_fbgemm_without(monkeypatch):
     """_int_mm is a plain loop without VNNI (36x slower than float32 on AVX2): FBGEMM there."""
     from bertforge.engine.precision import int8_kernel

@@ -18,6 +18,10 @@ INFERENCE_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bf
 # Input channels whose largest |activation| in a batch passes this stay in float (LLM.int8()'s 6.0;
 # 10 left MiniLM's lowest cosine at 0.993, 4 gained 0.0006 for 3x the float channels).
 OUTLIER_THRESHOLD = 6.0
+# Tokens the int8 feed-forward runs on at a time (models.model.Layer): at 384 rows a piece's (rows, 1536)
+# intermediate states (2.4 MB) stay near the L2 cache through rescale, GELU and quantisation; all-MiniLM-L6-v2,
+# 500 real texts, 1 thread, Xeon with AMX: +12% at 256 rows, +15% at 384, +14% at 512; float32 gained nothing.
+INT8_FEED_FORWARD_ROWS = 384
 # The names the command line offers; the Python API also takes the long ones below and torch dtypes.
 DtypeName = Literal["fp32", "fp16", "bf16", "int8"]
 DTYPE_NAMES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16,
