@@ -188,6 +188,30 @@ def test_int8_feed_forward_in_pieces_equals_it_all_at_once(tiny_model, monkeypat
     torch.testing.assert_close(outputs[5], outputs[10 ** 6], rtol=1e-5, atol=1e-5)
 
 
+def test_packing_pays_past_the_share_of_padding_its_device_and_dtype_need():
+    from bertforge.engine.unpadding import packing_pays
+
+    assert not packing_pays(100, 100, "cuda")  # nothing to drop
+    assert packing_pays(99, 100, "cuda")
+    assert not packing_pays(96, 100, "cpu") and packing_pays(90, 100, "cpu")
+    assert not packing_pays(90, 100, "cpu", int8=True) and packing_pays(80, 100, "cpu", int8=True)
+
+
+@pytest.mark.parametrize("dtype, lengths, packs", [(torch.float32, [9, 9, 8], False), (torch.float32, [9, 8, 8], True),
+                                                   (torch.qint8, [9, 8, 8], False), (torch.qint8, [9, 5, 5], True)])
+def test_packed_forward_only_if_it_pays_keeps_the_padding_below_the_share_that_pays(tiny_model, dtype, lengths,
+                                                                                     packs):
+    """Padding of 4% (float32) or 7% (int8) stays: the real tokens' states are the packed ones either way."""
+    model = in_dtype(tiny_model, dtype, inplace=False)
+    batch = random_batch(4, lengths)
+    real = batch.attention_mask.bool()
+    with torch.inference_mode():
+        packed = packed_forward(model, batch).last_hidden_state
+        chosen = packed_forward(model, batch, only_if_it_pays=True).last_hidden_state
+    torch.testing.assert_close(chosen[real], packed[real], rtol=1e-5, atol=1e-5)
+    assert bool((chosen[~real] == 0).all()) == packs  # packing puts zeros back at padded positions
+
+
 def test_the_int8_kernel_is_onednn_with_vnni_and_fbgemm_without(monkeypatch):
     """_int_mm is a plain loop without VNNI (36x slower than float32 on AVX2): FBGEMM there."""
     from bertforge.engine.precision import int8_kernel
