@@ -11,7 +11,9 @@ giving L2-normalised mean-pooled sentence vectors:
 Beside texts/s: the ratio of ours (fp32, or int8 for the int8 rows) to the engine, the lowest cosine
 to SentenceTransformer fp32 over all texts, and useful GFLOP/s (real tokens, encoder matmuls) as a
 share of the machine's matmul peak, measured on the spot with a large fp32 GEMM and an int8 GEMM
-(FBGEMM, the kernel our int8 uses on AVX2) at the same thread count, not read from a datasheet.
+(the kernel our int8 uses here: oneDNN where the CPU has VNNI, FBGEMM on AVX2) at the same thread
+count, not read from a datasheet. With --long, also the rate of our linear layers alone (timed by
+hooks around each one) against the same peaks.
 `--contention` adds rows run while a competing process spins on one core (started and stopped here).
 
 Peers that are not test dependencies (ctranslate2) are installed into benchmarks/.peers with
@@ -83,16 +85,15 @@ def fp32_gemm_gflops(threads: int, size: int = 2048, seconds: float = 1.0) -> fl
     return best_rate(lambda: torch.mm(a, b), 2 * size ** 3, seconds)
 
 
-def int8_gemm_gflops(threads: int, tokens: int = 4096, width: int = 1536, seconds: float = 1.0) -> float:
-    """Best GOP/s of FBGEMM's dynamic int8 linear (per-channel int8 weights, prepacked) at this thread count."""
-    from bertforge.engine.precision import fbgemm_weights
+def int8_gemm_gflops(threads: int, tokens: int = 4096, width: int = 1536, seconds: float = 1.0) -> tuple[float, str]:
+    """(best GOP/s, kernel) of the int8 product our Int8Linear runs on this CPU (oneDNN with VNNI, FBGEMM without)."""
+    from bertforge.engine.precision import Int8Linear
 
     torch.set_num_threads(threads)
-    weight = torch.randint(-127, 128, (width, width), dtype=torch.int8)
-    packed = fbgemm_weights(weight, torch.full((width,), 0.01))
-    states = torch.randn(tokens, width)
-    return best_rate(lambda: torch.ops.quantized.linear_dynamic(states, packed, True), 2 * tokens * width * width,
-                     seconds)
+    linear = Int8Linear(torch.nn.Linear(width, width, bias=False))
+    rows = torch.randint(-127, 128, (tokens, width), dtype=torch.int8)
+    rows = rows.float() if linear.kernel == "fbgemm" else rows  # FBGEMM quantises float rows itself
+    return best_rate(lambda: linear.int8_product(rows), 2 * tokens * width * width, seconds), linear.kernel
 
 
 def best_rate(run, operations: float, seconds: float) -> float:
@@ -185,6 +186,41 @@ def build_peer_models(folder: Path, work: Path) -> dict[str, Path]:
         ctranslate2 = ensure_ctranslate2()
         ctranslate2.converters.TransformersConverter(str(folder)).convert(str(paths["ct2"]))
     return paths
+
+
+def linear_layer_gflops(embedder: Embedder, texts: list[str]) -> float:
+    """GFLOP/s (GOP/s for int8) of the model's linear layers alone over one encode of texts, each call timed by hooks."""
+    from bertforge.engine.precision import Int8Linear
+
+    started, totals = {}, {"seconds": 0.0, "flops": 0.0}
+
+    def before(module, inputs):
+        started[module] = time.perf_counter()
+
+    def after(module, inputs, output):
+        totals["seconds"] += time.perf_counter() - started[module]
+        totals["flops"] += 2 * output.numel() * module.in_features
+
+    linears = [m for m in embedder.model.modules() if isinstance(m, (torch.nn.Linear, Int8Linear))]
+    hooks = [hook for m in linears for hook in (m.register_forward_pre_hook(before), m.register_forward_hook(after))]
+    try:
+        embedder.encode(texts)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return totals["flops"] / totals["seconds"] / 1e9
+
+
+def print_linear_layer_rates(folder: Path, texts: list[str], batch_size: int, peaks: tuple[float, float]) -> None:
+    print("\nour linear layers alone on these texts (hooks around each call):")
+    for dtype in ("fp32", "int8"):
+        embedder = Embedder.from_pretrained(folder, pooling="mean", normalize=True, batch_size=batch_size,
+                                            dtype=dtype, progress=False)
+        embedder.encode(texts[:batch_size])  # warm-up
+        rate = linear_layer_gflops(embedder, texts)
+        share = f"{rate / peaks[0]:.0%} of the fp32 peak" + (f", {rate / peaks[1]:.0%} of the int8 peak"
+                                                             if dtype == "int8" else "")
+        print(f"  bertforge {dtype}: {rate:,.1f} G{'OP' if dtype == 'int8' else 'FLOP'}/s ({share})", flush=True)
 
 
 # ---- the run ---------------------------------------------------------------------------------
@@ -290,9 +326,10 @@ def main() -> None:
 
     sets = [("mixed", load_texts(args.n))] + ([("long", long_texts(args.n // 4))] if args.long else [])
     for threads in thread_counts:
-        peaks = (fp32_gemm_gflops(threads), int8_gemm_gflops(threads))
+        int8_peak, kernel = int8_gemm_gflops(threads)
+        peaks = (fp32_gemm_gflops(threads), int8_peak)
         print(f"\n{threads} thread(s): measured peak fp32 GEMM {peaks[0]:,.1f} GFLOP/s, "
-              f"int8 GEMM (FBGEMM) {peaks[1]:,.1f} GOP/s")
+              f"int8 GEMM ({kernel}) {peaks[1]:,.1f} GOP/s")
         engines = engines_at(threads, args, folder, paths, tokenizer, reference)
         for label, texts in sets:
             torch.set_num_threads(threads)
@@ -302,6 +339,8 @@ def main() -> None:
             seconds, vectors = time_engines(engines, texts, args.repeats)
             print_table(f"{label} texts: {len(texts)} ({sum(lengths):,} tokens), {threads} thread(s)",
                         seconds, vectors, truth, texts, flops, peaks)
+            if label == "long" and "ours" in args.engines:
+                print_linear_layer_rates(folder, texts, args.batch_size, peaks)
             if args.contention:
                 with competing_process(core=(os.cpu_count() or 1) - 1):
                     seconds, vectors = time_engines(engines, texts, args.repeats)

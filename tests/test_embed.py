@@ -156,8 +156,8 @@ def test_hidden_states_are_requested_only_when_another_layer_is_chosen(ours, mon
 
     model, tokenizer = ours
     requested, forward = [], embed_module.packed_forward
-    monkeypatch.setattr(embed_module, "packed_forward", lambda model, batch, output_hidden_states:
-                        requested.append(output_hidden_states) or forward(model, batch, output_hidden_states))
+    monkeypatch.setattr(embed_module, "packed_forward", lambda model, batch, output_hidden_states, **options:
+                        requested.append(output_hidden_states) or forward(model, batch, output_hidden_states, **options))
     embed(model, ["one text"], tokenizer=tokenizer, layers=-1)
     embed(model, ["one text"], tokenizer=tokenizer, layers=6)  # the last layer by its absolute index
     embed(model, ["one text"], tokenizer=tokenizer, layers=-2)

@@ -129,10 +129,16 @@ def test_packed_forward_on_minilm_matches_transformers(minilm_dir):
 
 # ---------------------------------------------------------------- precision
 
-@pytest.mark.parametrize("kernel", ["int_mm", "fbgemm"])
-def test_int8_linear_is_close_to_float_with_outlier_tokens_and_outlier_channels(kernel):
+def skip_unless_built(kernel: str) -> None:
     if kernel == "fbgemm" and "fbgemm" not in torch.backends.quantized.supported_engines:
         pytest.skip("this torch has no FBGEMM")
+    if kernel == "onednn" and not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch has no oneDNN")
+
+
+@pytest.mark.parametrize("kernel", ["onednn", "int_mm", "fbgemm"])
+def test_int8_linear_is_close_to_float_with_outlier_tokens_and_outlier_channels(kernel):
+    skip_unless_built(kernel)
     torch.manual_seed(0)
     linear = torch.nn.Linear(64, 48)
     states = torch.randn(2, 9, 64)
@@ -146,12 +152,91 @@ def test_int8_linear_is_close_to_float_with_outlier_tokens_and_outlier_channels(
     assert relative.max() < 0.02
 
 
-def test_the_int8_kernel_is_fbgemm_only_where_the_cpu_lacks_vnni(monkeypatch):
+@pytest.mark.parametrize("kernel", ["onednn", "int_mm", "fbgemm"])
+def test_int8_linear_without_outliers_or_bias_is_the_int8_product_rescaled(kernel):
+    """Where no channel passes the threshold, every output is the exact integer product times both scales."""
+    skip_unless_built(kernel)
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(32, 16, bias=False)
+    states = torch.randn(5, 32)  # |values| < 6: no outlier channel
+    quantized = Int8Linear(linear, kernel)
+    token_scale = states.abs().amax(dim=1, keepdim=True) / 127
+    rows = (states / token_scale).round()
+    expected = (rows @ quantized.weight_t.float()) * quantized.weight_scale * token_scale
+    tolerance = 0.05 if kernel == "fbgemm" else 1e-5  # FBGEMM quantises the rows once more, to 7 bits
+    torch.testing.assert_close(quantized(states), expected, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("kernel", ["onednn", "int_mm", "fbgemm"])
+def test_concatenated_int8_linear_equals_the_separate_ones_side_by_side(kernel):
+    """Query, key and value fused: one quantisation of the shared input, the same numbers as three."""
+    skip_unless_built(kernel)
+    torch.manual_seed(0)
+    linears = [torch.nn.Linear(64, 24), torch.nn.Linear(64, 24, bias=False), torch.nn.Linear(64, 8)]
+    states = torch.randn(11, 64)
+    states[:, 7] *= 40  # an outlier channel, multiplied in float by both
+    fused = Int8Linear.concatenated(linears, kernel)
+    separate = torch.cat([Int8Linear(linear, kernel)(states) for linear in linears], dim=1)
+    torch.testing.assert_close(fused(states), separate, rtol=1e-5, atol=1e-5)
+
+
+def test_int8_self_attention_uses_the_fused_projection_and_matches_the_three(tiny_model):
+    quantized = in_dtype(tiny_model, torch.qint8, inplace=False)
+    attention = quantized.encoder.layer[0].attention.self
+    assert isinstance(attention.fused_projection, Int8Linear) and attention.fused_projection.out_features == 3 * 32
+    batch = random_batch(2, [9, 4])
+    with torch.inference_mode():
+        fused = packed_forward(quantized, batch).last_hidden_state
+        for layer in quantized.encoder.layer:
+            layer.attention.self.fused_projection = None  # back to query, key and value apart
+        separate = packed_forward(quantized, batch).last_hidden_state
+    torch.testing.assert_close(fused, separate, rtol=1e-5, atol=1e-5)
+
+
+def test_int8_feed_forward_in_pieces_equals_it_all_at_once(tiny_model, monkeypatch):
+    """Pieces of INT8_FEED_FORWARD_ROWS tokens (kept in cache): the same states where no channel is an outlier."""
+    import bertforge.models.model as model_module
+
+    quantized = in_dtype(tiny_model, torch.qint8, inplace=False)
+    batch = random_batch(3, [9, 4, 7])
+    outputs = {}
+    for rows in (5, 10 ** 6):  # 20 tokens in pieces of 5, then at once
+        monkeypatch.setattr(model_module, "INT8_FEED_FORWARD_ROWS", rows)
+        with torch.inference_mode():
+            outputs[rows] = packed_forward(quantized, batch).last_hidden_state
+    torch.testing.assert_close(outputs[5], outputs[10 ** 6], rtol=1e-5, atol=1e-5)
+
+
+def test_packing_pays_past_the_share_of_padding_its_device_and_dtype_need():
+    from bertforge.engine.unpadding import packing_pays
+
+    assert not packing_pays(100, 100, "cuda")  # nothing to drop
+    assert packing_pays(99, 100, "cuda")
+    assert not packing_pays(96, 100, "cpu") and packing_pays(90, 100, "cpu")
+    assert not packing_pays(90, 100, "cpu", int8=True) and packing_pays(80, 100, "cpu", int8=True)
+
+
+@pytest.mark.parametrize("dtype, lengths, packs", [(torch.float32, [9, 9, 8], False), (torch.float32, [9, 8, 8], True),
+                                                   (torch.qint8, [9, 8, 8], False), (torch.qint8, [9, 5, 5], True)])
+def test_packed_forward_only_if_it_pays_keeps_the_padding_below_the_share_that_pays(tiny_model, dtype, lengths,
+                                                                                     packs):
+    """Padding of 4% (float32) or 7% (int8) stays: the real tokens' states are the packed ones either way."""
+    model = in_dtype(tiny_model, dtype, inplace=False)
+    batch = random_batch(4, lengths)
+    real = batch.attention_mask.bool()
+    with torch.inference_mode():
+        packed = packed_forward(model, batch).last_hidden_state
+        chosen = packed_forward(model, batch, only_if_it_pays=True).last_hidden_state
+    torch.testing.assert_close(chosen[real], packed[real], rtol=1e-5, atol=1e-5)
+    assert bool((chosen[~real] == 0).all()) == packs  # packing puts zeros back at padded positions
+
+
+def test_the_int8_kernel_is_onednn_with_vnni_and_fbgemm_without(monkeypatch):
     """_int_mm is a plain loop without VNNI (36x slower than float32 on AVX2): FBGEMM there."""
     from bertforge.engine.precision import int8_kernel
 
     monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: True, raising=False)
-    assert int8_kernel() == "int_mm"
+    assert int8_kernel() == ("onednn" if torch.backends.mkldnn.is_available() else "int_mm")
     monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: False, raising=False)
     assert int8_kernel() == ("fbgemm" if "fbgemm" in torch.backends.quantized.supported_engines else "int_mm")
 

@@ -198,7 +198,9 @@ class Embedder:
 
     def pooled(self, batch: TokenBatch) -> Tensor:
         """One batch, already on the device -> (batch, dim) float32 sentence vectors, left on the device."""
-        output = packed_forward(self.model, batch, output_hidden_states=self.wants_hidden_states)
+        # Pooling masks the padding: where packing would cost more than the padded tokens, they stay.
+        output = packed_forward(self.model, batch, output_hidden_states=self.wants_hidden_states,
+                                only_if_it_pays=True)
         if self.pooling == "pooler":
             vectors = output.pooler_output.float()
         else:

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from ..engine.attention import attention
+from ..engine.precision import INT8_FEED_FORWARD_ROWS, Int8Linear
 from ..engine.unpadding import Packing, pad, unpad
 from .checkpoint import BertPreTrainedModel
 from .config import BertConfig
@@ -52,9 +53,15 @@ class SelfAttention(nn.Module):
 
     Three Linear modules under Hugging Face's names, so named_parameters(), state_dict(), files,
     gradients and optimizer groups all say `attention.self.query` as every BERT checkpoint does.
-    (One fused (hidden, 3 * hidden) matmul measured no faster on the CPU, within a few per cent of
-    the projection alone, and needed hooks that renamed it on every save and load.)
+    (One fused (hidden, 3 * hidden) matmul measured no faster on the CPU in float32, within a few per
+    cent of the projection alone, and needed hooks that renamed it on every save and load.) int8
+    inference is where fusing pays: quantising the input is a third of an int8 projection's time, so
+    `engine.precision.quantize_linear_layers` gives the module one Int8Linear for the three
+    (`fused_projection`), used for self-attention; cross-attention's keys and values read another
+    input than its queries and keep the three.
     """
+
+    shared_input_linears = ("query", "key", "value")  # read the same input: one fused product for int8
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -63,6 +70,7 @@ class SelfAttention(nn.Module):
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
+        self.fused_projection: nn.Module | None = None  # query, key and value in one (int8 only)
 
     def forward(self, hidden_states: Tensor, key_mask: Tensor | None, packing: Packing | None, return_probs: bool,
                 memory: Tensor | None = None):
@@ -72,9 +80,12 @@ class SelfAttention(nn.Module):
         a decoder's; transformers' encoder_hidden_states), padded layout only.
         """
         heads = (self.num_heads, -1)  # (..., hidden) -> (..., heads, head_size)
-        query = self.query(hidden_states).unflatten(-1, heads)
-        source = hidden_states if memory is None else memory
-        key, value = (projection(source).unflatten(-1, heads) for projection in (self.key, self.value))
+        if memory is None and self.fused_projection is not None:
+            projected = self.fused_projection(hidden_states).chunk(3, dim=-1)  # views of (..., 3 * hidden)
+        else:
+            source = hidden_states if memory is None else memory
+            projected = (self.query(hidden_states), self.key(source), self.value(source))
+        query, key, value = (states.unflatten(-1, heads) for states in projected)
         dropout_p = self.dropout_p if self.training else 0.0
         context, probs = attention(query, key, value, key_mask=key_mask, packing=packing, dropout_p=dropout_p,
                                    return_probs=return_probs)  # (..., heads, head_size)
@@ -138,6 +149,12 @@ class Layer(nn.Module):
 
     def feed_forward(self, attended: Tensor) -> Tensor:
         """The position-wise half of the block (a decoder runs its cross-attention between the two halves)."""
+        rows = attended.reshape(-1, attended.size(-1))  # (tokens, hidden)
+        if isinstance(self.intermediate.dense, Int8Linear) and len(rows) > INT8_FEED_FORWARD_ROWS:
+            # int8: a piece's (rows, intermediate) states stay in the L2 cache from the product through the
+            # rescale, GELU and the next quantisation. Outlier channels are then found piece by piece.
+            pieces = [self.output(self.intermediate(piece), piece) for piece in rows.split(INT8_FEED_FORWARD_ROWS)]
+            return torch.cat(pieces).view_as(attended)
         return self.output(self.intermediate(attended), attended)
 
 
