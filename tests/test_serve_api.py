@@ -362,3 +362,17 @@ def test_docs_and_page_work_offline(client):
     for asset in ("/static/explorer.js", "/static/style.css"):
         body = client.get(asset).text
         assert "http://" not in body.replace("http://www.w3.org/2000/svg", "") and "https://" not in body
+
+
+def test_answers_carry_each_float32_exactly_in_its_shortest_form():
+    """orjson writes a float32 as the shortest decimal that reads back to it (0.1, not 0.10000000149011612);
+    a strided view (a `dimensions` cut) is written as its values."""
+    import json
+
+    from bertforge.serve.responses import FastJSONResponse
+
+    vectors = np.random.default_rng(0).standard_normal((3, 384)).astype(np.float32)
+    assert np.array_equal(np.array(json.loads(FastJSONResponse(vectors).body), dtype=np.float32), vectors)
+    cut = json.loads(FastJSONResponse({"e": list(vectors[:, :2])}).body)["e"]
+    assert np.array_equal(np.array(cut, dtype=np.float32), vectors[:, :2])
+    assert FastJSONResponse(np.float32([0.1])).body == b"[0.1]"
