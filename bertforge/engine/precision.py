@@ -134,7 +134,7 @@ def quantize_per_token(states: Tensor, to_int8: bool = True) -> tuple[Tensor, Te
 def int8_kernel() -> str:
     """"onednn" where the CPU has VNNI, else "fbgemm"; "int_mm" where neither kernel is built (see Int8Linear)."""
     has_vnni = getattr(torch.cpu, "_is_vnni_supported", lambda: False)()  # private, hence the fallback
-    if has_vnni and hasattr(torch.ops.onednn, "qlinear_pointwise") and torch.backends.mkldnn.is_available():
+    if has_vnni and torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise"):
         return "onednn"
     return "fbgemm" if not has_vnni and "fbgemm" in torch.backends.quantized.supported_engines else "int_mm"
 
