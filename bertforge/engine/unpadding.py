@@ -124,7 +124,8 @@ def equal_length_runs(lengths: list[int]) -> tuple[tuple[tuple[int, int], ...], 
 def packing_pays(num_tokens: int, padded_size: int, device_type: str, int8: bool = False) -> bool:
     """Whether a batch of num_tokens real tokens in padded_size positions runs faster packed on `device_type`."""
     padding = (padded_size - num_tokens) / max(1, padded_size)
-    return padding > 0 and padding > (INT8_MIN_PADDING_TO_PACK if int8 else MIN_PADDING_TO_PACK.get(device_type, 0.0))
+    # Every threshold is >= 0, so no padding never packs.
+    return padding > (INT8_MIN_PADDING_TO_PACK if int8 else MIN_PADDING_TO_PACK.get(device_type, 0.0))
 
 
 def packing_if_it_pays(attention_mask: Tensor, device_type: str) -> Packing | None:
