@@ -15,6 +15,7 @@ run_dir/best (the loop's best-model tracking, metric ndcg@10).
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -85,7 +86,8 @@ def train_method(init: Path, corpus: list[Passage], texts: list[str], settings: 
         model = run.build(model_class(settings.method), max_seq_length=settings.max_length, objective=objective)
         collate = make_collator(settings, corpus, texts, run.tokenizer)
         if settings.distillation:
-            collate = TeacherVectors(collate, BiEncoder.from_pretrained(init).to(run.device))
+            # The starting model, frozen, before its copy trains: the same weights without reading `init` again.
+            collate = TeacherVectors(collate, copy.deepcopy(model).to(run.device))
         batches = ShuffledBatches(len(collate), settings.batch_size, collate, seed=settings.seed)
         every = max(1, batches.batches_per_epoch // settings.evaluations_per_epoch)
         schedule = dataclasses.replace(run.schedule(batches, settings.epochs, has_dev=True, default_metric="ndcg@10"),
