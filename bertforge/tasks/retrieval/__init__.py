@@ -7,6 +7,7 @@
     metrics.py         recall@k, MRR@10, nDCG@10, Spearman
     evaluation.py      any scorer (encoder cosines, BM25, TF-IDF) on a retrieval set or scored pairs
     baselines.py       BM25 (bm25s) and TF-IDF (scikit-learn)
+    hybrid.py          BM25 and an encoder fused into one ranking (the search index and adapt use it)
     sets.py            the drug-reviews, austen and tweets sets from the shared data, by id
     recipe.py          the `sbert train` recipe on the one training loop
     commands.py        `bertforge sbert train | evaluate | prepare`
