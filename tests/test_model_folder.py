@@ -328,3 +328,39 @@ def test_info_reads_the_model_class_from_a_transformer_subfolder(tiny_bert, tmp_
     code, out, err = run_cli("info", "--model", folder)
     assert code == 0, err
     assert out.startswith("BertModel: 2 layers, hidden 32")
+
+
+def test_a_hub_id_downloads_what_the_sentence_transformers_folder_needs(st_folders, tiny_bert, tmp_path,
+                                                                        monkeypatch):
+    """A hub repository is filtered by huggingface_hub's own pattern matcher, as snapshot_download filters it: a
+    CLS-pooled, normalised ST repository (one with a 0_Transformer subfolder too) must not arrive as a plain,
+    mean-pooled folder, and no second copy of the weights is fetched."""
+    import huggingface_hub
+    from huggingface_hub.utils import filter_repo_objects
+
+    from bertforge import BertTokenizer
+
+    flags = {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}
+    normalize = {"idx": 2, "name": "2", "path": "2_Normalize", "type": LEGACY + "Normalize"}
+    repositories = {"org/st-cls": st_folders[("cls", True)][0],
+                    "org/st-legacy": legacy_folder(tiny_bert, tmp_path / "legacy", flags, [normalize], "0_Transformer")}
+    (repositories["org/st-cls"] / "pytorch_model.bin").write_bytes(b"a second copy of the weights")
+
+    def snapshot_download(repo_id, allow_patterns=None, **_):
+        source, target = repositories[repo_id], tmp_path / "hub" / repo_id
+        files = [p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file()]
+        for name in filter_repo_objects(files, allow_patterns=allow_patterns):
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source / name, target / name)
+        return str(target)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    for repo_id, expected in (("org/st-cls", read_model_folder(repositories["org/st-cls"])),
+                              ("org/st-legacy", read_model_folder(repositories["org/st-legacy"]))):
+        read = read_model_folder(repo_id)
+        assert (read.pooling, read.normalize, read.max_seq_length, read.do_lower_case) == \
+            (expected.pooling, expected.normalize, expected.max_seq_length, expected.do_lower_case) == \
+            ("cls", True, expected.max_seq_length, expected.do_lower_case)
+        assert (read.transformer / "model.safetensors").is_file()
+        assert BertTokenizer.from_pretrained(read.transformer).vocab == BertTokenizer.from_pretrained(tiny_bert).vocab
+    assert not (tmp_path / "hub" / "org/st-cls" / "pytorch_model.bin").exists()

@@ -145,6 +145,16 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     return download_from_hub(repo_id)
 
 
+# What a checkpoint folder needs from a hub repository, and no more (no second copy of the weights as
+# pytorch_model.bin, no ONNX or OpenVINO exports). A sentence-transformers repository keeps its pooling,
+# normalisation, prompts and length in modules.json and its module folders (1_Pooling/config.json): without
+# them a CLS-pooled, normalised model would be read as a plain, mean-pooled one.
+HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "vocab.txt",
+             "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+             "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "[0-9]_*/*.json",
+             "[0-9]_*/vocab.txt"]
+
+
 def download_from_hub(repo_id: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
@@ -153,10 +163,8 @@ def download_from_hub(repo_id: str) -> Path:
             f"{repo_id!r} is not a local folder, and downloading it needs huggingface_hub "
             "(pip install 'bertforge[hub]'); or pass the path of a downloaded checkpoint folder"
         ) from None
-    patterns = ["config.json", "*.safetensors", "model.safetensors.index.json", "vocab.txt",
-                "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=patterns))
+        return Path(snapshot_download(repo_id, allow_patterns=HUB_FILES))
     except Exception as error:  # network, auth and not-found errors all end the same way for the user
         raise ValueError(
             f"could not download {repo_id!r} from the Hugging Face Hub ({type(error).__name__}: {first_line(error)}). "
