@@ -14,7 +14,8 @@ from .commands import parse_layers
 
 def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexKind = "auto", chunk_size: int = 10_000,
                 pooling: SentencePooling | None = None, normalize: bool = True, batch_size: int = 32, text_field: str = "text",
-                id_field: str = "id", tune_queries: str | None = None, threads: int | None = None) -> None:
+                id_field: str = "id", tune_queries: str | None = None, dense_weight: float | None = None,
+                threads: int | None = None) -> None:
     """Embed a corpus into a new vector index folder; a killed build resumes from the chunks it finished.
 
     Args:
@@ -29,6 +30,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
         text_field: the JSONL field that holds the text
         id_field: the JSONL field that holds the id (default ids: FILE:LINE)
         tune_queries: a file of typical queries, one a line, to tune ivf/hnsw effort on (default: stored vectors)
+        dense_weight: make searches hybrid by default: this share for the encoder's cosines, the rest for BM25 over the passages (0.7 measured best; default: the encoder alone)
         threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else torch's one per core; on a machine shared with other busy processes fewer threads often run faster)
     """
     from ..engine.threads import use_threads
@@ -36,8 +38,11 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
 
     use_threads(threads)
     meta = build_index(corpus, output, model, kind=kind, chunk_size=chunk_size, pooling=pooling, normalize=normalize,
-                       batch_size=batch_size, text_field=text_field, id_field=id_field, tune_queries=tune_queries)
+                       batch_size=batch_size, text_field=text_field, id_field=id_field, tune_queries=tune_queries,
+                       dense_weight=dense_weight)
     print(f"indexed {meta['count']:,} passages ({meta['kind']}, vectors of size {meta['vectors']['dim']}) in {output}")
+    if meta.get("dense_weight", 1.0) < 1.0:
+        print(f"searches are hybrid: {meta['dense_weight']:g} encoder, {1 - meta['dense_weight']:g} BM25")
     print_recall(meta)
 
 
@@ -65,7 +70,7 @@ def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int
 
 
 def search(index: str, query: str, top_k: int = 10, model: str | None = None, rerank: str | None = None,
-           effort: int | None = None, as_json: bool = False) -> None:
+           effort: int | None = None, dense_weight: float | None = None, as_json: bool = False) -> None:
     """Find the passages of an index nearest a query, best first.
 
     Args:
@@ -75,6 +80,7 @@ def search(index: str, query: str, top_k: int = 10, model: str | None = None, re
         model: the index's model, if its folder moved (another model is refused)
         rerank: a cross-encoder folder (a pair classifier from `bertforge finetune`) to re-order the top_k
         effort: ivf nprobe / hnsw efSearch, to search harder than tuned at build (see meta.json's tuning)
+        dense_weight: the encoder's share of a hybrid ranking with BM25 (1: the encoder alone, 0: BM25 alone; default: the index's)
         as_json: print one JSON object per hit instead of a table
     """
     from ..search.index import Index
@@ -82,7 +88,7 @@ def search(index: str, query: str, top_k: int = 10, model: str | None = None, re
     searcher = Index.load(index, model=model)
     if effort is not None:
         searcher.set_effort(effort)
-    hits = searcher.search(query, top_k=top_k)
+    hits = searcher.search(query, top_k=top_k, dense_weight=dense_weight)
     if top_k > len(searcher):
         print(f"note: the index holds {len(searcher)} passages, fewer than top_k={top_k}; showing all")
     if rerank:
@@ -90,12 +96,16 @@ def search(index: str, query: str, top_k: int = 10, model: str | None = None, re
 
         hits = Reranker(rerank).rerank(query, hits)
     for rank, hit in enumerate(hits, start=1):
+        hybrid = hit.dense_score is not None
+        parts = {"dense_score": hit.dense_score, "lexical_score": hit.lexical_score} if hybrid else {}
         if as_json:
             print(json.dumps({"rank": rank, "id": hit.id, "score": round(hit.score, 6), "text": hit.text,
+                              **{name: round(value, 6) for name, value in parts.items()},
                               **({"rerank_score": round(hit.rerank_score, 6)} if rerank else {})},
                              ensure_ascii=False))
             continue
-        score = f"{hit.rerank_score:.4f} (index {hit.score:.4f})" if rerank else f"{hit.score:.4f}"
+        score = f"{hit.score:.4f}" + (f" (dense {hit.dense_score:.4f}, bm25 {hit.lexical_score:.2f})" if hybrid else "")
+        score = f"{hit.rerank_score:.4f} (index {score})" if rerank else score
         text = hit.text if len(hit.text) <= 160 else hit.text[:157] + "..."
         print(f"{rank:>3}. {score}  [{hit.id}]  {text}")
 

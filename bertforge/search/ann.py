@@ -100,6 +100,26 @@ def set_effort(index: faiss.Index, kind: str, effort: int | None) -> None:
         index.hnsw.efSearch = int(effort)
 
 
+def stored_vectors(index: faiss.Index, kind: str, rows: np.ndarray) -> np.ndarray:
+    """The stored vectors (len(rows), dim) of `rows`, exactly as added: every kind here keeps whole vectors.
+
+    flat and hnsw (its flat storage) give them directly. ivf (IndexIVFFlat: whole vectors in its
+    lists) first gets a direct map row -> list entry, on first use: 8 bytes a row, kept by later
+    adds and written into the saved .faiss file. (A PQ-coded index, not built here, would give its
+    decoded approximations instead.)
+    """
+    if kind == "ivf":
+        ivf = faiss.extract_index_ivf(index)
+        if ivf.direct_map.no():
+            ivf.make_direct_map()
+    return index.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64))
+
+
+def flat_vectors(index: faiss.Index) -> np.ndarray:
+    """Every vector of a flat index (ntotal, dim): a view of FAISS's own array, no copy, valid until the next add."""
+    return faiss.rev_swig_ptr(index.get_xb(), index.ntotal * index.d).reshape(index.ntotal, index.d)
+
+
 @dataclass
 class Neighbours:
     """Top-k of several queries: scores and rows, float32 / int64 (queries, k), best first; row -1 = none."""

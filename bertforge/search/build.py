@@ -26,6 +26,7 @@ from . import ann
 from .corpus import UniqueIds, check_corpus_file, chunked, count_passages, read_passages
 from .encoder import open_model
 from .folder import refuse_existing_output, write_new_folder
+from .hybrid import check_dense_weight
 from .index import Index, gather_rows, measure_recall
 
 logger = logging.getLogger(__name__)
@@ -96,18 +97,21 @@ def checked_total(corpus: Path) -> int:
 def build_index(corpus: str | Path, output: str | Path, model: str | Path = "minilm", *, kind: str = "auto",
                 chunk_size: int = CHUNK_SIZE, pooling: str | None = None, normalize: bool = True,
                 batch_size: int = 32, text_field: str = "text", id_field: str = "id", seed: int = 0,
-                tune_queries: str | Path | None = None) -> dict:
+                tune_queries: str | Path | None = None, dense_weight: float | None = None) -> dict:
     """Embed a corpus file into a new index folder at `output`; returns its meta (kind, count, recall...).
 
     tune_queries: a text file of typical queries, one a line, to tune an approximate index's
-    effort on (default: sampled stored vectors stand in for queries). Raises ValueError for an
-    existing output, a missing or empty corpus or queries file, a bad record, a duplicate id,
-    or an unknown kind. Chunks embedded before a kill are reused (see module doc).
+    effort on (default: sampled stored vectors stand in for queries). dense_weight: kept in
+    meta.json as the index's default for searches (Index.set_dense_weight: below 1, hybrid with
+    BM25); None, vectors alone. Raises ValueError for an existing output, a missing or empty
+    corpus or queries file, a bad record, a duplicate id, an unknown kind, a dense_weight
+    outside 0..1 or one below 1 without bm25s. Chunks embedded before a kill are reused (see module doc).
     """
     corpus, output = check_corpus_file(corpus), Path(output)
     refuse_existing_output(output, corpus)
     if kind not in ann.KINDS:
         raise UsageError(f"index kind {kind!r} is not one of {ann.KINDS}")
+    dense_weight = check_dense_weight(dense_weight)
     total = checked_total(corpus)
     if tune_queries is not None:  # read_passages would call it a corpus
         require_file(tune_queries, "tune-queries file")
@@ -130,6 +134,7 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
     for vectors in chunks.vectors():
         faiss_index.add(np.ascontiguousarray(vectors))
     meta = {"vectors": spec.to_json(), "kind": kind, "corpus": str(corpus.resolve()),
+            **({"dense_weight": dense_weight} if dense_weight is not None else {}),
             **measure_recall(faiss_index, kind, chunks.vectors, rng,
                              queries=embedder.encode(query_texts) if query_texts and kind != "flat" else None)}
     meta = write_new_folder(output, meta, faiss_index, read_passages(corpus, text_field, id_field))

@@ -2,7 +2,8 @@
 
     INDEX/
       meta.json         format, the vectors' model/fingerprint/pooling/dimension, kind, count,
-                        search effort, build-time recall, and the names of the files below
+                        search effort, build-time recall, the names of the files below, and
+                        optionally dense_weight (below 1: searches are hybrid with BM25; hybrid.py)
       index-G.faiss     the FAISS index of generation G
       offsets-G.npy     int64 (count + 1,) byte offsets of each row in texts.jsonl
       texts.jsonl       {"id": ..., "text": ...} per row, append-only (store.py)
@@ -78,14 +79,20 @@ def commit(folder: Path, meta: dict, faiss_index: faiss.Index, offsets: np.ndarr
         faiss.write_index(faiss_index, str(temporary))
     with replaced_file(folder / files["offsets"]) as temporary, open(temporary, "wb") as file:
         np.save(file, offsets)
-    meta = {**meta, "generation": generation, "count": int(faiss_index.ntotal), "texts_bytes": int(offsets[-1]),
-            "files": files}
-    with replaced_file(folder / META_FILE) as temporary:
-        temporary.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    meta = write_meta(folder, {**meta, "generation": generation, "count": int(faiss_index.ntotal),
+                               "texts_bytes": int(offsets[-1]), "files": files})
     for pattern in ("index-*.faiss", "offsets-*.npy"):
         for stale in folder.glob(pattern):
             if stale.name not in files.values():
                 stale.unlink(missing_ok=True)
+    return meta
+
+
+def write_meta(folder: Path, meta: dict) -> dict:
+    """Replace meta.json in one rename (the commit point); returns meta. Alone, it changes a setting
+    that needs no new files (the dense weight)."""
+    with replaced_file(folder / META_FILE) as temporary:
+        temporary.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta
 
 

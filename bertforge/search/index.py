@@ -3,6 +3,7 @@
     index = Index.build(texts, "minilm")           # or Index.load("my-index")
     index.add(more_texts)
     hits = index.search("a query", top_k=10)         # [Hit(id, text, score, row), ...] best first
+    hits = index.search("a query", dense_weight=0.7) # hybrid: fused with BM25 over the passages (hybrid.py)
     index.save("my-index")                           # a new folder, or commit the additions to its own
 
 A corpus file larger than memory is built with `build.build_index`, chunk by chunk.
@@ -17,12 +18,15 @@ from typing import Sequence
 import numpy as np
 
 from ..embeddings.embed import check_texts
+from ..errors import UsageError
+from ..tasks.retrieval.baselines import bm25_index
 from ..validation import checked
 from . import ann
 from .ann import faiss
 from .corpus import Passage, PassageId, UniqueIds
 from .encoder import VectorSpec, open_model
-from .folder import append_to_folder, read_folder, write_new_folder
+from .folder import append_to_folder, read_folder, write_meta, write_new_folder
+from .hybrid import Ranked, check_dense_weight, hybrid_top_k
 from .store import TextStore
 
 logger = logging.getLogger(__name__)
@@ -32,9 +36,11 @@ logger = logging.getLogger(__name__)
 class Hit:
     id: PassageId
     text: str
-    score: float          # inner product (cosine for normalised vectors)
+    score: float          # inner product (cosine for normalised vectors); in a hybrid search the fused score
     row: int              # the row in the index, 0-based, in the order texts were added
     rerank_score: float | None = None
+    dense_score: float | None = None    # a hybrid search's parts: the inner product
+    lexical_score: float | None = None  # and the BM25 score
 
 
 class Index:
@@ -42,6 +48,7 @@ class Index:
 
     Rows are numbered in the order passages were added. Committed rows are read from the
     index folder on demand; rows added since the last save are held in memory until `save`.
+    meta["dense_weight"], when below 1, makes searches hybrid by default (hybrid.py).
     """
 
     def __init__(self, spec: VectorSpec, faiss_index: faiss.Index, kind: str, meta: dict | None = None,
@@ -49,8 +56,10 @@ class Index:
         self.spec, self.faiss_index, self.kind = spec, faiss_index, kind
         self.meta = meta or {}
         self.folder, self.store = folder, store
+        self.saved_meta = dict(self.meta) if folder is not None else None  # what the folder's meta.json holds
         self.pending: list[Passage] = []
         self._embedder = None
+        self._bm25 = None  # BM25 over every row's text: built by the first hybrid search, dropped by add
         self._ids: UniqueIds | None = None
         self._gpu: faiss.Index | None | bool = False  # False: not made yet; None: no GPU to use
 
@@ -62,23 +71,28 @@ class Index:
     @classmethod
     def build(cls, texts: Sequence[str], model: str | Path = "minilm", *, ids: Sequence[PassageId] | None = None,
               kind: str = "auto", pooling: str | None = None, normalize: bool = True, batch_size: int = 32,
-              progress: bool | None = None, tune_queries: Sequence[str] | None = None) -> "Index":
+              progress: bool | None = None, tune_queries: Sequence[str] | None = None,
+              dense_weight: float | None = None) -> "Index":
         """Embed texts with `model` (a checkpoint folder or packaged name) and index them.
 
         ids: one per text (str or int), default the row numbers. kind: auto, flat, ivf or hnsw
         (see ann.py). pooling: None takes a sentence-transformers folder's choice, else mean.
         tune_queries: typical query texts to tune an approximate index's effort on.
-        Raises ValueError for no texts, a non-str text, ids of the wrong length or repeated.
+        dense_weight: the index's default for `search` (see set_dense_weight); None: vectors alone.
+        Raises ValueError for no texts, a non-str text, ids of the wrong length or repeated, a
+        dense_weight outside 0..1, or one below 1 without bm25s installed.
         """
         texts = check_texts(texts)
         if not texts:
             raise ValueError("no texts to index; pass a non-empty list of texts")
+        dense_weight = check_dense_weight(dense_weight)  # before the slow part, embedding
         spec, embedder = open_model(model, pooling=pooling, normalize=normalize, batch_size=batch_size,
                                     progress=progress)
         query_vectors = embedder.encode(check_texts(tune_queries)) if tune_queries else None
         index = cls.from_vectors(spec, embedder.encode(texts), make_passages(texts, ids, first_row=0), kind,
                                  tune_queries=query_vectors)
         index._embedder = embedder
+        index.set_dense_weight(dense_weight)
         return index
 
     @classmethod
@@ -158,6 +172,7 @@ class Index:
         self.ids.check(passages, "the passages added")
         self.faiss_index.add(vectors)
         self._gpu = False  # the replica is stale
+        self._bm25 = None  # and so is BM25 (its document frequencies change too): rebuilt on the next hybrid search
         self.ids.remember(passages)
         self.pending.extend(passages)
 
@@ -172,10 +187,12 @@ class Index:
         if self.folder is not None and target.resolve() == self.folder.resolve():
             if self.pending:
                 self.meta = append_to_folder(target, self.meta, self.faiss_index, self.pending)
+            elif self.meta != self.saved_meta:  # a setting changed (set_dense_weight): meta.json alone
+                self.meta = write_meta(target, self.meta)
         else:
             committed = self.store.records(range(self.store.count)) if self.store is not None else []
             self.meta = write_new_folder(target, self.meta, self.faiss_index, [*committed, *self.pending])
-        self.folder = target
+        self.folder, self.saved_meta = target, dict(self.meta)
         self.store = TextStore(target / "texts.jsonl", np.load(target / self.meta["files"]["offsets"]))
         self.pending = []
         return target
@@ -191,6 +208,32 @@ class Index:
         ann.set_effort(self.faiss_index, self.kind, ann.check_effort(self.kind, effort))
         self._gpu = False
 
+    @property
+    def dense_weight(self) -> float:
+        """The dense share a search uses by default: meta.json's dense_weight; 1 (vectors alone) where it has none."""
+        weight = self.meta.get("dense_weight")
+        return 1.0 if weight is None else float(weight)
+
+    def set_dense_weight(self, dense_weight: float | None) -> None:
+        """Make searches hybrid by default with this dense share (0..1; None or 1: vectors alone).
+
+        Kept in meta.json: `save()` commits it (rewriting meta.json alone when no rows were added).
+        Raises UsageError outside 0..1, ValueError for a weight below 1 without bm25s installed.
+        """
+        dense_weight = check_dense_weight(dense_weight)
+        if dense_weight is None:
+            self.meta.pop("dense_weight", None)
+        else:
+            self.meta["dense_weight"] = dense_weight
+
+    def bm25(self):
+        """A bm25s index of every row's text (committed, then added) in row order: built on the first
+        hybrid search and kept (docs/search.md: its cost); `add` drops it."""
+        if self._bm25 is None:
+            committed = self.store.texts() if self.store is not None else ()
+            self._bm25 = bm25_index([*committed, *(passage.text for passage in self.pending)])
+        return self._bm25
+
     def searcher(self) -> faiss.Index:
         """The index to search: a GPU replica where FAISS has a GPU (ann.gpu_replica), else the CPU index."""
         if self._gpu is False:
@@ -203,24 +246,55 @@ class Index:
             self._embedder = self.spec.embedder()
         return self._embedder
 
-    def search(self, queries: str | Sequence[str] | np.ndarray, top_k: int = 10) -> list[Hit] | list[list[Hit]]:
+    def search(self, queries: str | Sequence[str] | np.ndarray, top_k: int = 10, *,
+               dense_weight: float | None = None) -> list[Hit] | list[list[Hit]]:
         """The top_k passages nearest each query, best first.
 
         queries: one str (returns [Hit, ...]), a list of str, or vectors (n, dim) / (dim,) made
         by the index's model (returns one list per query). top_k larger than the index returns
         every passage. A query longer than the model's max_length is truncated, with a warning.
-        Raises ValueError for top_k < 1 or vectors of the wrong size.
+        dense_weight: 1 ranks by the vectors alone; below 1 by `fuse` of the cosines and BM25
+        over the passages (hybrid.py: which rows are scored), Hit.score the fused score and
+        Hit.dense_score / lexical_score its parts; queries must then be texts. None: the index's
+        (`dense_weight`, from meta.json).
+        Raises ValueError for top_k < 1, vectors of the wrong size, a weight outside 0..1,
+        vectors with a weight below 1, or a hybrid search without bm25s installed.
         """
         checked("top_k", top_k)
+        weight = self.dense_weight if dense_weight is None else checked("dense_weight", dense_weight, float)
         single = isinstance(queries, str) or (isinstance(queries, np.ndarray) and queries.ndim == 1)
-        vectors = self.query_vectors([queries] if isinstance(queries, str) else queries)
-        scores, rows = self.searcher().search(vectors, min(top_k, len(self)))
-        wanted = sorted({int(row) for row in rows.ravel() if row >= 0})
-        passages = dict(zip(wanted, self.passages(wanted)))
-        results = [[Hit(passages[int(row)].id, passages[int(row)].text, float(score), int(row))
-                    for score, row in zip(query_scores, query_rows) if row >= 0]
-                   for query_scores, query_rows in zip(scores, rows)]
+        if isinstance(queries, np.ndarray) and weight < 1.0:
+            raise UsageError(f"a hybrid search (dense_weight {weight:g}) needs query texts, for BM25; "
+                             "pass texts, or dense_weight=1.0 to search by vectors alone")
+        queries = [queries] if isinstance(queries, str) else queries
+        queries = queries if isinstance(queries, np.ndarray) else check_texts(queries)  # a generator read once
+        vectors = self.query_vectors(queries)
+        if weight < 1.0:
+            ranked = hybrid_top_k(self.faiss_index, self.kind, self.searcher(), self.bm25(), vectors, queries,
+                                  top_k, weight)
+        else:
+            scores, rows = self.searcher().search(vectors, min(top_k, len(self)))
+            ranked = Ranked(rows, scores, None, None)
+        results = self.hits(ranked)
         return results[0] if single else results
+
+    def hits(self, ranked: Ranked) -> list[list[Hit]]:
+        """One list of Hits per query, the passages read once for all queries; rows -1 (none found) left out."""
+        wanted = sorted({int(row) for row in ranked.rows.ravel() if row >= 0})
+        passages = dict(zip(wanted, self.passages(wanted)))
+        results = []
+        for query, rows in enumerate(ranked.rows):
+            hits = []
+            for column, row in enumerate(rows):
+                if row < 0:
+                    continue
+                hit = Hit(passages[int(row)].id, passages[int(row)].text, float(ranked.scores[query, column]), int(row))
+                if ranked.dense is not None:
+                    hit.dense_score = float(ranked.dense[query, column])
+                    hit.lexical_score = float(ranked.lexical[query, column])
+                hits.append(hit)
+            results.append(hits)
+        return results
 
     def query_vectors(self, queries) -> np.ndarray:
         if isinstance(queries, np.ndarray):

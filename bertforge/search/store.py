@@ -42,9 +42,17 @@ class TextStore:
 
     def ids(self) -> Iterator:
         """Every row's id, in order, streamed (to check new ids against)."""
+        return (record["id"] for record in self.all_records())
+
+    def texts(self) -> Iterator[str]:
+        """Every row's text, in order, streamed (for BM25 over the passages)."""
+        return (record["text"] for record in self.all_records())
+
+    def all_records(self) -> Iterator[dict]:
+        """Every row's {"id", "text"} in order, read sequentially (bytes past the recorded end are not rows)."""
         with open(self.path, "rb") as file:
             for _ in range(self.count):
-                yield json.loads(file.readline())["id"]
+                yield json.loads(file.readline())
 
 
 def append_passages(path: Path, end: int, passages: Iterable[Passage]) -> np.ndarray:

@@ -1,6 +1,8 @@
 """The text routes: tokenize and decode, fill-mask, classify / predict, rerank, search."""
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 
@@ -141,10 +143,15 @@ async def rerank(body: RerankRequest, request: Request, server: Server = Depends
                               "score": float(scores[i])} for i in order])
 
 
-@router.post("/search", tags=["search"], response_model=list[list[SearchHit]],
-             summary="The top-k texts of the --index for each query, best first")
+@router.post("/search", tags=["search"], response_model=list[list[SearchHit]], response_model_exclude_none=True,
+             summary="The top-k texts of the --index for each query, best first (hybrid with BM25 by dense_weight)")
 async def search(body: SearchRequest, request: Request, server: Server = Depends(current_server)):
     index = require(server.models.index, "search", "start the server with --index DIR")
     queries = as_list(body.query, "query", server.settings.max_client_batch_size)
-    hits = await server.run_on_model_thread(request, index.search, queries, body.top_k)
-    return [[SearchHit(id=str(hit.id), text=hit.text, score=float(hit.score)) for hit in row] for row in hits]
+    try:
+        hits = await server.run_on_model_thread(request, partial(index.search, dense_weight=body.dense_weight),
+                                                queries, body.top_k)
+    except ValueError as error:  # a hybrid search without bm25s installed, the index's model folder gone
+        raise ApiError(424, "backend", str(error)) from None
+    return [[SearchHit(id=str(hit.id), text=hit.text, score=float(hit.score), dense_score=hit.dense_score,
+                       lexical_score=hit.lexical_score) for hit in row] for row in hits]

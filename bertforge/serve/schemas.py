@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, RootModel, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, Field, RootModel, StrictBool, StrictFloat, StrictInt, StrictStr
 
 # Strict types: "normalize": "yes" or "inputs": [1.5] is a 422, not a guess (pydantic's lax mode
 # would read "yes" as true). Token ids are the model's own, without [CLS]/[SEP].
@@ -162,12 +162,16 @@ class Rank(BaseModel):
 class SearchRequest(BaseModel):
     query: Inputs = Field(description="a query, or a list of queries")
     top_k: StrictInt = Field(10, ge=1, le=100)
+    dense_weight: StrictFloat | None = Field(None, ge=0, le=1, description="the encoder's share of a hybrid ranking "
+                                             "with BM25 (1: the encoder alone, 0: BM25 alone; default: the index's)")
 
 
 class SearchHit(BaseModel):
     id: str
     text: str
-    score: float
+    score: float = Field(description="cosine similarity; in a hybrid search the fused score")
+    dense_score: float | None = Field(None, description="a hybrid search's parts: the cosine similarity")
+    lexical_score: float | None = Field(None, description="and the BM25 score")
 
 
 class AttentionRequest(BaseModel):

