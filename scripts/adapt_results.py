@@ -2,8 +2,9 @@
 
     python scripts/adapt_results.py runs/adapt-emma/report.json runs/adapt-drugs/report.json
 
-One row per system of each report: nDCG@10 on the held-out ICT dev and test queries (and the
---eval set when there is one), the ratio to the base on test, recall@100, seconds, steps/s.
+One row per system of each report, each followed by its fusion with BM25 (the weight its dev queries
+picked): nDCG@10 on the held-out ICT dev and test queries (and the --eval set when there is one), the
+ratio to the base alone on test, recall@100, seconds, steps/s. The row the index ranks with is marked.
 """
 from __future__ import annotations
 
@@ -11,18 +12,21 @@ import json
 import sys
 from pathlib import Path
 
+from bertforge.adapt.report import report_rows
+
 
 def rows(report: dict) -> list[str]:
     base = next(s for s in report["systems"] if s["name"] == "base")["metrics"]["test"]["ndcg@10"]
     lines = []
-    for system in report["systems"]:
+    for system in report_rows(report["systems"]):
         metrics = system["metrics"]
         beir = f"{metrics['beir']['ndcg@10']:.3f}" if "beir" in metrics else ""
         speed = f"{system['steps_per_second']:.3f}" if system.get("steps_per_second") else ""
-        name = system["name"] + (" (final)" if system["name"] == report["final"] else "")
+        name = system["name"] + (" (the index)" if system["name"] == report.get("final_engine", report["final"])
+                                 else "")
         lines.append(f"| {name} | {metrics['dev']['ndcg@10']:.3f} | {metrics['test']['ndcg@10']:.3f} | "
                      f"{metrics['test']['ndcg@10'] / base:.2f}x | {metrics['test']['recall@100']:.3f} | {beir} | "
-                     f"{system.get('seconds', 0):.0f} | {speed} |")
+                     f"{system.get('seconds') or 0:.0f} | {speed} |")
     return lines
 
 

@@ -27,6 +27,8 @@ from bertforge.adapt.pipeline import pick_final
 from bertforge.adapt.presets import MLM_MIN_STEPS, MLM_STEPS, mlm_settings
 from bertforge.adapt.stages import Stage, stage_key
 from bertforge.cli.parser import main
+from bertforge.models.folder import read_model_folder
+from bertforge.tasks.retrieval.hybrid import WEIGHTS
 from bertforge.tokenization.tokenizer import BertTokenizer
 
 pytest.importorskip("faiss")
@@ -170,6 +172,38 @@ def test_the_base_is_kept_when_no_stage_beats_it():
     assert pick_final([system("base", 0.5), system("ict", 0.6), system("simcse", 0.55)])["name"] == "ict"
 
 
+def test_the_final_model_is_picked_by_its_engine_fused_with_bm25():
+    def fused(name, alone, engine, weight=0.6):
+        return {**system(name, alone), "hybrid": {"dense_weight": weight, "metrics": system(name, engine)["metrics"]}}
+
+    # the ICT stage alone is below the base alone, but fused with BM25 (what the index serves) above it
+    assert pick_final([system("bm25", 0.3), fused("base", 0.5, 0.55), fused("ict", 0.45, 0.6)])["name"] == "ict"
+    assert pick_final([system("bm25", 0.3), fused("base", 0.5, 0.65), fused("ict", 0.6, 0.6)])["name"] == "base"
+
+
+def test_hybrid_weight_is_picked_on_dev_and_reported_on_every_split():
+    from bertforge.adapt.evaluation import Evaluator
+    from bertforge.adapt.ict import HeldOut
+
+    corpus = [Passage(str(i), [f"passage {i}."]) for i in range(6)]
+    queries = {"dev": [("q0", 0), ("q1", 1), ("q2", 2)], "test": [("q3", 3), ("q4", 4), ("q5", 5)]}
+    held_out = HeldOut(corpus, queries)
+
+    def perfect(texts, documents):
+        return np.array([[float(int(t[1:]) == d) for d in range(len(documents))] for t in texts])
+
+    def misleading(texts, documents):  # ranks the next passage first, the right one second
+        right = perfect(texts, documents)
+        return np.roll(right, 1, axis=1) + 0.5 * right
+
+    lexical_wins = Evaluator(held_out, tokenizer=None, lexical=perfect).hybrid(misleading)
+    dense_wins = Evaluator(held_out, tokenizer=None, lexical=misleading).hybrid(perfect)
+    # fused, the right passage wins while w < 2/3 (lexical right) or w > 1/3 (dense right): the largest such w
+    assert (lexical_wins["dense_weight"], dense_wins["dense_weight"]) == (0.6, 1.0)
+    for chosen in (lexical_wins, dense_wins):
+        assert chosen["metrics"]["dev"]["ndcg@10"] == chosen["metrics"]["test"]["ndcg@10"] == 1.0
+
+
 def test_a_tsdae_stage_trains_on_the_corpus_sentences_and_keeps_the_encoder_alone(cassette_dir, tmp_path):
     from safetensors.torch import load_file
 
@@ -211,6 +245,14 @@ def test_the_run_writes_model_index_and_report(adapted):
     assert {"ndcg@10", "recall@10", "recall@100", "mrr@10"} <= set(report["systems"][3]["metrics"]["test"])
     for name in ("report.md", "report.png", "model/README.md", "index/meta.json"):
         assert (adapted / name).is_file()
+    for encoder in report["systems"][1:]:  # every model is also measured fused with BM25
+        assert encoder["hybrid"]["dense_weight"] in WEIGHTS and {"dev", "test"} <= set(encoder["hybrid"]["metrics"])
+    final = next(s for s in report["systems"] if s["name"] == report["final"])
+    assert report["dense_weight"] == final["hybrid"]["dense_weight"]
+    meta = json.loads((adapted / "index" / "meta.json").read_text())
+    assert meta.get("dense_weight", 1.0) == report["dense_weight"]  # the index ranks as the report measured
+    card = (adapted / "model" / "README.md").read_text()
+    assert f"{read_model_folder(adapted / 'model').pooling} pooling" in card
     versions = json.loads((adapted / "model" / "config_sentence_transformers.json").read_text())["__version__"]
     assert {"sentence_transformers", "transformers", "pytorch"} <= set(versions)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..atomic import write_text
-from .report import metrics_table
+from .report import metrics_table, report_rows
 
 
 def write_card(folder: Path, report: dict) -> None:
@@ -15,16 +15,18 @@ def write_card(folder: Path, report: dict) -> None:
              "tags: [sentence-transformers, feature-extraction, bertforge-adapt]", "---", "",
              f"# {report['base']} adapted to a domain corpus with `bertforge adapt`", "",
              f"- **Base model**: {report['base']}",
-             f"- **Final stage**: {report['final']} (best nDCG@10 on the held-out dev queries)",
+             f"- **Final stage**: {report['final']} (best nDCG@10 on the held-out dev queries, fused with BM25 "
+             f"at dense weight {report['dense_weight']:g} as its index ranks)",
              f"- **Corpus**: {corpus['passages']:,} passages, {corpus['words']:,} words, from "
              f"{len(corpus['files'])} file(s); {corpus['duplicates']} exact duplicates dropped",
-             f"- **Max sequence length**: {report['max_seq_length']} tokens; mean pooling; cosine similarity",
+             f"- **Max sequence length**: {report['max_seq_length']} tokens; {report['pooling']} pooling; cosine "
+             "similarity",
              "", "## Stages", ""]
     lines += [f"- `{s['name']}`: {s.get('description', '')}" for s in stages] or ["- none (the base model)"]
     lines += ["", "## Evaluation", "",
               f"Held-out ICT queries: a sentence cut from a passage that stays indexed without it; "
               f"{report['queries']['dev']} dev, {report['queries']['test']} test queries.", "",
-              metrics_table(report["systems"], report["final"]), "", "## Use", "", "```python",
+              metrics_table(report_rows(report["systems"]), report["final_engine"]), "", "## Use", "", "```python",
               "from sentence_transformers import SentenceTransformer", "",
               "model = SentenceTransformer(\"path/to/this/folder\")",
               "vectors = model.encode([\"a question about the domain\"])", "```", ""]

@@ -2,13 +2,17 @@
 
 Every scorer is `tasks.retrieval.evaluation`'s: (queries, documents) -> similarity matrix, so
 BM25, the base model and each adapted stage are measured by the same metrics on the same
-queries: nDCG@10, recall@10/100, MRR@10 (and recall@1).
+queries: nDCG@10, recall@10/100, MRR@10 (and recall@1). Every encoder is also measured fused with
+BM25 (tasks/retrieval/hybrid.py), at the dense weight its dev queries pick: that pair is what the
+index serves.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from ..tasks.retrieval.baselines import bm25_scores
 from ..tasks.retrieval.evaluation import Scorer, encoder_embedder, encoder_scorer, evaluate_retrieval
+from ..tasks.retrieval.hybrid import WEIGHTS, hybrid_scorer, remembered
 from ..tasks.retrieval.metrics import retrieval_metrics
 from ..tasks.retrieval.reader import RetrievalSet, read_retrieval_set
 from .ict import HeldOut
@@ -46,13 +50,14 @@ def read_beir_folder(folder: str | Path) -> RetrievalSet:
 class Evaluator:
     """Scores a model (or BM25) on the held-out ICT queries and, when given, a BEIR set."""
 
-    def __init__(self, held_out: HeldOut, tokenizer, beir: RetrievalSet | None = None, batch_size: int = 64):
+    def __init__(self, held_out: HeldOut, tokenizer, beir: RetrievalSet | None = None, batch_size: int = 64,
+                 lexical: Scorer | None = None):
         self.held_out, self.tokenizer, self.beir, self.batch_size = held_out, tokenizer, beir, batch_size
-        self.history: list[dict[str, dict[str, float]]] = []
+        self.lexical = lexical or remembered(bm25_scores)  # BM25: the baseline row and every hybrid's other half
 
     def with_tokenizer(self, tokenizer) -> "Evaluator":
         """The same queries, scoring models that read text with `tokenizer` (a stage that grew the vocabulary)."""
-        return Evaluator(self.held_out, tokenizer, self.beir, self.batch_size)
+        return Evaluator(self.held_out, tokenizer, self.beir, self.batch_size, self.lexical)
 
     def scorer(self, model) -> Scorer:
         return encoder_scorer(encoder_embedder(model, self.tokenizer, batch_size=self.batch_size, progress=False))
@@ -67,12 +72,32 @@ class Evaluator:
             results["beir"] = self.beir_metrics(scorer)
         return results
 
+    def encoder(self, model) -> dict:
+        """{"metrics": the model alone, "hybrid": the model fused with BM25} on every evaluation set."""
+        dense = remembered(self.scorer(model))  # each text list is embedded once, whatever the weights tried
+        return {"metrics": self.everything(dense), "hybrid": self.hybrid(dense)}
+
+    def hybrid(self, dense: Scorer) -> dict:
+        """{"dense_weight", "metrics"}: `dense` fused with BM25 at its best weight on the dev queries, scored on
+        every set at that weight."""
+        weight = self.best_weight(dense)
+        return {"dense_weight": weight, "metrics": self.everything(hybrid_scorer(dense, self.lexical, weight))}
+
+    def best_weight(self, dense: Scorer) -> float:
+        """The dense weight at which `dense` fused with BM25 ranks the dev queries best (ties: the larger)."""
+        def dev(weight: float) -> float:
+            return ict_metrics(hybrid_scorer(dense, self.lexical, weight), self.held_out)["dev"]["ndcg@10"]
+
+        return max(WEIGHTS, key=lambda w: (dev(w), w))
+
     def beir_metrics(self, scorer: Scorer) -> dict[str, float]:
         return evaluate_retrieval(scorer, self.beir, recall_at=RECALL_AT)
 
     def during_training(self, model) -> dict[str, float]:
-        """What the loop sees at each evaluation: dev nDCG@10 (it picks the best model by it); every split's
-        metrics are kept in self.history, in evaluation order."""
-        results = self.ict(model)
-        self.history.append(results)
-        return {"ndcg@10": results["dev"]["ndcg@10"], "test_ndcg@10": results["test"]["ndcg@10"]}
+        """What the loop sees at each evaluation: the dev nDCG@10 of the model fused with BM25 at its best
+        weight, as the index will rank (the loop keeps the checkpoint best by it), beside the model alone's."""
+        dense = remembered(self.scorer(model))
+        alone = ict_metrics(dense, self.held_out)
+        fused = ict_metrics(hybrid_scorer(dense, self.lexical, self.best_weight(dense)), self.held_out)
+        return {"ndcg@10": fused["dev"]["ndcg@10"], "test_ndcg@10": fused["test"]["ndcg@10"],
+                "alone_ndcg@10": alone["dev"]["ndcg@10"], "alone_test_ndcg@10": alone["test"]["ndcg@10"]}

@@ -99,11 +99,11 @@ def run_mlm_stage(run, stage, settings: MlmSettings) -> dict:
     records = continue_pretraining(init, stage.folder, settings, run.options.device, resume)
     encoder, tokenizer = keep_models(list_checkpoints(stage.run)[-1] / "model", stage, run)
     evaluator = run.evaluator.with_tokenizer(tokenizer)
-    metrics = evaluator.everything(evaluator.scorer(encoder.to(run.device)))
+    scored = evaluator.encoder(encoder.to(run.device))
     masked = masked_lm_change(records)
     print(f"stage {stage.name}: held-out masked-token accuracy {masked['before']['accuracy']:.4f} -> "
           f"{masked['after']['accuracy']:.4f}, loss {masked['before']['loss']:.3f} -> {masked['after']['loss']:.3f}")
-    record = stage.finish({"name": stage.name, "key": stage.key, "metrics": metrics, "steps": settings.steps,
+    record = stage.finish({"name": stage.name, "key": stage.key, **scored, "steps": settings.steps,
                            "seconds": time.time() - started, "description": describe(settings, source),
                            "settings": asdict(settings), "masked_lm": masked, "vocabulary": vocabulary})
     shutil.rmtree(stage.run)  # checkpoints and the prepared corpus: only a killed stage needs them

@@ -33,7 +33,7 @@ from .ict import HeldOut, held_out_queries, passage_text, training_passages
 from .methods import MethodSettings, train_method
 from .mlm import mlm_source, run_mlm_stage
 from .presets import PRESETS, mlm_settings, query_count, stage_settings
-from .report import metrics_table, write_report
+from .report import engine, engine_name, metrics_table, report_rows, write_report
 from .stages import Stage, claim_output, remove_stale, stage_key
 from .vocabulary import Fragmentation, fragmentation, fragmentation_table
 
@@ -72,6 +72,7 @@ class Run:
     vocabulary: Fragmentation
     max_seq_length: int  # the base's: no stage trains on longer texts than it was made for
     architecture: str
+    pooling: str  # the base's, which every stage keeps
     mlm_source: Path | None = None  # the checkpoint continued MLM trains; None: no MLM stage
 
 
@@ -99,19 +100,21 @@ def run_adapt(options: AdaptOptions) -> dict:
         systems.append(stage.done or run_stage(run, stage, settings, init))
         key, init = stage.key, stage.model
     final = pick_final(systems)
-    index_stage = Stage.of(run.output, "index", run.corpus_key, final.get("key", run.base_key))
+    dense_weight = engine(final)["dense_weight"]
+    index_stage = Stage.of(run.output, "index", run.corpus_key, final.get("key", run.base_key), dense_weight)
     removed = remove_stale(run.output, [baseline, *stages, index_stage])
     if removed:
         print(f"removed stale stages (made for another corpus, base or settings): {', '.join(removed)}")
     report = build_report(run, systems, final, time.time() - started)
     write_model(run, final, report)
     if not index_stage.done:
-        print(f"indexing {len(run.corpus.passages):,} passages with the final model ({final['name']})", flush=True)
-        build_corpus_index(run)
+        print(f"indexing {len(run.corpus.passages):,} passages with the final model ({final['name']}), fused with "
+              f"BM25 at dense weight {dense_weight:g}", flush=True)
+        build_corpus_index(run, dense_weight)
         index_stage.finish({"model": final["name"]})
     report["seconds"] = round(time.time() - started, 1)
     write_report(run.output, report)
-    print(metrics_table(systems, final["name"]))
+    print(metrics_table(report_rows(systems), report["final_engine"]))
     print(report["note"])
     print(f"model: {run.output / 'model'}   index: {run.output / 'index'}   report: {run.output / 'report.md'}")
     return report
@@ -139,7 +142,7 @@ def open_run(options: AdaptOptions) -> Run:
     return Run(options, output, corpus, held_out, Evaluator(held_out, tokenizer, beir), tokenizer, base_folder,
                select_device(options.device), corpus_key, model_fingerprint(base_folder)[:12], vocabulary,
                min(base.max_seq_length, read_model_folder(mlm).max_seq_length) if mlm else base.max_seq_length,
-               base.architecture, mlm)
+               base.architecture, base.pooling, mlm)
 
 
 def check_corpus(corpus: Corpus, options: AdaptOptions) -> None:
@@ -166,18 +169,17 @@ def print_corpus(corpus: Corpus, tokenizer) -> Fragmentation:
 
 def baseline_systems(run: Run) -> list[dict]:
     """BM25 and the base model zero-shot on every evaluation set."""
-    from ..tasks.retrieval.baselines import bm25_scores
-
     queries = sum(len(q) for q in run.held_out.queries.values())
     print(f"scoring BM25 and the base model: {queries} held-out ICT queries over {len(run.held_out.corpus):,} passages"
           + (f", and the --eval set's {len(run.evaluator.beir.queries)} queries" if run.evaluator.beir else ""),
           flush=True)
     started = time.time()
-    bm25 = {"name": "bm25", "metrics": run.evaluator.everything(bm25_scores), "seconds": time.time() - started}
+    bm25 = {"name": "bm25", "metrics": run.evaluator.everything(run.evaluator.lexical),
+            "seconds": time.time() - started}
     started = time.time()
     model = BiEncoder.from_pretrained(run.base_folder).to(run.device)
-    base = {"name": "base", "metrics": run.evaluator.everything(run.evaluator.scorer(model)),
-            "seconds": time.time() - started, "description": f"{run.options.base} zero-shot"}
+    base = {"name": "base", **run.evaluator.encoder(model), "seconds": time.time() - started,
+            "description": f"{run.options.base} zero-shot"}
     return [bm25, base]
 
 
@@ -189,28 +191,28 @@ def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path) -> d
     resume = stage.run.is_dir() and latest_checkpoint(stage.run) is not None
     if stage.run.is_dir() and not resume:
         shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
-    run.evaluator.history = []
     best_model, records = train_method(init, run.held_out.corpus, run.held_out.texts(), settings, stage.run,
                                        run.evaluator.during_training, run.options.device, resume=resume)
     evaluations = [r for r in records if "eval_ndcg@10" in r]
     best = max(evaluations, key=lambda r: r["eval_ndcg@10"])  # the first of equals, as the loop keeps it
     shutil.rmtree(stage.model, ignore_errors=True)
     (stage.run / "best").rename(stage.model)
-    # This process saw the last len(history) evaluations; one from before a kill is measured again.
-    seen = dict(zip([r["step"] for r in evaluations][len(evaluations) - len(run.evaluator.history):],
-                    run.evaluator.history))
-    best_model.to(run.device)
-    metrics = seen.get(best["step"]) or run.evaluator.ict(best_model)
-    if run.evaluator.beir is not None:
-        metrics["beir"] = run.evaluator.beir_metrics(run.evaluator.scorer(best_model))
+    scored = run.evaluator.encoder(best_model.to(run.device))  # alone and fused with BM25, every set
     shutil.rmtree(stage.run)  # checkpoints: only a killed stage needs them
     steps = evaluations[-1]["step"]
-    return stage.finish({"name": stage.name, "key": stage.key, "metrics": metrics, "best_step": best["step"],
+    return stage.finish({"name": stage.name, "key": stage.key, **scored, "best_step": best["step"],
                          "steps": steps, "seconds": time.time() - started,
                          "steps_per_second": steps / max(1e-9, time.time() - started),
                          "description": describe(settings), "settings": asdict(settings),
-                         "evaluations": [{"step": r["step"], "dev_ndcg@10": r["eval_ndcg@10"],
-                                          "test_ndcg@10": r.get("eval_test_ndcg@10")} for r in evaluations]})
+                         "evaluations": [evaluation_record(r) for r in evaluations]})
+
+
+def evaluation_record(record: dict) -> dict:
+    """One evaluation during training, as the report keeps it: fused with BM25 (what picked the checkpoint)
+    and the model alone, on the dev and test queries."""
+    return {"step": record["step"], "dev_ndcg@10": record["eval_ndcg@10"],
+            "test_ndcg@10": record.get("eval_test_ndcg@10"), "alone_dev_ndcg@10": record.get("eval_alone_ndcg@10"),
+            "alone_test_ndcg@10": record.get("eval_alone_test_ndcg@10")}
 
 
 def describe(settings: MethodSettings) -> str:
@@ -228,27 +230,23 @@ def describe(settings: MethodSettings) -> str:
 
 
 def pick_final(systems: list[dict]) -> dict:
-    """The trained stage with the best dev nDCG@10, if it beats the base model's; else the base."""
+    """The trained stage whose engine (the model fused with BM25 at its dev-picked weight, which may be 1: the
+    model alone) has the best dev nDCG@10, if it beats the base model's engine; else the base."""
+    def dev(system: dict) -> float:
+        return engine(system)["metrics"]["dev"]["ndcg@10"]
+
     base = next(s for s in systems if s["name"] == "base")
     trained = [s for s in systems if s["name"] not in ("bm25", "base")]
-    best = max(trained, key=lambda s: s["metrics"]["dev"]["ndcg@10"], default=None)
-    if best is None or best["metrics"]["dev"]["ndcg@10"] <= base["metrics"]["dev"]["ndcg@10"]:
-        return base
-    return best
+    best = max(trained, key=dev, default=None)
+    return base if best is None or dev(best) <= dev(base) else best
 
 
 def build_report(run: Run, systems: list[dict], final: dict, seconds: float) -> dict:
-    base = next(s for s in systems if s["name"] == "base")["metrics"]
-    bm25 = next(s for s in systems if s["name"] == "bm25")["metrics"]
-    if final["name"] == "base":
-        note = "No stage beat the base model on the held-out dev queries: DIR/model is the base model, unchanged."
-    else:
-        test, base_test, bm25_test = (m["test"]["ndcg@10"] for m in (final["metrics"], base, bm25))
-        note = (f"Final model: stage {final['name']}; held-out test nDCG@10 {test:.4f} = "
-                f"{test / max(base_test, 1e-9):.2f}x the base model ({base_test:.4f}), BM25 {bm25_test:.4f}.")
     corpus = run.corpus
     settings = final.get("settings") or {}
-    return {"base": run.options.base, "preset": run.options.preset, "final": final["name"], "note": note,
+    return {"base": run.options.base, "preset": run.options.preset, "final": final["name"],
+            "final_engine": engine_name(final), "dense_weight": engine(final)["dense_weight"],
+            "note": final_note(systems, final), "pooling": run.pooling,
             "corpus": {"files": [str(f) for f in corpus.files], "passages": len(corpus.passages),
                        "words": corpus.words, "duplicates": corpus.duplicates, "split": corpus.split},
             "vocabulary": run.vocabulary.to_json(), "vocabulary_table": fragmentation_table(run.vocabulary),
@@ -256,6 +254,27 @@ def build_report(run: Run, systems: list[dict], final: dict, seconds: float) -> 
             "max_seq_length": settings.get("max_length") or run.max_seq_length,
             "systems": systems, "seconds": round(seconds, 1),
             "skipped": skipped_methods(run, {s.get("settings", {}).get("method") for s in systems})}
+
+
+def final_note(systems: list[dict], final: dict) -> str:
+    """What was picked and how it compares on the test queries (and --eval): the engine the index serves,
+    the model alone, the base alone and fused with BM25, and BM25."""
+    base, bm25 = (next(s for s in systems if s["name"] == name) for name in ("base", "bm25"))
+    chosen, weight = engine(final), engine(final)["dense_weight"]
+    lines = [f"No stage beat the base model on the held-out dev queries: DIR/model is the base model, unchanged."
+             if final is base else f"Final model: stage {final['name']}."]
+    lines.append(f"DIR/index ranks by it fused with BM25 at dense weight {weight:g} (picked on the dev queries)."
+                 if weight < 1 else "DIR/index ranks by it alone (BM25 did not help on the dev queries).")
+    for split in ("test", "beir"):
+        if split not in chosen["metrics"]:
+            continue
+        score = chosen["metrics"][split]["ndcg@10"]
+        alone, base_alone = final["metrics"][split]["ndcg@10"], base["metrics"][split]["ndcg@10"]
+        lines.append(f"{'Held-out test' if split == 'test' else '--eval'} nDCG@10: the index {score:.4f} = "
+                     f"{score / max(base_alone, 1e-9):.2f}x the base model ({base_alone:.4f}); the model alone "
+                     f"{alone:.4f} ({alone / max(base_alone, 1e-9):.2f}x); the base fused with BM25 "
+                     f"{engine(base)['metrics'][split]['ndcg@10']:.4f}; BM25 {bm25['metrics'][split]['ndcg@10']:.4f}.")
+    return " ".join(lines)
 
 
 def skipped_methods(run: Run, methods: set[str]) -> list[str]:
@@ -280,8 +299,9 @@ def write_model(run: Run, final: dict, report: dict) -> None:
         model.rename(target)
 
 
-def build_corpus_index(run: Run) -> None:
-    """DIR/index: every passage (whole, as read) embedded by DIR/model, a `bertforge search` index."""
+def build_corpus_index(run: Run, dense_weight: float) -> None:
+    """DIR/index: every passage (whole, as read) embedded by DIR/model, a `bertforge search` index that ranks
+    by the model's cosines fused with BM25 at `dense_weight` (1: the model alone)."""
     from ..atomic import write_text
     from ..search.build import build_index
 
@@ -291,4 +311,4 @@ def build_corpus_index(run: Run) -> None:
     index = run.output / "index"
     shutil.rmtree(index, ignore_errors=True)
     shutil.rmtree(index.with_name("index.partial"), ignore_errors=True)
-    build_index(passages, index, model=run.output / "model")
+    build_index(passages, index, model=run.output / "model", dense_weight=dense_weight)

@@ -12,8 +12,29 @@ from ..atomic import replaced_file, write_text
 from .evaluation import METRICS
 
 
+def engine(system: dict) -> dict:
+    """{"dense_weight", "metrics"}: what an index built with this system ranks by (BM25 has none of its own)."""
+    return system.get("hybrid") or {"dense_weight": 1.0, "metrics": system["metrics"]}
+
+
+def engine_name(system: dict) -> str:
+    weight = engine(system)["dense_weight"]
+    return f"{system['name']} + BM25 ({weight:g})" if weight < 1 else system["name"]
+
+
+def report_rows(systems: list[dict]) -> list[dict]:
+    """Each system's row, followed by its fusion with BM25 when the dev queries picked a weight below 1."""
+    rows = []
+    for system in systems:
+        rows.append(system)
+        if engine(system)["dense_weight"] < 1:
+            rows.append({"name": engine_name(system), "metrics": engine(system)["metrics"],
+                         "dense_weight": engine(system)["dense_weight"]})
+    return rows
+
+
 def metrics_table(systems: list[dict], final: str) -> str:
-    """Markdown: one row per system (name, then metrics per evaluation set), the final model marked."""
+    """Markdown: one row per system (name, then metrics per evaluation set), the final one marked."""
     sets = [name for name in ("dev", "test", "beir") if any(name in s["metrics"] for s in systems)]
     header = ["system", *[f"{label(name)} {metric}" for name in sets for metric in METRICS], "time"]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
@@ -35,17 +56,18 @@ def write_report(output: Path, report: dict) -> None:
     """DIR/report.json, report.md and report.png (nDCG@10 per system, one bar group per evaluation set)."""
     write_text(output / "report.json", json.dumps(report, indent=2) + "\n")
     write_text(output / "report.md", report_markdown(report))
-    plot(output / "report.png", report["systems"])
+    plot(output / "report.png", report_rows(report["systems"]))
 
 
 def report_markdown(report: dict) -> str:
     corpus = report["corpus"]
     lines = [f"# adapt: {report['base']} on {corpus['passages']:,} passages ({corpus['words']:,} words)", "",
              f"Preset {report['preset']}; held-out ICT queries: {report['queries']['dev']} dev (pick the final "
-             f"model), {report['queries']['test']} test (reported). Final model: **{report['final']}**.", ""]
+             f"model), {report['queries']['test']} test (reported). Final model: **{report['final']}**; "
+             f"the index ranks with **{report['final_engine']}**.", ""]
     if report.get("note"):
         lines += [report["note"], ""]
-    lines += [metrics_table(report["systems"], report["final"]), "", "## Vocabulary", "",
+    lines += [metrics_table(report_rows(report["systems"]), report["final_engine"]), "", "## Vocabulary", "",
               report["vocabulary_table"], ""]
     if report.get("skipped"):
         lines += ["## Not run", ""] + [f"- {reason}" for reason in report["skipped"]] + [""]

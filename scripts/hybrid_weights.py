@@ -1,0 +1,51 @@
+"""nDCG@10 of an encoder fused with BM25 at every dense weight (tasks/retrieval/hybrid.py), on a corpus's
+held-out ICT queries (as `bertforge adapt` draws them) and optionally a BEIR folder; no training.
+
+    python scripts/hybrid_weights.py $BERTFORGE_DATA/drug-reviews/{train,test}.tsv --text-column review \
+        --eval runs/retrieval/drug-reviews/test
+    python scripts/hybrid_weights.py data/austen/emma.txt.gz
+
+Prints one line per weight (1: the encoder alone, 0: BM25 alone); results in scripts/results/adapt_hybrid.md.
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+
+from bertforge.adapt.corpus import MAX_WORDS, read_corpus
+from bertforge.adapt.evaluation import Evaluator, read_beir_folder
+from bertforge.adapt.ict import held_out_queries
+from bertforge.adapt.presets import query_count
+from bertforge.resources import resolve_model
+from bertforge.tasks.retrieval.bi_encoder import BiEncoder
+from bertforge.tasks.retrieval.hybrid import WEIGHTS, hybrid_scorer, remembered
+from bertforge.tokenization.tokenizer import BertTokenizer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("corpus", nargs="+")
+    parser.add_argument("--text-column", default="text")
+    parser.add_argument("--eval", default=None, help="a BEIR folder")
+    parser.add_argument("--model", default="minilm", help="a sentence-transformers folder or packaged name")
+    parser.add_argument("--seed", type=int, default=0, help="adapt's --seed: the same held-out queries")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    corpus = read_corpus(args.corpus, text_column=args.text_column, max_words=MAX_WORDS)
+    held_out = held_out_queries(corpus.passages, query_count("quick", len(corpus.passages)),
+                                np.random.default_rng(args.seed))
+    folder = resolve_model(args.model)
+    evaluator = Evaluator(held_out, BertTokenizer.from_pretrained(folder),
+                          read_beir_folder(args.eval) if args.eval else None)
+    dense = remembered(evaluator.scorer(BiEncoder.from_pretrained(folder)))
+    print(f"{len(corpus.passages):,} passages, queries {({k: len(v) for k, v in held_out.queries.items()})}")
+    for weight in WEIGHTS:
+        results = evaluator.everything(hybrid_scorer(dense, evaluator.lexical, weight))
+        print(f"dense weight {weight:.1f}: " + "  ".join(f"{split} {m['ndcg@10']:.3f}" for split, m in results.items()),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
