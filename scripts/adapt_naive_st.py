@@ -7,7 +7,8 @@ slice is the whole corpus; pairs are (sentence, the passage it is in, sentence K
 MultipleNegativesRankingLoss with its defaults (scale 20, in-batch negatives only), batch 32,
 lr 2e-5, one epoch, in the loop SentenceTransformer.fit runs (AdamW, linear warm-up 10% and
 decay, clipping at 1; written out here because fit needs the `datasets` package, not installed). Prints nDCG@10
-(dev/test) of all-MiniLM-L6-v2 zero-shot, BM25 and the fine-tuned model, and appends them to
+(dev/test) of all-MiniLM-L6-v2 zero-shot, BM25 and the fine-tuned model, alone and fused with BM25 at the
+weight the dev queries pick (as adapt fuses its own models), and appends them to
 scripts/results/adapt_naive_st.jsonl.
 """
 from __future__ import annotations
@@ -20,11 +21,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertforge.adapt.evaluation import ict_metrics
+from bertforge.adapt.evaluation import Evaluator, ict_metrics
 from bertforge.adapt.ict import held_out_queries, query_candidates, training_passages
 from bertforge.adapt.presets import query_count
 from bertforge.resources import resolve_model
 from bertforge.tasks.retrieval.baselines import bm25_scores
+from bertforge.tasks.retrieval.hybrid import remembered
 
 RESULTS = Path(__file__).parent / "results" / "adapt_naive_st.jsonl"
 
@@ -90,21 +92,26 @@ def main() -> None:
     if args.report:  # an adapt run on the same corpus: its base and final model on the same queries
         report = json.loads(Path(args.report).read_text())
         assert report["queries"] == {s: len(q) for s, q in held_out.queries.items()}, "not the same held-out queries"
-        systems = {system["name"]: system["metrics"] for system in report["systems"]}
-        record["base"], record["adapt"] = systems["base"], systems[report["final"]]
+        systems = {system["name"]: system for system in report["systems"]}
+        record["base"], record["adapt"] = systems["base"]["metrics"], systems[report["final"]]["metrics"]
+        if "hybrid" in systems[report["final"]]:
+            record["adapt + bm25"] = systems[report["final"]]["hybrid"]["metrics"]
     else:
         record["base"] = ict_metrics(st_scorer(model), held_out)
     started = time.time()
     train_one_epoch(model, anchors, positives)
     record["train_s"] = round(time.time() - started, 1)
-    record["naive_st"] = ict_metrics(st_scorer(model), held_out)
+    naive = remembered(st_scorer(model))
+    record["naive_st"] = ict_metrics(naive, held_out)
+    fused = Evaluator(held_out, tokenizer=None).hybrid(naive)
+    record["naive_st + bm25"], record["naive_st_dense_weight"] = fused["metrics"], fused["dense_weight"]
     RESULTS.parent.mkdir(exist_ok=True)
     with RESULTS.open("a") as file:
         file.write(json.dumps(record) + "\n")
-    for name in ("bm25", "base", "naive_st", "adapt"):
+    for name in ("bm25", "base", "naive_st", "naive_st + bm25", "adapt", "adapt + bm25"):
         if name not in record:
             continue
-        print(f"{name:9s} nDCG@10 dev {record[name]['dev']['ndcg@10']:.4f} test {record[name]['test']['ndcg@10']:.4f}")
+        print(f"{name:15s} nDCG@10 dev {record[name]['dev']['ndcg@10']:.4f} test {record[name]['test']['ndcg@10']:.4f}")
     base = record["base"]["test"]["ndcg@10"]
     print(f"naive/base test {record['naive_st']['test']['ndcg@10'] / base:.3f}x"
           + (f", adapt/base test {record['adapt']['test']['ndcg@10'] / base:.3f}x" if "adapt" in record else "")

@@ -59,6 +59,7 @@ class MethodSettings:
     mini_batch_size: int = 0  # > 0: gradient cache (bigger batches at the memory of this many texts)
     evaluations_per_epoch: int = 1
     distillation: float = 0.0  # > 0: also keep the starting model's in-batch rankings (KL weight)
+    distill_documents: bool = False  # the teacher term also keeps the passages' rankings among themselves
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -82,7 +83,8 @@ def train_method(init: Path, corpus: list[Passage], texts: list[str], settings: 
 
     def body(run: RecipeRun) -> dict:
         objective = Objective(loss="mnrl", scale=settings.scale, symmetric=settings.symmetric,
-                              mini_batch_size=settings.mini_batch_size, distillation=settings.distillation)
+                              mini_batch_size=settings.mini_batch_size, distillation=settings.distillation,
+                              distill_documents=settings.distill_documents)
         model = run.build(model_class(settings.method), max_seq_length=settings.max_length, objective=objective)
         collate = make_collator(settings, corpus, texts, run.tokenizer)
         if settings.distillation:

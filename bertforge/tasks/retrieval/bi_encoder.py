@@ -49,6 +49,7 @@ class Objective:
     matryoshka_dims: list[int] = field(default_factory=list)  # e.g. [384, 128, 64]: also train these prefixes
     mini_batch_size: int = 0  # > 0: gradient cache, the encoder sees this many texts at a time
     distillation: float = 0.0  # mnrl: weight of the KL to a teacher's in-batch scores (batches carry *_teacher)
+    distill_documents: bool = False  # distillation also keeps the teacher's positive-to-positive rankings
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
@@ -59,6 +60,8 @@ class Objective:
         if self.distillation and self.loss != "mnrl":
             raise ValueError("loss.distillation is a weight of the mnrl loss's teacher term; leave it 0 with "
                              f"loss {self.loss}")
+        if self.distill_documents and not self.distillation:
+            raise ValueError("loss.distill_documents extends the teacher term; give loss.distillation a weight too")
         if self.symmetric and self.loss != "mnrl":
             raise ValueError("loss.symmetric applies to mnrl only (in-batch negatives in both directions)")
 
@@ -76,7 +79,8 @@ class Objective:
             raise ValueError("loss.distillation needs the teacher's vectors in the batch (anchor_teacher, "
                              "positive_teacher)")
         return loss + self.distillation * score_distillation_loss(*vectors[:2], *teacher, scale=self.scale,
-                                                                  symmetric=self.symmetric)
+                                                                  symmetric=self.symmetric,
+                                                                  documents=self.distill_documents)
 
     def task_loss(self, vectors: list[Tensor], scores: Tensor | None) -> Tensor:
         if self.loss == "mnrl":

@@ -54,20 +54,35 @@ def multiple_negatives_ranking_loss(anchors: Tensor, positives: Tensor, negative
 
 
 def score_distillation_loss(anchors: Tensor, positives: Tensor, teacher_anchors: Tensor, teacher_positives: Tensor,
-                            *, scale: float = 20.0, symmetric: bool = False) -> Tensor:
+                            *, scale: float = 20.0, symmetric: bool = False, documents: bool = False) -> Tensor:
     """KL(teacher || student) of each anchor's softmax over the batch's positives (both directions if symmetric).
 
     anchors, positives: (batch, dim) student vectors; teacher_*: the teacher's vectors of the same texts
     (no gradient). Both score matrices are cosines times `scale`, so equal rankings at equal margins cost 0.
+    documents: also each positive's softmax over the other positives (itself left out), so the teacher's
+    document-to-document similarities are kept too: ICT moves sentences toward their passages, and a
+    user who searches with a whole review for similar reviews needs the passages' own geometry.
     """
-    def divergence(student: Tensor, teacher: Tensor) -> Tensor:
-        return F.kl_div(F.log_softmax(student, dim=-1), F.log_softmax(teacher, dim=-1), log_target=True,
-                        reduction="batchmean")
-
     student = cosine_matrix(anchors, positives).float() * scale
     teacher = cosine_matrix(teacher_anchors, teacher_positives).float() * scale
-    loss = divergence(student, teacher)
-    return (loss + divergence(student.T, teacher.T)) / 2 if symmetric else loss
+    loss = kl_divergence(student, teacher)
+    loss = (loss + kl_divergence(student.T, teacher.T)) / 2 if symmetric else loss
+    if not documents or len(positives) < 3:  # with two documents each has one other: nothing to rank
+        return loss
+    return loss + kl_divergence(off_diagonal(cosine_matrix(positives, positives).float() * scale),
+                                off_diagonal(cosine_matrix(teacher_positives, teacher_positives).float() * scale))
+
+
+def kl_divergence(student: Tensor, teacher: Tensor) -> Tensor:
+    """KL(softmax(teacher) || softmax(student)) per row, averaged over rows: scores (rows, candidates)."""
+    return F.kl_div(F.log_softmax(student, dim=-1), F.log_softmax(teacher, dim=-1), log_target=True,
+                    reduction="batchmean")
+
+
+def off_diagonal(square: Tensor) -> Tensor:
+    """(n, n) -> (n, n - 1): each row without its own column (a text's similarity to itself ranks nothing)."""
+    n = square.shape[0]
+    return square.flatten()[1:].view(n - 1, n + 1)[:, :-1].reshape(n, n - 1)
 
 
 def cosent_loss(first: Tensor, second: Tensor, scores: Tensor, *, scale: float = 20.0) -> Tensor:
