@@ -44,11 +44,21 @@ def cassette_dir() -> Path:
 @pytest.fixture(scope="session", autouse=True)
 def one_thread_per_xdist_worker():
     """Under `pytest -n N`, share the cores out: torch's default (one thread per core in every
-    worker) oversubscribes the CPU and made the embedding tests 3x slower on 2 cores."""
+    worker) oversubscribes the CPU and made the embedding tests 3x slower on 2 cores.
+
+    The commands the tests start as subprocesses (pretrain, finetune, prepare, embed) get the same
+    share through OMP_NUM_THREADS, which torch reads when it starts: with torch's default they ran
+    one thread per core beside the other worker, and test_pretrain.py took 65 s of CPU instead of 26."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, threads // workers))
+    share = max(1, threads // workers)
+    torch.set_num_threads(share)
+    children = workers > 1 and "OMP_NUM_THREADS" not in os.environ  # a value the user set stays theirs
+    if children:
+        os.environ["OMP_NUM_THREADS"] = str(share)
     yield
+    if children:
+        del os.environ["OMP_NUM_THREADS"]
     torch.set_num_threads(threads)
 
 
