@@ -62,6 +62,17 @@ def one_thread_per_xdist_worker():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True)
+def torch_threads_restored():
+    """A test that changes torch's thread count hands it back: one left at 2 in a worker whose share is 1
+    (test_serve_tei's thread test) made the fine-tuning tests after it on that worker 4-9x slower in
+    CPU time beside the other worker, and which tests followed it changed with the distribution."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests skip, saying why, where torch sees no GPU (and run where it does)."""
     if torch.cuda.is_available():
