@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.bertforge-installed
 
-.PHONY: demo test test-gpu bench install clean
+.PHONY: demo test test-slow test-gpu bench install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2
+
+# The long runs that `make test` leaves out (marker `slow`): the rest of the tokenizer's every-line
+# parity, compiled training (inductor), adapt's presets and kills end to end, MiniLM's ONNX export.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 -m slow
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_inference.py

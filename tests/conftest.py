@@ -44,12 +44,33 @@ def cassette_dir() -> Path:
 @pytest.fixture(scope="session", autouse=True)
 def one_thread_per_xdist_worker():
     """Under `pytest -n N`, share the cores out: torch's default (one thread per core in every
-    worker) oversubscribes the CPU and made the embedding tests 3x slower on 2 cores."""
+    worker) oversubscribes the CPU and made the embedding tests 3x slower on 2 cores.
+
+    The commands the tests start as subprocesses (pretrain, finetune, prepare, embed) get the same
+    share through OMP_NUM_THREADS, which torch reads when it starts: with torch's default they ran
+    one thread per core beside the other worker, and test_pretrain.py took 65 s of CPU instead of 26."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, threads // workers))
+    share = max(1, threads // workers)
+    torch.set_num_threads(share)
+    children = workers > 1 and "OMP_NUM_THREADS" not in os.environ  # a value the user set stays theirs
+    if children:
+        os.environ["OMP_NUM_THREADS"] = str(share)
     yield
+    if children:
+        del os.environ["OMP_NUM_THREADS"]
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_restored():
+    """A test that changes torch's thread count hands it back: one left at 2 in a worker whose share is 1
+    (test_serve_tei's thread test) made the fine-tuning tests after it on that worker 4-9x slower in
+    CPU time beside the other worker, and which tests followed it changed with the distribution."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,6 +1,7 @@
 """The readmission pipeline end to end on generated MIMIC-schema data: prepare -> train (bow, bilstm,
 bert) -> report, and the inference path for a new admission."""
 import csv
+import functools
 import json
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 from bertforge import BertForSequenceClassification, BertTokenizer
 from bertforge.cli.parser import main
 from bertforge.tasks.metrics import readmission_metrics
-from bertforge.readmission import chunk_notes, clean_text
+from bertforge.readmission import baselines, chunk_notes, clean_text
 from bertforge.readmission.recipe import Chunks, admission_risk, score_admissions
 
 
@@ -24,8 +25,13 @@ def prepared(tmp_path_factory):
 def trained(prepared, cassette_dir):
     runs = prepared / "runs"
     for kind in ("bow", "bilstm"):
-        assert main(["readmission", "train", "--data", str(prepared / "data"), "--kind", kind,
-                     "--output", str(runs / kind)]) == 0
+        with pytest.MonkeyPatch.context() as patch:
+            # The Bi-LSTM with its own settings (3 epochs over 318-word chunks) took ~60 s of the CPU here;
+            # this module needs its scores, not its learning (test_readmission_baselines.py trains it with
+            # the defaults through run_readmission): one epoch over the chunks' first 64 words.
+            patch.setattr(baselines, "train_bilstm", functools.partial(baselines.train_bilstm, epochs=1, max_words=64))
+            assert main(["readmission", "train", "--data", str(prepared / "data"), "--kind", kind,
+                         "--output", str(runs / kind)]) == 0
     assert main(["readmission", "train", "--data", str(prepared / "data"), "--kind", "bert", "--init-from",
                  str(cassette_dir), "--name", "bert-tiny", "--epochs", "1", "--max-length", "128",
                  "--learning-rate", "1e-4", "--output", str(runs / "bert")]) == 0
