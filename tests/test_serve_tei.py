@@ -188,10 +188,14 @@ def test_threads_default_to_the_usable_physical_cores(client, models):
     assert client.get("/info").json()["threads"] == default_threads()
     # torch's count is per thread once a thread has run torch, and other tests (or pytest-xdist's share per
     # worker) change it in this one: what counts is the count on the thread the models run on.
+    before = torch.get_num_threads()
     torch.set_num_threads(default_threads() + 1)
-    app = create_app(models)
-    with TestClient(app):
-        assert app.state.server.executor.submit(torch.get_num_threads).result() == default_threads()
+    try:
+        app = create_app(models)
+        with TestClient(app):
+            assert app.state.server.executor.submit(torch.get_num_threads).result() == default_threads()
+    finally:
+        torch.set_num_threads(before)  # the next test on this worker must not run with one thread too many
     with pytest.raises(ValueError, match="threads"):
         create_app(models, ServeSettings(threads=0))
 
