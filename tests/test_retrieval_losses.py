@@ -195,20 +195,20 @@ def test_score_distillation_is_zero_for_the_teachers_own_rankings_and_equals_the
 
 def test_document_distillation_adds_the_kl_of_each_positives_ranking_of_the_other_positives():
     anchors, positives, teacher_positives = (vectors(BATCH, DIM, seed=seed) for seed in (4, 5, 7))
-    assert score_distillation_loss(anchors, positives, anchors, positives * 2, documents=True) < 1e-6
+    assert score_distillation_loss(anchors, positives, anchors, positives * 2, documents=1.0) < 1e-6
     normalize = torch.nn.functional.normalize
     student, teacher = (normalize(v, dim=-1) @ normalize(v, dim=-1).T for v in (positives, teacher_positives))
     others = ~torch.eye(BATCH, dtype=torch.bool)
     p, q = ((m[others].view(BATCH, BATCH - 1) * 20).softmax(-1) for m in (teacher, student))
     documents = (p * (p.log() - q.log())).sum(-1).mean()
     pairs = score_distillation_loss(anchors, positives, anchors, teacher_positives)
-    got = score_distillation_loss(anchors, positives, anchors, teacher_positives, documents=True)
+    got = score_distillation_loss(anchors, positives, anchors, teacher_positives, documents=1.0)
     torch.testing.assert_close(got, pairs + documents)
-    two = score_distillation_loss(anchors[:2], positives[:2], anchors[:2], teacher_positives[:2], documents=True)
+    two = score_distillation_loss(anchors[:2], positives[:2], anchors[:2], teacher_positives[:2], documents=1.0)
     torch.testing.assert_close(two, score_distillation_loss(anchors[:2], positives[:2], anchors[:2],
                                                             teacher_positives[:2]))  # one other document: no ranking
     with pytest.raises(ValueError, match="give loss.distillation a weight"):
-        Objective(distill_documents=True)
+        Objective(distill_documents=1.0)
 
 
 def test_bi_encoder_adds_the_weighted_distillation_term_with_and_without_the_gradient_cache():
@@ -224,9 +224,9 @@ def test_bi_encoder_adds_the_weighted_distillation_term_with_and_without_the_gra
     torch.testing.assert_close(distilled(**batch, **teacher).loss, expected)
     cached = tiny_bi_encoder(Objective(distillation=0.5, mini_batch_size=4))
     torch.testing.assert_close(cached(**batch, **teacher).loss, expected)
-    with_documents = score_distillation_loss(*columns, *teacher.values(), documents=True)
+    with_documents = score_distillation_loss(*columns, *teacher.values(), documents=1.0)
     for mini_batch_size in (0, 4):
-        model = tiny_bi_encoder(Objective(distillation=0.5, distill_documents=True, mini_batch_size=mini_batch_size))
+        model = tiny_bi_encoder(Objective(distillation=0.5, distill_documents=1.0, mini_batch_size=mini_batch_size))
         torch.testing.assert_close(model(**batch, **teacher).loss, task + 0.5 * with_documents)
     with pytest.raises(ValueError, match="needs the teacher's vectors"):
         distilled(**batch)

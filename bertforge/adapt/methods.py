@@ -59,7 +59,7 @@ class MethodSettings:
     mini_batch_size: int = 0  # > 0: gradient cache (bigger batches at the memory of this many texts)
     evaluations_per_epoch: int = 1
     distillation: float = 0.0  # > 0: also keep the starting model's in-batch rankings (KL weight)
-    distill_documents: bool = False  # the teacher term also keeps the passages' rankings among themselves
+    distill_documents: float = 0.0  # > 0: the teacher term also keeps the passages' rankings among themselves
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -222,8 +222,8 @@ def describe(settings: MethodSettings) -> str:
         return (f"TSDAE (each sentence rebuilt from the vector of its words after deleting 60%), batch "
                 f"{settings.batch_size}, lr {settings.learning_rate:g}, {settings.epochs} epoch(s)")
     negatives = " + a BM25-mined hard negative" if settings.hard_negatives else ""
-    rankings = "in-batch rankings" + (" (sentences over passages, passages over passages)"
-                                      if settings.distill_documents else "")
+    rankings = "in-batch rankings" + (f" (sentences over passages, and {settings.distill_documents:g} x passages "
+                                      "over passages)" if settings.distill_documents else "")
     distilled = (f", + {settings.distillation:g} x KL to the starting model's {rankings}"
                  if settings.distillation else "")
     return (f"ICT (a sentence vs its passage without it, kept {settings.keep_probability:.0%}), in-batch "

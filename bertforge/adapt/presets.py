@@ -27,6 +27,7 @@ DISTILLATION = 1.0  # KL weight to the starting model's in-batch rankings: drug-
 # Held-out ICT queries (dev + test). nDCG@10 of 150 queries has a standard error near 0.025, more than what
 # separates the choices dev makes (two fusion weights, two checkpoints): on Emma, 150 dev queries picked
 # weight 0.4 for the base where 0.7 did better on test. A query costs training one sentence of its passage.
+DOCUMENTS = 0.5  # weight of the passages' rankings among themselves within the teacher term (below)
 QUERIES = {"quick": 1_000, "full": 2_000}
 HELD_OUT_SHARE = 0.5  # at most this share of the passages gives a query
 MLM_EPOCHS = {"quick": 1.0, "full": 5.0}  # passes over the corpus's tokens
@@ -42,7 +43,7 @@ def stage_settings(preset: str, training_passages: int, seed: int = 0) -> list[t
     if preset == "quick":
         epochs = min(QUICK_MAX_EPOCHS, max(0.5, QUICK_PASSAGES / max(1, training_passages)))
         return [("ict", replace(ict, epochs=round(epochs, 2), learning_rate=1e-4, hard_negatives=False,
-                                distillation=DISTILLATION, distill_documents=True))]
+                                distillation=DISTILLATION, distill_documents=DOCUMENTS))]
     return [tsdae_stage(seed),
             ("tsdae+ict", replace(ict, epochs=3.0, evaluations_per_epoch=2, batch_size=64, mini_batch_size=32,
                                   distillation=DISTILLATION)),

@@ -49,7 +49,7 @@ class Objective:
     matryoshka_dims: list[int] = field(default_factory=list)  # e.g. [384, 128, 64]: also train these prefixes
     mini_batch_size: int = 0  # > 0: gradient cache, the encoder sees this many texts at a time
     distillation: float = 0.0  # mnrl: weight of the KL to a teacher's in-batch scores (batches carry *_teacher)
-    distill_documents: bool = False  # distillation also keeps the teacher's positive-to-positive rankings
+    distill_documents: float = 0.0  # > 0: the teacher term also keeps positive-to-positive rankings, this weight
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:

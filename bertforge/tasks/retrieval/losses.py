@@ -54,14 +54,14 @@ def multiple_negatives_ranking_loss(anchors: Tensor, positives: Tensor, negative
 
 
 def score_distillation_loss(anchors: Tensor, positives: Tensor, teacher_anchors: Tensor, teacher_positives: Tensor,
-                            *, scale: float = 20.0, symmetric: bool = False, documents: bool = False) -> Tensor:
+                            *, scale: float = 20.0, symmetric: bool = False, documents: float = 0.0) -> Tensor:
     """KL(teacher || student) of each anchor's softmax over the batch's positives (both directions if symmetric).
 
     anchors, positives: (batch, dim) student vectors; teacher_*: the teacher's vectors of the same texts
     (no gradient). Both score matrices are cosines times `scale`, so equal rankings at equal margins cost 0.
-    documents: also each positive's softmax over the other positives (itself left out), so the teacher's
-    document-to-document similarities are kept too: ICT moves sentences toward their passages, and a
-    user who searches with a whole review for similar reviews needs the passages' own geometry.
+    documents: the weight of a second KL, of each positive's softmax over the other positives (itself left
+    out), so the teacher's document-to-document similarities are kept too: ICT moves sentences toward
+    their passages, and a search with a whole review for similar ones needs the passages' own geometry.
     """
     student = cosine_matrix(anchors, positives).float() * scale
     teacher = cosine_matrix(teacher_anchors, teacher_positives).float() * scale
@@ -69,8 +69,9 @@ def score_distillation_loss(anchors: Tensor, positives: Tensor, teacher_anchors:
     loss = (loss + kl_divergence(student.T, teacher.T)) / 2 if symmetric else loss
     if not documents or len(positives) < 3:  # with two documents each has one other: nothing to rank
         return loss
-    return loss + kl_divergence(off_diagonal(cosine_matrix(positives, positives).float() * scale),
-                                off_diagonal(cosine_matrix(teacher_positives, teacher_positives).float() * scale))
+    return loss + documents * kl_divergence(off_diagonal(cosine_matrix(positives, positives).float() * scale),
+                                            off_diagonal(cosine_matrix(teacher_positives, teacher_positives).float()
+                                                         * scale))
 
 
 def kl_divergence(student: Tensor, teacher: Tensor) -> Tensor:
