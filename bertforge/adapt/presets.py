@@ -46,7 +46,7 @@ def stage_settings(preset: str, training_passages: int, seed: int = 0) -> list[t
                                 distillation=DISTILLATION, distill_documents=DOCUMENTS))]
     return [tsdae_stage(seed),
             ("tsdae+ict", replace(ict, epochs=3.0, evaluations_per_epoch=2, batch_size=64, mini_batch_size=32,
-                                  distillation=DISTILLATION)),
+                                  distillation=DISTILLATION, distill_documents=DOCUMENTS)),
             ("tsdae+ict+simcse", replace(ict, method="simcse", epochs=1.0, learning_rate=2e-5, batch_size=64,
                                          hard_negatives=False))]
 
