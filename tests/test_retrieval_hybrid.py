@@ -24,9 +24,10 @@ def test_fusion_can_rank_first_a_document_neither_ranks_first():
     assert fuse(dense, lexical, 0.5).argmax() == 1
 
 
-@pytest.mark.parametrize("weight", [-0.1, 1.5])
-def test_a_weight_outside_zero_one_is_refused(weight):
-    with pytest.raises(ValueError, match="between 0 and 1"):
+@pytest.mark.parametrize("weight, message", [(-0.1, "must be at least 0, got -0.1"),
+                                             (1.5, "must be at most 1, got 1.5")])
+def test_a_weight_outside_zero_one_is_refused(weight, message):
+    with pytest.raises(ValueError, match=f"dense_weight {message}"):
         fuse(np.zeros((1, 2)), np.zeros((1, 2)), weight)
 
 

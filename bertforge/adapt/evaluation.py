@@ -62,9 +62,6 @@ class Evaluator:
     def scorer(self, model) -> Scorer:
         return encoder_scorer(encoder_embedder(model, self.tokenizer, batch_size=self.batch_size, progress=False))
 
-    def ict(self, model) -> dict[str, dict[str, float]]:
-        return ict_metrics(self.scorer(model), self.held_out)
-
     def everything(self, scorer: Scorer) -> dict[str, dict[str, float]]:
         """{"dev", "test"[, "beir"]: metrics} for one scorer."""
         results = ict_metrics(scorer, self.held_out)

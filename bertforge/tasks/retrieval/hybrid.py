@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ...validation import checked
 from .evaluation import Scorer
 
 WEIGHTS = tuple(round(0.1 * step, 1) for step in range(11))  # the grid a weight is picked from
-DEFAULT_DENSE_WEIGHT = 0.7  # best on both corpora measured without tuning (module docstring)
 
 
 def min_max(scores: np.ndarray) -> np.ndarray:
@@ -35,8 +35,7 @@ def fuse(dense: np.ndarray, lexical: np.ndarray, dense_weight: float) -> np.ndar
     Both arrays score the same candidates in the same column order; normalising over those
     candidates makes cosines (~0.1-0.9) and BM25 scores (0-40) comparable per query.
     """
-    if not 0.0 <= dense_weight <= 1.0:
-        raise ValueError(f"dense_weight must be between 0 and 1, got {dense_weight}")
+    dense_weight = checked("dense_weight", dense_weight, float)  # validation.BOUNDS: 0..1, as search checks it
     dense, lexical = np.asarray(dense, dtype=np.float32), np.asarray(lexical, dtype=np.float32)
     return dense_weight * min_max(dense) + (1.0 - dense_weight) * min_max(lexical)
 
