@@ -71,3 +71,11 @@ def test_equal_to_sentence_transformers_information_retrieval_evaluator():
     assert ours["recall@10"] == pytest.approx(expected["recall@k"][10])
     assert ours["mrr@10"] == pytest.approx(expected["mrr@k"][10])
     assert ours["ndcg@10"] == pytest.approx(expected["ndcg@k"][10])
+
+
+def test_top_k_is_a_stable_argsort_cut_to_k():
+    rng = np.random.default_rng(0)
+    scores = rng.integers(0, 5, size=(50, 40)).astype(np.float32)  # many ties
+    scores[0, :5] = -np.inf  # a document excluded from a query, as retrieval_metrics marks it
+    for k in (1, 3, 10, 39, 40, 100):
+        np.testing.assert_array_equal(top_k(scores, k), np.argsort(-scores, axis=1, kind="stable")[:, :k])

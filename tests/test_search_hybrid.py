@@ -143,13 +143,6 @@ def test_a_pool_smaller_than_top_k_returns_what_it_holds(sentences, cassette_dir
     assert all(hit.lexical_score == 0.0 for hit in hits)
 
 
-def test_top_columns_is_a_stable_argsort_cut_to_k():
-    rng = np.random.default_rng(0)
-    scores = rng.integers(0, 5, size=(50, 40)).astype(np.float32)  # many ties
-    for k in (1, 3, 10, 39, 40):
-        np.testing.assert_array_equal(hybrid.top_columns(scores, k), np.argsort(-scores, axis=1, kind="stable")[:, :k])
-
-
 def test_add_then_search_sees_the_new_passage_lexically(sentences, cassette_dir, tmp_path):
     index = Index.build(sentences, cassette_dir, kind="flat", progress=False, dense_weight=0.5)
     before = index.search("zyzzogeton quokka", top_k=3)  # builds BM25 over the 300 rows

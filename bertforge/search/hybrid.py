@@ -22,6 +22,7 @@ import numpy as np
 
 from ..tasks.retrieval.baselines import bm25_query_scores, require_bm25s
 from ..tasks.retrieval.hybrid import fuse
+from ..tasks.retrieval.metrics import top_k
 from ..validation import checked
 from . import ann
 from .ann import faiss
@@ -106,21 +107,5 @@ def pooled_top_k(faiss_index: faiss.Index, kind: str, vector: np.ndarray, lexica
 def fused_top_k(dense: np.ndarray, lexical: np.ndarray, dense_weight: float, k: int) -> Ranked:
     """The top k columns of `fuse(dense, lexical, dense_weight)`, (queries, candidates) in, per query."""
     fused = fuse(dense, lexical, dense_weight)
-    columns = top_columns(fused, k)
+    columns = top_k(fused, k)
     return Ranked(columns, *(np.take_along_axis(part, columns, 1) for part in (fused, dense, lexical)))
-
-
-def top_columns(scores: np.ndarray, k: int) -> np.ndarray:
-    """(rows, k) columns of each row's k highest scores, best first, ties in column order.
-
-    The first k of a stable argsort of -scores (what a ranking of the whole matrix gives), without
-    sorting every column: only those scoring at least the k-th best are sorted.
-    """
-    if k >= scores.shape[1]:
-        return np.argsort(-scores, axis=1, kind="stable")
-    kth_best = -np.partition(-scores, k - 1, axis=1)[:, k - 1]
-    columns = []
-    for row_scores, threshold in zip(scores, kth_best):
-        candidates = np.flatnonzero(row_scores >= threshold)
-        columns.append(candidates[np.argsort(-row_scores[candidates], kind="stable")[:k]])
-    return np.stack(columns)

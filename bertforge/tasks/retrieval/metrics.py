@@ -21,9 +21,17 @@ NDCG_AT = 10
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """(queries, documents) scores -> (queries, min(k, documents)) document indices, best first.
 
-    Equal scores keep corpus order (lower index first): a stable sort of the negated scores.
+    Equal scores keep corpus order (lower index first): the first k of a stable sort of the negated
+    scores, without sorting every document: only those scoring at least the k-th best are sorted.
     """
-    return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    if k >= scores.shape[1]:
+        return np.argsort(-scores, axis=1, kind="stable")
+    kth_best = -np.partition(-scores, k - 1, axis=1)[:, k - 1]
+    columns = []
+    for row_scores, threshold in zip(scores, kth_best):
+        candidates = np.flatnonzero(row_scores >= threshold)
+        columns.append(candidates[np.argsort(-row_scores[candidates], kind="stable")[:k]])
+    return np.stack(columns)
 
 
 def retrieval_metrics(scores: np.ndarray, relevant: Sequence[Sequence[int]], *,
