@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from bertforge.tasks.retrieval.metrics import relevant_indices, retrieval_metrics, spearman, top_k
+from bertforge.tasks.retrieval.metrics import ranking_metrics, relevant_indices, retrieval_metrics, spearman, top_k
 
 
 def test_hand_computed_ranking():
@@ -32,6 +32,17 @@ def test_recall_at_deeper_cut_offs():
     metrics = retrieval_metrics(scores, [[50, 150]], recall_at=(1, 10, 100))
     assert (metrics["recall@10"], metrics["recall@100"]) == (0.0, 0.5)
     assert "recall@1" in metrics and metrics["ndcg@10"] == 0.0
+
+
+def test_rankings_already_made_score_as_their_score_matrix_and_minus_one_is_never_relevant():
+    rng = np.random.default_rng(1)
+    scores = rng.standard_normal((30, 50))
+    relevant = [rng.choice(50, rng.integers(1, 4), replace=False).tolist() for _ in range(30)]
+    assert ranking_metrics(top_k(scores, 10), relevant) == retrieval_metrics(scores, relevant)
+    # a search that found two rows, then nothing (-1): document 4 is ranked second, document 0 not at all
+    short = ranking_metrics(np.array([[7, 4, -1, -1]]), [[4, 0]])
+    assert short["recall@10"] == 0.5 and short["mrr@10"] == 0.5
+    assert short["ndcg@10"] == pytest.approx((1 / math.log2(3)) / (1 + 1 / math.log2(3)))
 
 
 def test_ties_keep_corpus_order():

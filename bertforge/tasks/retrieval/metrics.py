@@ -48,15 +48,25 @@ def retrieval_metrics(scores: np.ndarray, relevant: Sequence[Sequence[int]], *,
     if scores.ndim != 2 or len(relevant) != scores.shape[0]:
         raise ValueError(f"scores must be (queries, documents) with one relevant set per query; got scores "
                          f"{scores.shape} and {len(relevant)} relevant sets")
-    for query, documents in enumerate(relevant):
-        if not len(documents):
-            raise ValueError(f"query {query} has no relevant document; every query needs at least one")
     if exclude is not None:
         for query, document in enumerate(exclude):
             if document is not None:
                 scores[query, document] = -np.inf
-    depth = max(*recall_at, MRR_AT, NDCG_AT)
-    ranked = top_k(scores, depth)
+    return ranking_metrics(top_k(scores, max(*recall_at, MRR_AT, NDCG_AT)), relevant, recall_at=recall_at)
+
+
+def ranking_metrics(ranked: np.ndarray, relevant: Sequence[Sequence[int]], *,
+                    recall_at: Sequence[int] = RECALL_AT) -> dict[str, float]:
+    """The metrics of `retrieval_metrics` from rankings already made: ranked[q] is query q's document indices,
+    best first (queries, depth), -1 where a ranking is shorter (never relevant).
+
+    A search that returns its top hits (an index's) is measured here; what lies past `depth` counts as
+    not found, so depth should reach max(recall_at) and 10. Raises ValueError for a query without
+    relevant documents.
+    """
+    for query, documents in enumerate(relevant):
+        if not len(documents):
+            raise ValueError(f"query {query} has no relevant document; every query needs at least one")
     hits = np.array([np.isin(ranked[q], list(relevant[q])) for q in range(len(relevant))])  # (queries, depth)
     counts = np.array([len(set(documents)) for documents in relevant], dtype=np.float64)
     results = {f"recall@{k}": float(np.mean(hits[:, :k].sum(axis=1) / counts)) for k in recall_at}
