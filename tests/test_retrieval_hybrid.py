@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from bertforge.tasks.retrieval.hybrid import fuse, hybrid_scorer, min_max, remembered
+from bertforge.tasks.retrieval.hybrid import WEIGHTS, best_weight, fuse, hybrid_scorer, min_max, remembered
 
 
 def test_min_max_scales_each_row_to_unit_range_and_flat_rows_to_zero():
@@ -29,6 +29,12 @@ def test_fusion_can_rank_first_a_document_neither_ranks_first():
 def test_a_weight_outside_zero_one_is_refused(weight, message):
     with pytest.raises(ValueError, match=f"dense_weight {message}"):
         fuse(np.zeros((1, 2)), np.zeros((1, 2)), weight)
+
+
+def test_the_best_weight_is_the_highest_score_and_ties_go_to_the_larger_weight():
+    assert best_weight({0.0: 0.2, 0.3: 0.5, 0.7: 0.4, 1.0: 0.1}) == 0.3
+    assert best_weight({0.0: 0.2, 0.3: 0.5, 0.6: 0.5, 1.0: 0.1}) == 0.6
+    assert best_weight({weight: 0.25 for weight in WEIGHTS}) == 1.0  # all equal: the encoder alone
 
 
 def test_hybrid_scorer_fuses_two_scorers_and_remembered_scores_once():

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from ..tasks.retrieval.baselines import bm25_scores
 from ..tasks.retrieval.evaluation import Scorer, encoder_embedder, encoder_scorer, evaluate_retrieval
-from ..tasks.retrieval.hybrid import WEIGHTS, hybrid_scorer, remembered
+from ..tasks.retrieval.hybrid import WEIGHTS, best_weight, hybrid_scorer, remembered
 from ..tasks.retrieval.metrics import retrieval_metrics
-from ..tasks.retrieval.reader import RetrievalSet, read_retrieval_set
+from ..tasks.retrieval.reader import RetrievalSet, beir_qrels, read_retrieval_set
 from .ict import HeldOut
 
 RECALL_AT = (1, 10, 100)
@@ -42,9 +42,7 @@ def read_beir_folder(folder: str | Path) -> RetrievalSet:
     if not folder.is_dir():
         raise ValueError(f"--eval {folder} is not a folder; give a BEIR folder (corpus.jsonl, queries.jsonl, "
                          "qrels/test.tsv)")
-    qrels = next((path for path in (folder / "qrels" / "test.tsv", folder / "qrels.tsv") if path.is_file()),
-                 folder / "qrels" / "test.tsv")
-    return read_retrieval_set(folder / "queries.jsonl", folder / "corpus.jsonl", qrels)
+    return read_retrieval_set(folder / "queries.jsonl", folder / "corpus.jsonl", beir_qrels(folder))
 
 
 class Evaluator:
@@ -85,7 +83,7 @@ class Evaluator:
         def dev(weight: float) -> float:
             return ict_metrics(hybrid_scorer(dense, self.lexical, weight), self.held_out)["dev"]["ndcg@10"]
 
-        return max(WEIGHTS, key=lambda w: (dev(w), w))
+        return best_weight({weight: dev(weight) for weight in WEIGHTS})
 
     def beir_metrics(self, scorer: Scorer) -> dict[str, float]:
         return evaluate_retrieval(scorer, self.beir, recall_at=RECALL_AT)

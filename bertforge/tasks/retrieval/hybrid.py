@@ -13,7 +13,7 @@ fusion rule lives: the search index ranks with it and adapt measures and picks t
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -21,6 +21,13 @@ from ...validation import checked
 from .evaluation import Scorer
 
 WEIGHTS = tuple(round(0.1 * step, 1) for step in range(11))  # the grid a weight is picked from
+
+
+def best_weight(scores: Mapping[float, float]) -> float:
+    """The weight of the highest score ({weight: score}, e.g. nDCG@10 per weight of WEIGHTS); ties go to the larger
+    weight, so a tie with 1 keeps the encoder alone (no BM25 to build or serve). adapt picks its index's weight by
+    this rule, `bertforge index weight --tune` an existing index's."""
+    return max(scores, key=lambda weight: (scores[weight], weight))
 
 
 def min_max(scores: np.ndarray) -> np.ndarray:

@@ -148,6 +148,13 @@ def read_retrieval_set(queries: str | os.PathLike, corpus: str | os.PathLike, qr
                         list(corpus_texts.values()), {q: relevant[q] for q in query_ids})
 
 
+def beir_qrels(folder: Path) -> Path:
+    """A BEIR folder's qrels: qrels/test.tsv (BEIR's own layout) or qrels.tsv (what `bertforge sbert prepare`
+    writes); qrels/test.tsv when neither is there, for read_qrels to name as missing."""
+    return next((path for path in (folder / "qrels" / "test.tsv", folder / "qrels.tsv") if path.is_file()),
+                folder / "qrels" / "test.tsv")
+
+
 def read_texts_by_id(path: Path) -> dict[str, str]:
     if not path.is_file():
         raise ValueError(f"{path} does not exist; a retrieval set needs queries.jsonl, corpus.jsonl and a qrels .tsv")
