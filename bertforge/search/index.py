@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -148,9 +148,13 @@ class Index:
     def ids(self) -> UniqueIds:
         """Every id in the index (read from disk once, when first needed)."""
         if self._ids is None:
-            self._ids = UniqueIds(self.store.ids() if self.store is not None else ())
-            self._ids.remember(self.pending)
+            self._ids = UniqueIds(self.row_ids())
         return self._ids
+
+    def row_ids(self) -> Iterator[PassageId]:
+        """Every row's id in row order (committed rows streamed from the folder, then the rows added since)."""
+        yield from self.store.ids() if self.store is not None else ()
+        yield from (passage.id for passage in self.pending)
 
     def add(self, texts: Sequence[str], ids: Sequence[PassageId] | None = None) -> None:
         """Embed and append texts (ids default to their row numbers); kept in memory until `save`.
@@ -268,15 +272,18 @@ class Index:
                              "pass texts, or dense_weight=1.0 to search by vectors alone")
         queries = [queries] if isinstance(queries, str) else queries
         queries = queries if isinstance(queries, np.ndarray) else check_texts(queries)  # a generator read once
-        vectors = self.query_vectors(queries)
-        if weight < 1.0:
-            ranked = hybrid_top_k(self.faiss_index, self.kind, self.searcher(), self.bm25(), vectors, queries,
-                                  top_k, weight)
-        else:
-            scores, rows = self.searcher().search(vectors, min(top_k, len(self)))
-            ranked = Ranked(rows, scores, None, None)
-        results = self.hits(ranked)
+        results = self.hits(self.rank(self.query_vectors(queries), queries, top_k, weight))
         return results[0] if single else results
+
+    def rank(self, vectors: np.ndarray, texts: Sequence[str], top_k: int, dense_weight: float) -> Ranked:
+        """The top_k rows of each query, as `search` ranks them: vectors (queries, dim) of the queries, texts their
+        texts (for BM25; unused at weight 1). Inputs are trusted: `search` checks them; a caller that ranks the
+        same queries at several weights (weights.py) embeds them once."""
+        if dense_weight < 1.0:
+            return hybrid_top_k(self.faiss_index, self.kind, self.searcher(), self.bm25(), vectors, texts, top_k,
+                                dense_weight)
+        scores, rows = self.searcher().search(vectors, min(top_k, len(self)))
+        return Ranked(rows, scores, None, None)
 
     def hits(self, ranked: Ranked) -> list[list[Hit]]:
         """One list of Hits per query, the passages read once for all queries; rows -1 (none found) left out."""
