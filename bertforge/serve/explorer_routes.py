@@ -17,7 +17,7 @@ router = APIRouter(tags=["explorer"])  # these run the model: the app adds the c
 async def info(server: Server = Depends(current_server)) -> dict:
     models, settings, embedding = server.models, server.settings, server.models.embedding
     config = embedding.embedder.model.config
-    classifier = models.classifier
+    classifier, index = models.classifier, models.index
     return {
         "model": embedding.name, "dimension": embedding.dim, "pooling": embedding.pooling,
         "layers": config.num_hidden_layers, "heads": config.num_attention_heads,
@@ -25,7 +25,9 @@ async def info(server: Server = Depends(current_server)) -> dict:
         "fill_mask": models.masked_lm.name if models.masked_lm else None,
         "classifier": {"name": classifier.name, "labels": classifier.labels} if classifier else None,
         "reranker": models.reranker.name if models.reranker else None,
-        "search": models.index is not None,
+        "search": index is not None,
+        # what POST /search ranks by when a request names no dense_weight (the index's meta.json at start)
+        "index": {"dense_weight": index.dense_weight, "hybrid": index.dense_weight < 1.0} if index else None,
         "prompts": list(models.prompts), "default_prompt": server.encoders["embed"].prompts.default,
         "word_layers": list(embedding.word_embedders),
         "attention_max_tokens": ATTENTION_MAX_TOKENS,

@@ -2,7 +2,7 @@
 
 The server codes against `SearchIndex`, the shape of `bertforge.search.Index`: texts in, per
 query the top-k hits (each with .id, .text, .score, and .dense_score / .lexical_score in a hybrid
-search), best first.
+search), best first, and its default dense weight.
 """
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Protocol
 
 
 class SearchIndex(Protocol):
+    dense_weight: float  # the default ranking: below 1 fused with BM25 (GET /info shows it)
+
     def search(self, queries: list[str], top_k: int, *, dense_weight: float | None = None) -> list[list]:
         """Per query, up to top_k `bertforge.search.Hit`s, best first (dense_weight None: the index's own)."""
 
