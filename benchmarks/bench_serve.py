@@ -6,7 +6,9 @@ through POST /embed under each load of --loads: CLIENTSxTEXTS is CLIENTS concurr
 (asyncio + httpx, one connection each) sending TEXTS texts per request (default: issue 24's
 16x1 and 4x32). Prints one Markdown table: sentences/s both ways and batching efficiency =
 server rate / direct rate, request latency p50/p99, errors, the server's RSS at start and its
-peak, and the mean batch the server formed (from its /metrics). The clients run on the same
+peak, the mean batch the server formed, the share of the run its model thread was busy and its
+model time per text (from its /metrics: busy near 1 with a model time per text above direct's
+means the model runs slower under the server's load, not that it waits for work). The clients run on the same
 machine, so on a small CPU they take cycles from the server: the efficiency is a lower bound
 for clients elsewhere (`--client raw`, HTTP/1.1 written on asyncio streams, takes a fraction of
 httpx's CPU per request and so comes closer to that). The server runs in its own session, as a service would: where the
@@ -203,6 +205,7 @@ def main() -> None:
                 load(server.base, texts, clients, per_request, args.timeout, args.client))
             batches = server.metric('bertforge_batch_size_count{model="embed"}')
             batched = server.metric('bertforge_batch_size_sum{model="embed"}')
+            model_seconds = server.metric('bertforge_inference_seconds_sum{model="embed"}')
         finally:
             exit_code = server.stop()
         direct_rate = (rate_before + direct_run()[1]) / 2
@@ -213,12 +216,14 @@ def main() -> None:
                      f"{rate / direct_rate:.2f}", f"{1000 * percentile(latencies, 50):,.0f}",
                      f"{1000 * percentile(latencies, 99):,.0f}", str(len(errors)),
                      f"{server.rss / 2**20:,.0f} / {server.peak_rss / 2**20:,.0f}",
-                     f"{batched / max(batches, 1):.1f}", f"{difference:.1e}", str(exit_code)])
+                     f"{batched / max(batches, 1):.1f}", f"{model_seconds / seconds:.2f}",
+                     f"{1000 * model_seconds / max(batched, 1):.2f}", f"{difference:.1e}", str(exit_code)])
         for error in errors[:3]:
             print("error:", error, file=sys.stderr)
 
     header = ["clients x texts/request", "texts", "server texts/s", "direct embed texts/s", "efficiency",
-              "p50 ms", "p99 ms", "errors", "server RSS MB start / peak", "mean batch", "max |server - direct|",
+              "p50 ms", "p99 ms", "errors", "server RSS MB start / peak", "mean batch", "model busy",
+              "model ms/text", "max |server - direct|",
               "exit code (SIGTERM)"]
     print(f"bertforge {__version__} serve vs direct embed, all-MiniLM-L6-v2, {len(texts)} real texts; "
           f"{datetime.date.today()}; {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
