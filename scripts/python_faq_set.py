@@ -1,0 +1,155 @@
+"""A technical corpus with real user questions: Python's documentation and its FAQ, as a BEIR folder.
+
+    python scripts/python_faq_set.py                       # -> runs/retrieval/python-faq
+    python scripts/python_faq_set.py --deb python3.11-doc_*.deb --output DIR
+
+Issue 23 asks adapt to pay on "a technical corpus with real user questions". Python's FAQ is
+such a set: questions people asked often enough to be written down ("How do I make a Python
+script executable on Unix?"), each answered by the section under it. The corpus is the FAQ's
+answers with the question headings taken out, plus the tutorial and the HOWTOs (the same
+domain, ~150,000 words in all), cut into passages of whole paragraphs; the queries are the
+question headings; a question's relevant passages are its answer's. A model never sees a
+question while it adapts: `bertforge adapt DIR/corpus.jsonl --eval DIR` trains on the
+passages alone.
+
+The text comes from the Debian package python3.11-doc (the reStructuredText sources it ships
+under html/_sources), fetched with `apt-get download` from the Debian archive: no dataset hub.
+Inline markup is reduced to its text (`:func:`len`` -> len, `name <url>`_ -> name), directive
+lines dropped, code kept as text.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bertforge.tasks.retrieval.reader import RetrievalSet, write_retrieval_set  # noqa: E402
+
+PACKAGE = "python3.11-doc"
+SOURCES = "usr/share/doc/python3.11/html/_sources"
+PARTS = ("faq", "tutorial", "howto")  # the FAQ's answers, then same-domain text that answers no question
+PASSAGE_WORDS = 150  # paragraphs are joined into passages of at most this many words (a longer one stays whole)
+UNDERLINE = re.compile(r"^([=\-~^*+#\"'`])\1{2,}\s*$")
+ROLE = re.compile(r":[\w:-]+:`([^`]*)`")
+LINK = re.compile(r"`([^`<]*?)\s*<[^>]*>`_{1,2}")
+REFERENCE = re.compile(r"`([^`]+)`_{1,2}")
+LITERAL = re.compile(r"``([^`]+)``")
+
+
+@dataclass
+class Section:
+    heading: str
+    paragraphs: list[str]
+
+
+def plain(text: str) -> str:
+    """Inline reStructuredText -> its words: roles, links and literals become their text."""
+    text = ROLE.sub(lambda match: re.sub(r"\s*<[^>]*>$", "", match.group(1)).lstrip("~!"), text)
+    text = LINK.sub(r"\1", text)
+    text = LITERAL.sub(r"\1", text)
+    return REFERENCE.sub(r"\1", text)
+
+
+def sections(source: str) -> list[Section]:
+    """A .rst file -> its sections in order: each heading and the paragraphs under it (directive lines dropped)."""
+    lines = source.splitlines()
+    found = [Section("", [])]
+    paragraph: list[str] = []
+    in_directive = False
+
+    def close_paragraph():
+        if paragraph:
+            found[-1].paragraphs.append(plain(" ".join(line.strip() for line in paragraph)))
+            paragraph.clear()
+
+    for number, line in enumerate(lines):
+        following = lines[number + 1] if number + 1 < len(lines) else ""
+        if UNDERLINE.match(line):  # an underline (or overline) of a heading
+            continue
+        if line.strip() and not line.startswith(" ") and UNDERLINE.match(following) \
+                and len(following.strip()) >= len(line.strip()) - 1:
+            close_paragraph()
+            found.append(Section(plain(line.strip()), []))
+            continue
+        if line.strip().startswith(".. "):  # a directive or a label; its indented options follow it
+            close_paragraph()
+            in_directive = True
+            continue
+        if not line.strip():
+            close_paragraph()
+            in_directive = False
+            continue
+        if in_directive and line.lstrip().startswith(":"):  # a directive's :option: lines
+            continue
+        in_directive = False
+        paragraph.append(line)
+    close_paragraph()
+    return [section for section in found if section.heading or section.paragraphs]
+
+
+def passages(paragraphs: list[str]) -> list[str]:
+    """Whole paragraphs joined into passages of at most PASSAGE_WORDS words."""
+    joined, current = [], []
+    for paragraph in paragraphs:
+        if current and len(" ".join(current + [paragraph]).split()) > PASSAGE_WORDS:
+            joined.append(" ".join(current))
+            current = []
+        current.append(paragraph)
+    if current:
+        joined.append(" ".join(current))
+    return [text for text in joined if len(text.split()) >= 3]
+
+
+def build(sources: Path) -> RetrievalSet:
+    """The FAQ's questions against every passage of the FAQ's answers, the tutorial and the HOWTOs."""
+    query_ids, queries, corpus_ids, corpus, relevant = [], [], [], [], {}
+    for part in PARTS:
+        for path in sorted((sources / part).glob("*.rst.txt")):
+            page = path.name.removesuffix(".rst.txt")
+            for number, section in enumerate(sections(path.read_text(encoding="utf-8"))):
+                ids = []
+                for piece, text in enumerate(passages(section.paragraphs)):
+                    ids.append(f"{part}-{page}-{number}-{piece}")
+                    corpus_ids.append(ids[-1])
+                    corpus.append(text)
+                if part == "faq" and section.heading.endswith("?") and ids:
+                    query_ids.append(f"q-{page}-{number}")
+                    queries.append(section.heading)
+                    relevant[query_ids[-1]] = ids
+    return RetrievalSet(query_ids=query_ids, queries=queries, corpus_ids=corpus_ids, corpus=corpus,
+                        relevant=relevant)
+
+
+def extract(deb: Path | None, into: Path) -> Path:
+    """The package's reStructuredText sources under `into` (downloaded with apt-get unless --deb names it)."""
+    if deb is None:
+        subprocess.run(["apt-get", "download", PACKAGE], cwd=into, check=True, capture_output=True)
+        deb = next(into.glob(f"{PACKAGE}_*.deb"))
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(into / "root")], check=True)
+    return into / "root" / SOURCES
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=ROOT / "runs" / "retrieval" / "python-faq")
+    parser.add_argument("--deb", type=Path, help=f"a downloaded {PACKAGE} .deb (default: apt-get download)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as temporary:
+        retrieval_set = build(extract(args.deb, Path(temporary)))
+    (args.output / "qrels").mkdir(parents=True, exist_ok=True)
+    write_retrieval_set(args.output, retrieval_set)
+    (args.output / "qrels.tsv").replace(args.output / "qrels" / "test.tsv")  # BEIR's own place for it
+    words = sum(len(text.split()) for text in retrieval_set.corpus)
+    print(f"{args.output}: {len(retrieval_set.queries)} questions, {len(retrieval_set.corpus):,} passages, "
+          f"{words:,} words; adapt with: bertforge adapt {args.output / 'corpus.jsonl'} --eval {args.output}")
+
+
+if __name__ == "__main__":
+    main()
