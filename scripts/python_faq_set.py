@@ -14,7 +14,7 @@ passages alone.
 
 The text comes from the Debian package python3.11-doc (the reStructuredText sources it ships
 under html/_sources), fetched with `apt-get download` from the Debian archive: no dataset hub.
-Inline markup is reduced to its text (`:func:`len`` -> len, `name <url>`_ -> name), directive
+Inline markup is reduced to its text (`:func:`len`` -> len, `name <url>`_ -> name, `~a.b` -> a.b), directive
 lines dropped, code kept as text.
 """
 from __future__ import annotations

@@ -1,0 +1,90 @@
+"""scripts/python_faq_set.py: reStructuredText to questions, answers and passages (the Debian download itself is not run)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "python_faq_set.py"
+
+
+@pytest.fixture(scope="module")
+def faq_set():
+    spec = importlib.util.spec_from_file_location("python_faq_set", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the script runs
+    spec.loader.exec_module(module)
+    return module
+
+
+FAQ = """\
+:tocdepth: 2
+
+===========
+Library FAQ
+===========
+
+.. only:: html
+
+   .. contents::
+
+General Questions
+=================
+
+.. _faq-label:
+
+How do I find a module?
+-----------------------
+
+Check :mod:`the index <sys>` first, or read ``sys.path``.
+See `the docs <https://docs.python.org/>`_ for :func:`~importlib.import_module`.
+
+.. note::
+   :class: short
+
+   Modules are cached.
+
+Is Python fast?
+---------------
+
+Fast enough.
+"""
+
+
+def test_inline_markup_becomes_its_text(faq_set):
+    # `~name` keeps the full dotted name the source wrote (Sphinx would show its last part)
+    assert faq_set.plain(":func:`~importlib.import_module` and ``x`` via `docs <https://a.b/>`_") == \
+        "importlib.import_module and x via docs"
+    assert faq_set.plain(":mod:`the index <sys>` `term`_") == "the index term"
+
+
+def test_sections_keep_headings_and_paragraphs_and_drop_directives(faq_set):
+    found = faq_set.sections(FAQ)
+    assert found[0].heading == ""  # the preamble (:tocdepth: 2): under 3 words, so never a passage
+    assert [section.heading for section in found[1:]] == ["Library FAQ", "General Questions", "How do I find a module?",
+                                                     "Is Python fast?"]
+    assert found[3].paragraphs == ["Check the index first, or read sys.path. See the docs for importlib.import_module.",
+                                   "Modules are cached."]
+    assert found[4].paragraphs == ["Fast enough."]
+
+
+def test_passages_join_whole_paragraphs_up_to_the_word_limit(faq_set, monkeypatch):
+    monkeypatch.setattr(faq_set, "PASSAGE_WORDS", 6)
+    assert faq_set.passages(["one two three", "four five six", "seven eight nine ten eleven twelve thirteen", "hi"]) \
+        == ["one two three four five six", "seven eight nine ten eleven twelve thirteen"]  # "hi": under 3 words
+
+
+def test_questions_are_judged_against_their_own_answer_and_never_appear_in_the_corpus(faq_set, tmp_path):
+    (tmp_path / "faq").mkdir()
+    (tmp_path / "faq" / "library.rst.txt").write_text(FAQ, encoding="utf-8")
+    (tmp_path / "tutorial").mkdir()
+    (tmp_path / "tutorial" / "intro.rst.txt").write_text("Intro\n=====\n\nWhat is this? A tutorial about it.\n",
+                                                          encoding="utf-8")
+    built = faq_set.build(tmp_path)
+    assert built.queries == ["How do I find a module?"]  # "Is Python fast?" has no passage of 3 words
+    (answer,) = built.relevant[built.query_ids[0]]
+    assert built.corpus[built.corpus_ids.index(answer)].startswith("Check the index first")
+    assert "What is this? A tutorial about it." in built.corpus  # the tutorial's question is no FAQ query
+    assert not any("How do I find a module?" in text for text in built.corpus)
