@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,8 +23,8 @@ from bertforge.adapt.corpus import Passage, read_corpus, split_long
 from bertforge.adapt.domain_vocabulary import corpus_pieces, grow_checkpoint, old_pieces, vocabulary_change
 from bertforge.adapt.ict import IctCollator, held_out_queries, training_passages
 from bertforge.adapt.methods import MethodSettings, TeacherVectors
-from bertforge.adapt.mlm import has_mlm_head
-from bertforge.adapt.pipeline import pick_final
+from bertforge.adapt.mlm import MLM_OFF, has_mlm_head, mlm_source
+from bertforge.adapt.pipeline import pick_final, skipped_methods
 from bertforge.adapt.presets import MLM_MIN_STEPS, MLM_STEPS, mlm_settings
 from bertforge.adapt.stages import Stage, stage_key
 from bertforge.cli.parser import main
@@ -382,6 +383,18 @@ def test_mlm_options_without_an_mlm_head_are_one_line(tmp_path, corpus_folder, c
     code, _, err = run(capsys, "adapt", corpus_folder, "--output", tmp_path / "out", *options)
     assert code != 0 and expected in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_mlm_off_skips_continued_mlm_for_a_base_with_an_mlm_head(cassette_dir, tmp_path, corpus_folder, capsys):
+    base = read_model_folder(cassette_dir)
+    assert mlm_source(None, base, "base") == base.transformer  # the default: a head means continued MLM
+    assert mlm_source(MLM_OFF, base, "base") is None
+    run_without = SimpleNamespace(mlm_source=None, options=SimpleNamespace(mlm=MLM_OFF), architecture="BertForMaskedLM")
+    assert skipped_methods(run_without, {"ict"})[0] == "continued MLM: switched off (--mlm off)"
+    code, _, err = run(capsys, "adapt", corpus_folder, "--output", tmp_path / "out", "--base", cassette_dir,
+                       "--mlm", "off", "--vocab", "new")
+    assert code != 0 and "which --mlm off skips" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_output_folder_of_something_else_is_refused(tmp_path, corpus_folder, capsys):

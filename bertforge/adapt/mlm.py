@@ -62,9 +62,19 @@ def has_mlm_head(folder: Path) -> bool:
     return any(name.startswith("cls.predictions.") for name in weight_names(folder))
 
 
+# --mlm's value that skips continued MLM even for a base with an MLM head (a SPLADE or already domain-trained one).
+MLM_OFF = "off"
+
+
 def mlm_source(mlm: str | None, base: ModelFolder, vocab: str) -> Path | None:
     """The checkpoint continued MLM trains: --mlm's, else the base's when it has an MLM head; None: no MLM
-    stage. Raises UsageError for an --mlm without an MLM head, or --vocab new with nothing to train."""
+    stage (also for --mlm off). Raises UsageError for an --mlm without an MLM head, or --vocab new with
+    nothing to train."""
+    if mlm == MLM_OFF:
+        if vocab == "new":
+            raise UsageError("--vocab new grows the vocabulary for continued MLM pretraining, which --mlm off "
+                             "skips; leave one of them out")
+        return None
     if mlm:
         folder = read_model_folder(resolve_model(mlm))
         if not has_mlm_head(folder.transformer):

@@ -31,7 +31,7 @@ from .corpus import MAX_WORDS, Corpus, read_corpus
 from .evaluation import Evaluator, read_beir_folder
 from .ict import HeldOut, held_out_queries, passage_text, training_passages
 from .methods import MethodSettings, train_method
-from .mlm import mlm_source, run_mlm_stage
+from .mlm import MLM_OFF, mlm_source, run_mlm_stage
 from .presets import PRESETS, mlm_settings, query_count, stage_settings
 from .report import engine, engine_name, metrics_table, report_rows, write_report
 from .stages import Stage, claim_output, remove_stale, stage_key
@@ -281,8 +281,13 @@ def final_note(systems: list[dict], final: dict) -> str:
 
 def skipped_methods(run: Run, methods: set[str]) -> list[str]:
     """What the issue's recipe names that this run did not do, and why."""
-    mlm = [] if run.mlm_source is not None else [
-        f"continued MLM: the base ({run.architecture}) has no MLM head; --mlm CHECKPOINT names one to start from"]
+    if run.mlm_source is not None:
+        mlm = []
+    elif run.options.mlm == MLM_OFF:
+        mlm = ["continued MLM: switched off (--mlm off)"]
+    else:
+        mlm = [f"continued MLM: the base ({run.architecture}) has no MLM head; --mlm CHECKPOINT names one to "
+               "start from"]
     tsdae = [] if "tsdae" in methods else ["TSDAE: not in this preset (--preset full starts with it)"]
     return [*mlm, *tsdae, "GPL pseudo-queries: no query generator (a doc2query T5) is available offline"]
 

@@ -22,7 +22,8 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
         seed: seed for the held-out queries and the training order
         device: where to train: auto (the GPU when there is one), cpu or cuda
         mlm: a BERT checkpoint with an MLM head to continue-pretrain on the corpus first; the later stages train
-            its encoder (pooled as --base pools). Without it, a --base with an MLM head is continue-pretrained
+            its encoder (pooled as --base pools). Without it, a --base with an MLM head is continue-pretrained;
+            off skips continued MLM
         vocab: base (the MLM checkpoint's vocabulary) or new (grown by pieces learnt on the corpus, each new
             piece's embedding the mean of its old pieces')
         threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else torch's one per core; on a machine shared with other busy processes fewer threads often run faster)
