@@ -141,7 +141,8 @@ def test_the_token_budget_splits_the_queue():
         blocker = asyncio.create_task(batcher.submit(["blocker"], [1]))
         await until(lambda: len(model.batches) == 1)
         queued = [asyncio.create_task(batcher.submit([f"t{i}"], [30])) for i in range(5)]
-        await until(lambda: len(batcher.queue) == 5)
+        # a full batch (3 x 30) is handed to the model thread at once, to wait its turn behind the blocker
+        await until(lambda: len(batcher.queue) == 2 and len(batcher.in_flight) == 2)
         model.hold.set()
         await asyncio.gather(blocker, *queued)
         await batcher.close()
