@@ -10,9 +10,8 @@ import json
 from pathlib import Path
 
 from ..atomic import write_text
-from ..embeddings.options import LayerCombine
-from ..embeddings.pooling import Pooling
-from ..engine.precision import DtypeName
+from ..embeddings import LayerCombine, Pooling
+from ..engine import DtypeName
 from ..errors import UsageError
 from ..input_files import open_text, require_file, text_suffix
 from ..resources import resolve_model
