@@ -1,6 +1,8 @@
 """One integration test per CLI command, on the real packaged checkpoints and tiny data."""
 import json
 import re
+import subprocess
+import sys
 
 import numpy as np
 
@@ -17,7 +19,7 @@ def run(capsys, *argv):
 
 
 def test_help_lists_every_command(capsys):
-    # In-process: a `python -m bertforge.cli` subprocess cost ~3.5 s of imports; test_pretrain.py and
+    # In-process: a `python -m bertforge.cli` subprocess costs ~0.35 s of imports; test_pretrain.py and
     # test_reliability_runs.py start the module that way for their runs.
     code, out, _ = run(capsys, "--help")
     assert code == 0
@@ -26,6 +28,36 @@ def test_help_lists_every_command(capsys):
         assert re.search(rf"^    {command}(\s|$)", out, re.MULTILINE), command  # its own line, not the description's words
     embed_help = build_parser().parse_args(["embed", "in.txt", "out.npy"]).embed  # jsonargparse: under the command
     assert embed_help.pooling is None and embed_help.layers == "-1"  # None: the folder's own (mean for a plain one)
+
+
+# Libraries that only some commands run: none may load before a command runs (torch alone took ~2 s of
+# every `bertforge --help`, scikit-learn and scipy ~0.8 s more, from the modules the parser was built from).
+NOT_AT_PARSE_TIME = ("torch", "sklearn", "scipy", "fastapi", "uvicorn", "faiss", "matplotlib", "bm25s", "onnx",
+                     "onnxruntime", "umap")
+EVERY_HELP = """
+import contextlib, io, json, sys
+from bertforge.cli.parser import COMMANDS, build_parser
+parser = build_parser()
+helps = [[]]
+for name, function in COMMANDS.items():
+    helps += [[name], *([name, sub] for sub in function)] if isinstance(function, dict) else [[name]]
+for argv in [*(words + ["--help"] for words in helps), ["embed", "--bogus"]]:  # every help, and a usage error
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            parser.parse_args(argv)
+        except SystemExit:
+            pass
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_parsing_and_help_load_no_command_library():
+    """The parser is built from light modules; each command imports what it runs inside its function. In a fresh
+    process, since this one has loaded torch and the rest for other tests."""
+    run = subprocess.run([sys.executable, "-c", EVERY_HELP], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    loaded = {name.split(".")[0] for name in json.loads(run.stdout)}
+    assert loaded & set(NOT_AT_PARSE_TIME) == set()
 
 
 def test_tokenize_shows_pieces_and_ids(capsys):

@@ -30,7 +30,7 @@ from ..tasks.retrieval.bi_encoder import BiEncoder, Objective
 from ..tasks.retrieval.denoising import DenoisingAutoEncoder, DenoisingCollator
 from ..train.batches import ShuffledBatches
 from ..train.best import best_model_folder
-from ..train.loop import FinetuningConfig
+from ..train.config import FinetuningConfig
 from ..train.run_log import METRICS_FILE
 from ..train.runner import RecipeRun, run_recipe
 from .corpus import Passage

@@ -10,9 +10,8 @@ import json
 from pathlib import Path
 
 from ..atomic import write_text
-from ..embeddings.options import LayerCombine
-from ..embeddings.pooling import Pooling
-from ..engine.precision import DtypeName
+from ..embeddings import LayerCombine, Pooling
+from ..engine import DtypeName
 from ..errors import UsageError
 from ..input_files import open_text, require_file, text_suffix
 from ..resources import resolve_model
@@ -57,11 +56,13 @@ def tokenize(text: str, vocab: list[str] = ["minilm"], lowercase: bool | None = 
         print("".join(f"{(pieces[row] if row < len(pieces) else ''):<{width}}" for pieces in columns.values()))
 
 
-def embed(input: str, output: str, model: str = "minilm", layers: str = "-1", layer_combine: LayerCombine = "mean",
-          pooling: Pooling | None = None, normalize: bool | None = None, batch_size: int = 32,
-          max_length: int | None = None,
-          text_field: str = "text", dtype: DtypeName = "fp32", max_batch_tokens: int | None = None,
-          device: str | None = None, threads: int | None = None) -> None:
+# Not named `embed`: jsonargparse looks each command function's name up on the `bertforge` package as well,
+# where `embed` is the public API's function and loads torch (bertforge/__init__.py), at every command's start.
+def embed_texts(input: str, output: str, model: str = "minilm", layers: str = "-1",
+                layer_combine: LayerCombine = "mean", pooling: Pooling | None = None, normalize: bool | None = None,
+                batch_size: int = 32, max_length: int | None = None,
+                text_field: str = "text", dtype: DtypeName = "fp32", max_batch_tokens: int | None = None,
+                device: str | None = None, threads: int | None = None) -> None:
     """Embed texts (one per line, or JSONL) into a .npy array of shape (n, hidden).
 
     Killed part-way, the same command again picks up where it stopped. Under torchrun

@@ -1,7 +1,7 @@
 """`bertforge export ...`: models for other runtimes. Signatures and docstrings are the command line."""
 from __future__ import annotations
 
-from ..embeddings.pooling import Pooling
+from ..embeddings import Pooling
 from ..resources import resolve_model
 
 

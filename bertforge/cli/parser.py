@@ -29,7 +29,7 @@ REQUIRED = "the following arguments are required: "
 COMMANDS = {
     "demo": commands.demo,
     "tokenize": commands.tokenize,
-    "embed": commands.embed,
+    "embed": commands.embed_texts,
     "info": commands.info,
     "fill-mask": commands.fill_mask,
     "train-tokenizer": commands.train_tokenizer,

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..readmission.prepare import ReadmissionTask
-from ..readmission.recipe import CHUNK_MAX_LENGTH, ReadmissionRun
+from ..readmission.settings import CHUNK_MAX_LENGTH, ReadmissionRun
 from ..tasks.long_documents import CLINICALBERT_C
 
 

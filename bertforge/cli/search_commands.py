@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from ..embeddings.pooling import SentencePooling
+from ..embeddings import SentencePooling
 from ..search import IndexKind
 from .commands import parse_layers
 

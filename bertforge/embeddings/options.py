@@ -6,14 +6,14 @@ ValueError that names the problem and the fix.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Literal, Sequence, get_args
+from typing import Iterable, Sequence, get_args
 
 import numpy as np
 
 from ..models.model import BertModel
 from ..validation import Bound, checked
+from . import LayerCombine
 
-LayerCombine = Literal["mean", "concat"]
 LAYER_COMBINES = get_args(LayerCombine)
 # Readable names for the layer choices people make by hand (Devlin et al. 2018, table 7).
 LAYER_ALIASES: dict[str, tuple[tuple[int, ...], str | None]] = {

@@ -7,19 +7,15 @@ folder's vectors match its own; "cls+mean" (modes joined by "+") concatenates, a
 """
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import get_args
 
 import torch
 from torch import Tensor
 
 from ..models.folder import POOLING_JOIN
+from . import Pooling
 
-# One mode; a sentence-transformers folder may also ask for several joined by "+".
-Pooling = Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken", "pooler"]
 POOLINGS = get_args(Pooling)
-# The poolings a sentence-transformers folder can name (its Pooling module): what search and
-# serving accept, since their vectors must be reproducible from the folder alone.
-SentencePooling = Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"]
 
 
 def cls_pool(states: Tensor, attention_mask: Tensor) -> Tensor:

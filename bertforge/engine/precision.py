@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -22,8 +21,7 @@ OUTLIER_THRESHOLD = 6.0
 # intermediate states (2.4 MB) stay near the L2 cache through rescale, GELU and quantisation; all-MiniLM-L6-v2,
 # 500 real texts, 1 thread, Xeon with AMX: +12% at 256 rows, +15% at 384, +14% at 512; float32 gained nothing.
 INT8_FEED_FORWARD_ROWS = 384
-# The names the command line offers; the Python API also takes the long ones below and torch dtypes.
-DtypeName = Literal["fp32", "fp16", "bf16", "int8"]
+# The command line's names (engine.DtypeName) and the long ones the Python API also takes, as it takes torch dtypes.
 DTYPE_NAMES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16,
                "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "int8": torch.qint8, "qint8": torch.qint8}
 

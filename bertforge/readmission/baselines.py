@@ -48,7 +48,7 @@ from ..tasks.long_documents import CLINICALBERT_C, combine_per_document
 from ..tasks.metrics import binary_labels
 from ..train.batches import ShuffledBatches, predict_rows
 from ..train.collate import pad_rows
-from ..train.loop import Device, FinetuningConfig
+from ..train.config import Device, FinetuningConfig
 from ..train.runner import RecipeRun
 from ..validation import Bound, checked
 

@@ -9,8 +9,8 @@ import os
 import signal
 import socket
 
-from ..embeddings.pooling import SentencePooling
-from ..engine.precision import DtypeName
+from ..embeddings import SentencePooling
+from ..engine import DtypeName
 from ..errors import UsageError
 from .settings import ServeSettings
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, get_args
-
-import torch
+from typing import TYPE_CHECKING, Literal, get_args
 
 from ..settings import PATH
 from .long_documents import CLINICALBERT_C, Combine
+
+if TYPE_CHECKING:  # only Rows' annotation: the command line's parser imports this package and needs no torch
+    import torch
 
 TaskName = Literal["classification", "ner", "qa"]
 TASKS = get_args(TaskName)

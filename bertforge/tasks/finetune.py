@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..train.batches import ShuffledBatches
 from ..tokenization.tokenizer import BertTokenizer
-from ..train.loop import FinetuningConfig
+from ..train.config import FinetuningConfig
 from ..train.runner import RecipeRun, run_recipe
 from . import TASKS, TaskName, TaskSettings, load_task
 from ..atomic import write_text

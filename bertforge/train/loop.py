@@ -17,9 +17,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Protocol, get_args
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 from safetensors import SafetensorError
@@ -27,22 +27,19 @@ from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from ..engine.devices import to_device
-from ..settings import PATH
-from ..validation import STEPS_TO_RUN, check_bound, check_value
+from ..validation import STEPS_TO_RUN, check_bound
 from .best import BestModel, best_model_folder
 from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_state, save_checkpoint
+from .config import TrainConfig
 from .distributed import Topology, all_reduce_sum, barrier
 from .interrupt import StopRequests
 from .memory import TRIM_EVERY, release_freed_memory
-from .optim import SCHEDULES, build_optimizer, learning_rate_schedule, warmup_steps_from
+from .optim import build_optimizer, learning_rate_schedule, warmup_steps_from
 from .prefetch import Prefetcher
 from .running_metrics import RunningMetrics, Statistics, fmt
 from .run_log import RunLog, plot_curves
 
 logger = logging.getLogger("bertforge")
-
-Precision = Literal["auto", "fp32", "bf16"]  # auto: bf16 on a GPU, fp32 on CPU; bf16: autocast, on CPU and CUDA
-Device = Literal["auto", "cuda", "cpu"]  # auto: the GPU when there is one; cpu under torchrun: gloo on the CPU
 
 
 class BatchStream(Protocol):
@@ -51,89 +48,6 @@ class BatchStream(Protocol):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-@dataclass
-class TrainConfig:
-    """The loop's knobs; defaults are BERT's pretraining values where it has one.
-
-    Args:
-        output_dir: the run folder (checkpoints, metrics.jsonl, best/)
-        max_steps: optimizer steps to train (0 where a recipe counts epochs instead)
-        learning_rate: the peak learning rate (AdamW)
-        weight_decay: AdamW's decoupled weight decay (not on biases and LayerNorm)
-        warmup: a fraction of max_steps (below 1) or a number of steps
-        schedule: after warm-up: linear (decay to 0 at max_steps, BERT's) or constant
-        grad_accumulation: micro-batches per optimizer step
-        max_grad_norm: gradients are clipped to this norm
-        precision: auto (bf16 on a GPU, fp32 on the CPU), fp32 or bf16
-        device: auto (the GPU when there is one), cuda or cpu
-        compile: torch.compile the model
-        log_every: steps between log records
-        eval_every: steps between evaluations (0: only at the end)
-        save_every: steps between checkpoints (0: only at the end)
-        keep_last: checkpoints kept (0 keeps every one)
-        seed: the run's seed (data order, fresh weights, dropout)
-        tensorboard: also write TensorBoard logs
-        plot: draw curves.png at the end
-        eval_at_start: evaluate before the first step (the starting point)
-        best_metric: an evaluation key: keep the best model in output_dir/best
-        greater_is_better: a higher best_metric is better
-        early_stopping_patience: evaluations without a new best before stopping (0: never)
-    """
-
-    output_dir: str = field(default="runs/bert", metadata=PATH)  # a path: see settings.resolve_paths
-    max_steps: int = 1000
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.01
-    warmup: float = 0.01
-    schedule: str = "linear"
-    grad_accumulation: int = 1
-    max_grad_norm: float = 1.0
-    precision: Precision = "auto"
-    device: Device = "auto"
-    compile: bool = False
-    log_every: int = 10
-    eval_every: int = 0
-    save_every: int = 0
-    keep_last: int = 3
-    seed: int = 0
-    tensorboard: bool = True
-    plot: bool = True
-    eval_at_start: bool = True
-    best_metric: str = ""
-    greater_is_better: bool = True
-    early_stopping_patience: int = 0
-
-    def __post_init__(self) -> None:
-        if self.precision not in get_args(Precision):
-            raise ValueError(f"precision={self.precision!r}: use auto, fp32 or bf16 "
-                             "(fp16 needs loss scaling, not supported)")
-        if self.device not in get_args(Device):
-            raise ValueError(f"device={self.device!r}: use auto, cuda or cpu")
-        for name in ("max_steps", "grad_accumulation"):  # for callers that skip settings.build, which checks all
-            check_value(name, getattr(self, name), "training.")  # (max_grad_norm=inf, no clipping, is the API's)
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule={self.schedule!r}: use one of {', '.join(SCHEDULES)}")
-        if self.early_stopping_patience and not self.best_metric:
-            raise ValueError("early_stopping_patience needs best_metric: the metric whose improvement it waits for")
-
-
-@dataclass
-class FinetuningConfig(TrainConfig):
-    """TrainConfig with BERT's fine-tuning values (Devlin et al. 2018, A.3: lr 2e-5, 10% warm-up, weight decay 0.01),
-    counted in epochs (max_steps 0: `train.optim.epoch_schedule`), the best model by dev kept and one checkpoint.
-
-    The one declaration of those values: finetune's and sbert train's `training` sections, readmission's
-    run and adapt's stages start from it.
-    """
-
-    output_dir: str = field(default="runs/finetune", metadata=PATH)
-    max_steps: int = 0
-    learning_rate: float = 2e-5
-    warmup: float = 0.1
-    eval_at_start: bool = False
-    keep_last: int = 1
 
 
 def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, statistics: Statistics | None = None,

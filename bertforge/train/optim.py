@@ -50,12 +50,9 @@ def warmup_then_constant(optimizer: torch.optim.Optimizer, warmup_steps: int) ->
     return LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0)
 
 
-SCHEDULES = ("linear", "constant")
-
-
 def learning_rate_schedule(optimizer: torch.optim.Optimizer, schedule: str, warmup_steps: int,
                            total_steps: int) -> LambdaLR:
-    """The schedule named by TrainConfig.schedule (one of SCHEDULES; TrainConfig refuses any other)."""
+    """The schedule named by TrainConfig.schedule (one of config.SCHEDULES; TrainConfig refuses any other)."""
     if schedule == "constant":
         return warmup_then_constant(optimizer, warmup_steps)
     return linear_warmup_decay(optimizer, warmup_steps, total_steps)

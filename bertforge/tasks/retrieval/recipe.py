@@ -16,7 +16,7 @@ import torch
 
 from ...settings import CHECKPOINT, PATH, load_recipe, recipe_from_values
 from ...train.batches import ShuffledBatches
-from ...train.loop import FinetuningConfig
+from ...train.config import FinetuningConfig
 from ...train.runner import RecipeRun, run_recipe
 from .bi_encoder import BiEncoder, Objective
 from .evaluation import encoder_embedder, encoder_scorer, evaluate_retrieval, evaluate_scored_pairs

