@@ -283,6 +283,12 @@ def test_continued_mlm_lowers_the_held_out_masked_lm_loss_and_the_ict_stage_star
     assert not any("continued MLM" in reason for reason in report["skipped"])
 
 
+def test_vocab_size_reaches_the_mlm_stage_settings_and_its_cache_key():
+    default, sized = mlm_settings("quick", 10_000, "new"), mlm_settings("quick", 10_000, "new", vocab_size=500)
+    assert (default.vocab_size, sized.vocab_size) == (8000, 500)
+    assert stage_key(default) != stage_key(sized)  # Stage.of keys the MLM stage by its settings: another size reruns it
+
+
 def test_mlm_steps_follow_the_corpus_size_within_bounds():
     assert mlm_settings("quick", 1_000).steps == MLM_MIN_STEPS
     assert mlm_settings("quick", 200_000).steps == round(200_000 / (32 * 126))  # an epoch of 128-token sequences
@@ -378,6 +384,7 @@ def test_unusable_corpora_are_one_line(tmp_path, capsys, case, expected):
 @pytest.mark.parametrize("options, expected", [
     (["--base", "minilm", "--mlm", "minilm"], "--mlm minilm: its weights have no MLM head"),
     (["--base", "minilm", "--vocab", "new"], "--vocab new grows the vocabulary for continued MLM"),
+    (["--base", "minilm", "--vocab-size", "500"], "--vocab-size sizes the vocabulary that --vocab new learns"),
 ])
 def test_mlm_options_without_an_mlm_head_are_one_line(tmp_path, corpus_folder, capsys, options, expected):
     code, _, err = run(capsys, "adapt", corpus_folder, "--output", tmp_path / "out", *options)

@@ -53,6 +53,7 @@ class AdaptOptions:
     device: str = "auto"
     mlm: str | None = None  # an MLM checkpoint to continue-pretrain and train the encoder from (mlm.py)
     vocab: str = "base"  # new: grow the MLM checkpoint's vocabulary by the corpus's own pieces
+    vocab_size: int | None = None  # with vocab new: the vocabulary learnt on the corpus (None: MlmSettings')
 
 
 @dataclass
@@ -87,7 +88,7 @@ def run_adapt(options: AdaptOptions) -> dict:
     stages, key, init = [], stage_key(run.corpus_key, run.base_key), run.base_folder
     if run.mlm_source is not None:  # the stages after it train the MLM-trained encoder, with its vocabulary
         settings = mlm_settings(options.preset, round(run.corpus.words * run.vocabulary.pieces_per_word),
-                                options.vocab, options.seed)
+                                options.vocab, options.seed, options.vocab_size)
         stage = Stage.of(run.output, "mlm", key, model_fingerprint(run.mlm_source)[:12], settings)
         stages.append(stage)
         systems.append(stage.done or run_mlm_stage(run, stage, settings))
@@ -127,6 +128,9 @@ def open_run(options: AdaptOptions) -> Run:
         raise UsageError(f"--base {options.base}: adapt trains mean- or cls-pooled encoders stored at the folder's "
                          f"root; this one pools with {base.pooling} in {base.transformer}")
     base_folder = base.root
+    if options.vocab_size is not None and options.vocab != "new":
+        raise UsageError("--vocab-size sizes the vocabulary that --vocab new learns on the corpus; add --vocab new "
+                         "or leave --vocab-size out")
     mlm = mlm_source(options.mlm, base, options.vocab)
     corpus = read_corpus(options.corpus, text_column=options.text_column, max_words=MAX_WORDS)
     check_corpus(corpus, options)

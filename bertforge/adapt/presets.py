@@ -62,10 +62,13 @@ def query_count(preset: str, passages: int) -> int:
     return min(QUERIES[preset], int(passages * HELD_OUT_SHARE))
 
 
-def mlm_settings(preset: str, corpus_tokens: int, vocab: str = "base", seed: int = 0) -> MlmSettings:
+def mlm_settings(preset: str, corpus_tokens: int, vocab: str = "base", seed: int = 0,
+                 vocab_size: int | None = None) -> MlmSettings:
     """The continued-MLM stage: MLM_EPOCHS of the corpus's word pieces in full 128-token sequences, within
-    [MLM_MIN_STEPS, MLM_STEPS]."""
+    [MLM_MIN_STEPS, MLM_STEPS]. vocab_size: the vocabulary --vocab new learns (None: MlmSettings' default)."""
     settings = MlmSettings(vocab=vocab, seed=seed, learning_rate=1e-4 if preset == "quick" else 5e-5)
+    if vocab_size is not None:
+        settings = replace(settings, vocab_size=vocab_size)
     per_epoch = corpus_tokens / (settings.batch_size * (settings.max_seq_length - 2))
     steps = min(MLM_STEPS[preset], max(MLM_MIN_STEPS, round(MLM_EPOCHS[preset] * per_epoch)))
     return replace(settings, steps=steps)

@@ -7,7 +7,7 @@ from typing import Literal
 def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Literal["quick", "full"] = "quick",
           eval: str | None = None, text_column: str = "text", seed: int = 0,
           device: Literal["auto", "cpu", "cuda"] = "auto", threads: int | None = None, mlm: str | None = None,
-          vocab: Literal["base", "new"] = "base") -> None:
+          vocab: Literal["base", "new"] = "base", vocab_size: int | None = None) -> None:
     """Adapt a sentence encoder to a folder of domain text: train, evaluate, index, in one command.
 
     Args:
@@ -26,6 +26,8 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
             off skips continued MLM
         vocab: base (the MLM checkpoint's vocabulary) or new (grown by pieces learnt on the corpus, each new
             piece's embedding the mean of its old pieces')
+        vocab_size: with --vocab new, the size of the WordPiece vocabulary learnt on the corpus, whose pieces
+            the base lacks are added (8000 when left out)
         threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else torch's one per core; on a machine shared with other busy processes fewer threads often run faster)
     """
     from ..adapt.pipeline import AdaptOptions, run_adapt
@@ -33,4 +35,5 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
 
     use_threads(threads)
     run_adapt(AdaptOptions(corpus=list(corpus), output=output, base=base, preset=preset, eval=eval,
-                           text_column=text_column, seed=seed, device=device, mlm=mlm, vocab=vocab))
+                           text_column=text_column, seed=seed, device=device, mlm=mlm, vocab=vocab,
+                           vocab_size=vocab_size))
