@@ -64,6 +64,7 @@ def ensure_ctranslate2():
         print(f"installing ctranslate2=={CT2_VERSION} into {PEERS} (once)", flush=True)
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(PEERS),
                         f"ctranslate2=={CT2_VERSION}"], check=True)
+        importlib.invalidate_caches()  # .peers was on sys.path before the package was in it: a stale finder cache
         import ctranslate2
     return ctranslate2
 
