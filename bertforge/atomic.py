@@ -5,19 +5,25 @@ and renamed into place only when complete, after an fsync (a power cut after the
 leave an empty file); after an error the partial copy is removed. A process killed with SIGKILL
 cannot remove its own leftovers, so temp names carry the writer's pid and the next writer of
 the same target removes leftovers of writers that are no longer alive.
+
+A folder is published by `published_folder`, whose caller says what an existing destination is:
+its own to replace, a folder it shares with the user (a model folder with a README or .git) to
+merge into, or one it must not touch.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Literal
 
 TEMP_MARK = ".tmp-"  # .{name}.tmp-{pid}-{random}: hidden, and says whose it is
 STALE_NAME = re.compile(rf"^\..+{re.escape(TEMP_MARK)}(\d+)-")
+Existing = Literal["replace", "merge", "refuse"]
 
 
 @contextlib.contextmanager
@@ -36,6 +42,68 @@ def staging_folder(target: Path) -> Iterator[Path]:
         yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def published_folder(destination: str | os.PathLike, *, existing: Existing) -> Iterator[Path]:
+    """A temp folder beside `destination` to write a whole folder into; on success it becomes `destination`.
+
+    A new destination appears in one rename. An existing one, by `existing`:
+    - "replace": the writer owns it (a checkpoint, a cache): it is renamed aside, the new folder
+      renamed in, then the old one deleted, so no reader ever sees a half-deleted or half-written
+      folder under the name (a kill between the two renames leaves none there; both copies then
+      carry temp names). The old folder's mode is kept, as `replaced_file` keeps a file's;
+    - "merge": the user may keep other files in it (a model card, .git, a sentence-transformers
+      module): each file written replaces its namesake in one rename and the rest stay; every file
+      is whole, but a kill mid-publish can leave some files new and some old;
+    - "refuse": only an empty folder is replaced; anything else raises OSError at the rename, so a
+      folder that appeared while the work ran is never written over.
+    Every file and folder written is fsynced before it is published. After an error in the body the
+    temp folder is removed and `destination` is left as it was.
+    Raises NotADirectoryError when `destination` (or a folder above it) is a file, PermissionError when
+    it cannot be written; both before the body runs.
+    """
+    destination = Path(destination)
+    check_folder_writable(destination)
+    with staging_folder(destination) as staging:
+        yield staging
+        flush_tree(staging)
+        if not destination.exists():
+            os.rename(staging, destination)
+        elif existing == "merge":
+            for written in sorted(staging.rglob("*")):
+                if not written.is_dir():
+                    target = destination / written.relative_to(staging)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    if target.exists():  # keeps its mode, as replaced_file's files do
+                        written.chmod(target.stat().st_mode & 0o777)
+                    os.replace(written, target)
+        elif existing == "replace":
+            staging.chmod(destination.stat().st_mode & 0o777)
+            aside = staging.with_name(f"{staging.name}-old")  # a temp name: removed later if this writer dies
+            os.rename(destination, aside)
+            try:
+                os.rename(staging, destination)
+            except OSError:
+                os.rename(aside, destination)
+                raise
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            os.rename(staging, destination)  # fails unless destination is an empty folder
+
+
+def check_folder_writable(destination: Path) -> None:
+    """Fail before any work when `destination` cannot become a folder: it or a folder above it is a file,
+    or the nearest existing one of them is not writable."""
+    existing = destination
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, f"{existing} is a file, not a folder", str(destination))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, f"{existing} is not writable", str(destination))
+    if existing == destination and not os.access(destination.parent, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, f"{destination.parent} is not writable", str(destination))
 
 
 @contextlib.contextmanager
@@ -85,6 +153,14 @@ def flush_to_disk(path: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def flush_tree(folder: Path) -> None:
+    """fsync every file under `folder`, then the folders themselves (their entries), deepest first."""
+    for root, _, files in os.walk(folder, topdown=False):
+        for name in files:
+            flush_to_disk(Path(root) / name)
+        flush_to_disk(Path(root))
 
 
 def remove_stale_temporaries(folder: Path) -> None:

@@ -1,7 +1,9 @@
-"""Atomic writes publish files and folders with the permissions a plain write would give."""
+"""Atomic writes publish files and folders whole, with the permissions a plain write would give."""
 import os
 
-from bertforge.atomic import staging_folder, write_text
+import pytest
+
+from bertforge.atomic import published_folder, write_text
 
 
 def test_a_new_file_gets_the_umasks_mode_and_a_replaced_one_keeps_its_own(tmp_path):
@@ -22,9 +24,127 @@ def test_a_published_staging_folder_gets_the_umasks_mode(tmp_path):
     umask = os.umask(0o022)
     try:
         target = tmp_path / "model"
-        with staging_folder(target) as staging:
+        with published_folder(target, existing="refuse") as staging:
             (staging / "config.json").write_text("{}")
-            os.rename(staging, target)
         assert target.stat().st_mode & 0o777 == 0o755  # mkdtemp alone leaves 0700
     finally:
         os.umask(umask)
+
+
+# ---- published_folder: one way to publish a folder, with the caller's rule for an existing one
+
+def snapshot(folder):
+    """Every file under `folder` with its bytes, to compare a folder before and after."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def old_model(tmp_path):
+    folder = tmp_path / "model"
+    (folder / "1_Pooling").mkdir(parents=True)
+    (folder / "config.json").write_text("old config")
+    (folder / "1_Pooling" / "config.json").write_text("old pooling")
+    (folder / "README.md").write_text("the user's card")
+    return folder
+
+
+def write_new(staging):
+    (staging / "config.json").write_text("new config")
+    (staging / "1_Pooling").mkdir()
+    (staging / "1_Pooling" / "config.json").write_text("new pooling")
+
+
+def test_a_new_folder_appears_whole(tmp_path):
+    with published_folder(tmp_path / "deep" / "model", existing="merge") as staging:
+        write_new(staging)
+        assert not (tmp_path / "deep" / "model").exists()  # nothing under the name until the body is done
+    assert snapshot(tmp_path / "deep" / "model") == {"config.json": b"new config",
+                                                    "1_Pooling/config.json": b"new pooling"}
+    assert [p.name for p in (tmp_path / "deep").iterdir()] == ["model"]  # no temp folder left
+
+
+def test_replace_swaps_the_whole_folder_and_keeps_its_mode(tmp_path):
+    folder = old_model(tmp_path)
+    folder.chmod(0o750)
+    with published_folder(folder, existing="replace") as staging:
+        write_new(staging)
+    assert snapshot(folder) == {"config.json": b"new config", "1_Pooling/config.json": b"new pooling"}
+    assert folder.stat().st_mode & 0o777 == 0o750
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # the old folder, renamed aside, is gone too
+
+
+def test_merge_replaces_the_files_written_and_keeps_the_users(tmp_path):
+    folder = old_model(tmp_path)
+    (folder / "config.json").chmod(0o640)
+    with published_folder(folder, existing="merge") as staging:
+        write_new(staging)
+    assert snapshot(folder) == {"README.md": b"the user's card", "config.json": b"new config",
+                                "1_Pooling/config.json": b"new pooling"}
+    assert (folder / "config.json").stat().st_mode & 0o777 == 0o640  # a replaced file keeps its mode
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+def test_refuse_publishes_over_an_empty_folder_only(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with published_folder(tmp_path / "empty", existing="refuse") as staging:
+        write_new(staging)
+    assert (tmp_path / "empty" / "config.json").read_text() == "new config"
+    folder = old_model(tmp_path)
+    before = snapshot(folder)
+    with pytest.raises(OSError):
+        with published_folder(folder, existing="refuse") as staging:
+            write_new(staging)
+    assert snapshot(folder) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "model"]
+
+
+@pytest.mark.parametrize("existing", ["replace", "merge", "refuse"])
+def test_a_failure_mid_write_leaves_the_old_folder_byte_identical(tmp_path, existing):
+    folder = old_model(tmp_path)
+    before = snapshot(folder)
+    with pytest.raises(RuntimeError, match="disk full"):
+        with published_folder(folder, existing=existing) as staging:
+            (staging / "config.json").write_text("half")
+            raise RuntimeError("disk full")
+    assert snapshot(folder) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no temp folder behind
+
+
+@pytest.mark.parametrize("destination", ["notes.txt", "notes.txt/model"])
+def test_a_file_in_the_way_is_one_clear_error_before_any_work(tmp_path, destination):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(NotADirectoryError, match="notes.txt is a file, not a folder"):
+        with published_folder(tmp_path / destination, existing="replace"):
+            pytest.fail("the body ran")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_an_unwritable_destination_is_one_clear_error_before_any_work(tmp_path):
+    folder = old_model(tmp_path)
+    folder.chmod(0o555)
+    try:
+        with pytest.raises(PermissionError, match="model is not writable"):
+            with published_folder(folder, existing="merge"):
+                pytest.fail("the body ran")
+    finally:
+        folder.chmod(0o755)
+
+
+def test_an_unwritable_parent_is_one_clear_error_before_any_work(tmp_path, monkeypatch):
+    # Root writes anywhere, so the refusal os.access would give a user is played here.
+    monkeypatch.setattr(os, "access", lambda path, mode: os.fspath(path) != os.fspath(tmp_path))
+    with pytest.raises(PermissionError, match=f"{tmp_path} is not writable"):
+        with published_folder(tmp_path / "model", existing="merge"):
+            pytest.fail("the body ran")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_file_is_flushed_before_it_is_published(tmp_path, monkeypatch):
+    import bertforge.atomic as atomic
+
+    flushed = []
+    monkeypatch.setattr(atomic, "flush_to_disk", lambda path: flushed.append(path.name))
+    with published_folder(tmp_path / "model", existing="merge") as staging:
+        write_new(staging)
+    assert {"config.json", "1_Pooling"} <= set(flushed) and flushed.count("config.json") == 2

@@ -180,6 +180,28 @@ def test_save_is_atomic_when_writing_fails(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # no half-written staging folder left behind
 
 
+def test_saving_into_a_users_folder_keeps_their_files_and_a_failed_save_changes_nothing(tmp_path, monkeypatch):
+    """A model folder may hold the user's own files (a card, .git): a save replaces only the files it writes."""
+    config = bertforge.BertConfig.from_preset("tiny", vocab_size=50)
+    target = tmp_path / "model"
+    BertModel(config).save_pretrained(target)
+    (target / "README.md").write_text("the user's card")
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+
+    def explode(*args, **kwargs):
+        raise OSError("disk full")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("safetensors.torch.save_file", explode)
+        with pytest.raises(OSError, match="disk full"):
+            BertModel(config).save_pretrained(target)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    BertModel(config).save_pretrained(target)
+    assert (target / "README.md").read_text() == "the user's card"
+    assert (target / "model.safetensors").read_bytes() != before["model.safetensors"]  # new weights
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
 def test_outputs_index_like_transformers(minilm_dir):
     model = BertModel.from_pretrained(minilm_dir)
     out = model(torch.tensor([[101, 7592, 102]]))

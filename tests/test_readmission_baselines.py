@@ -297,3 +297,16 @@ def test_plot_curves_writes_both_pngs(tmp_path):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
     with pytest.raises(ValueError, match="both present"):
         plot_curves({"BERT": (np.ones(4), np.ones(4))}, tmp_path / "a.png", tmp_path / "b.png", "x")
+
+
+def test_a_failed_bilstm_save_leaves_no_folder(tmp_path, monkeypatch):
+    """The folder appears whole or not at all: no weights without the bilstm.json that reads them."""
+    model = BiLSTMClassifier(Vocabulary(["[PAD]", "[UNK]", "discharged"]), 8, 8, 318, 0.1)
+
+    def explode(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(json, "dumps", explode)  # fails after the weights are written
+    with pytest.raises(OSError, match="disk full"):
+        model.save_pretrained(tmp_path / "saved")
+    assert list(tmp_path.iterdir()) == []

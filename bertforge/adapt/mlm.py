@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..atomic import write_text
+from ..atomic import published_folder, write_text
 from ..errors import UsageError
 from ..models.checkpoint import weight_names
 from ..models.folder import ModelFolder, read_model_folder
@@ -127,8 +127,8 @@ def keep_models(checkpoint: Path, stage, run) -> tuple[BiEncoder, BertTokenizer]
     """stage.folder/mlm: a copy of the trained checkpoint (head included; a copy, so a kill now can still
     resume); stage.model: its encoder as a sentence-transformers folder pooled as the base pools."""
     trained = stage.folder / "mlm"
-    shutil.rmtree(trained, ignore_errors=True)
-    shutil.copytree(checkpoint, trained)
+    with published_folder(trained, existing="replace") as copy:  # the stage's own folder
+        shutil.copytree(checkpoint, copy, dirs_exist_ok=True)
     base = read_model_folder(run.base_folder)
     encoder = BiEncoder.from_pretrained(trained, pooling=base.pooling, normalize=base.normalize,
                                         max_seq_length=run.max_seq_length)

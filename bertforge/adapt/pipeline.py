@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..atomic import staging_folder
+from ..atomic import published_folder
 from ..errors import UsageError
 from ..models.folder import read_model_folder
 from ..resources import resolve_model
@@ -299,15 +299,13 @@ def skipped_methods(run: Run, methods: set[str]) -> list[str]:
 def write_model(run: Run, final: dict, report: dict) -> None:
     """DIR/model: the final stage's folder (or the base as a sentence-transformers folder), versions and card."""
     target = run.output / "model"
-    with staging_folder(target) as staging:
-        model = staging / "model"
+    with published_folder(target, existing="replace") as model:  # this command's own output: replaced whole
         if final["name"] == "base":
             BiEncoder.from_pretrained(run.base_folder).save_pretrained(model, tokenizer=run.tokenizer)
         else:
-            shutil.copytree(run.output / "stages" / f"{final['name']}-{final['key']}" / "model", model)
+            shutil.copytree(run.output / "stages" / f"{final['name']}-{final['key']}" / "model", model,
+                            dirs_exist_ok=True)
         write_card(model, report)
-        shutil.rmtree(target, ignore_errors=True)
-        model.rename(target)
 
 
 def build_corpus_index(run: Run, dense_weight: float) -> None:

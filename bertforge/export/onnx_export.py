@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..atomic import staging_folder
+from ..atomic import published_folder
 from ..embeddings.embed import load_tokenizer
 from ..embeddings.pooling import pool, pooling_modes
 from ..errors import UsageError
@@ -95,7 +95,7 @@ def export_onnx(folder: str | os.PathLike | ModelFolder, output: str | os.PathLi
     tokenizer = load_tokenizer(read)
     graph = ExportedEncoder(model, pooling, bool(normalize))
     example = tokenizer(CHECK_TEXTS, padding=True, return_tensors="pt")
-    with staging_folder(output) as staging:
+    with published_folder(output, existing="refuse") as staging:  # an empty folder, checked above
         onnx_file = staging / "model.onnx"
         batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=model.config.max_position_embeddings)
         with warnings.catch_warnings(), quiet_logger("torch.onnx"), torch.no_grad():
@@ -107,9 +107,6 @@ def export_onnx(folder: str | os.PathLike | ModelFolder, output: str | os.PathLi
         difference = check_with_onnxruntime(onnx_file, graph, tokenizer)
         model.config.to_json_file(staging / "config.json")
         tokenizer.save_pretrained(staging)
-        if output.exists():
-            output.rmdir()
-        os.replace(staging, output)
     return difference
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..atomic import staging_folder
+from ..atomic import published_folder
 from ..resources import resolve_model
 from .config import CONFIG_NAME, BertConfig
 
@@ -77,24 +77,19 @@ class BertPreTrainedModel(nn.Module):
     def save_pretrained(self, directory: str | os.PathLike, tokenizer=None) -> Path:
         """Write config.json + model.safetensors (+ the tokenizer's files) in HF format.
 
-        A new folder appears whole or not at all (written to a temp folder, then renamed);
-        files in an existing folder are each replaced atomically.
+        A new folder appears whole or not at all; into an existing one each file is replaced whole and
+        files this save does not write (a model card, .git) stay (`atomic.published_folder`, "merge").
         """
         from safetensors.torch import save_file
 
         target = Path(directory)
-        with staging_folder(target) as staging:
+        with published_folder(target, existing="merge") as staging:
             self.config.architectures = [type(self).__name__]
             self.config.to_json_file(staging / CONFIG_NAME)
             state = {k: v.detach().contiguous() for k, v in self.state_dict().items() if k not in self.tied_keys}
             save_file(state, str(staging / WEIGHTS_SAFETENSORS), metadata={"format": "pt"})
             if tokenizer is not None:
                 tokenizer.save_pretrained(staging)
-            if target.exists():
-                for written in staging.iterdir():
-                    os.replace(written, target / written.name)
-            else:
-                staging.rename(target)
         return target
 
 

@@ -41,7 +41,7 @@ from sklearn.pipeline import Pipeline
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..atomic import replaced_file, write_text
+from ..atomic import published_folder
 from ..models.checkpoint import WEIGHTS_SAFETENSORS
 from ..models.outputs import ClassifierOutput
 from ..tasks.long_documents import CLINICALBERT_C, combine_per_document
@@ -152,7 +152,8 @@ class BiLSTMClassifier(nn.Module):
         return ClassifierOutput(loss=loss, logits=logits)
 
     def save_pretrained(self, folder: str | os.PathLike, tokenizer: None = None) -> Path:
-        """Write model.safetensors and bilstm.json (sizes and vocabulary) into folder, each file atomically.
+        """Write model.safetensors and bilstm.json (sizes and vocabulary) into folder: a new folder appears whole;
+        into an existing one each file is replaced whole and the folder's other files stay.
 
         tokenizer is there for the training loop's call and must be None: the vocabulary is the tokenizer.
         """
@@ -160,10 +161,10 @@ class BiLSTMClassifier(nn.Module):
             raise TypeError("a BiLSTMClassifier saves its own vocabulary; pass no tokenizer")
         folder = Path(folder)
         weights = {name: tensor.detach().cpu().contiguous() for name, tensor in self.state_dict().items()}
-        with replaced_file(folder / WEIGHTS_SAFETENSORS) as temporary:
-            save_file(weights, str(temporary))
         card = {"architecture": type(self).__name__, **self.sizes, "vocabulary": self.vocabulary.words}
-        write_text(folder / BILSTM_CONFIG, json.dumps(card) + "\n")
+        with published_folder(folder, existing="merge") as staging:
+            save_file(weights, str(staging / WEIGHTS_SAFETENSORS))
+            (staging / BILSTM_CONFIG).write_text(json.dumps(card) + "\n", encoding="utf-8")
         return folder
 
     @classmethod

@@ -16,13 +16,12 @@ any moment leaves either the old index or the new one, whole.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
-from ..atomic import replaced_file, staging_folder
+from ..atomic import published_folder, replaced_file
 from ..errors import UsageError
 from .ann import faiss
 from .corpus import Passage
@@ -40,11 +39,11 @@ def write_new_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passage
     """
     folder = Path(folder)
     refuse_existing_output(folder)
-    with staging_folder(folder) as staging:
+    # "refuse": a folder that appeared while the index was built is not written over either
+    with published_folder(folder, existing="refuse") as staging:
         offsets = append_passages(staging / TEXTS_FILE, 0, passages)
         meta = commit(staging, {**meta, "format": FORMAT, "format_version": FORMAT_VERSION, "generation": 0},
                       faiss_index, offsets)
-        os.rename(staging, folder)
     return meta
 
 

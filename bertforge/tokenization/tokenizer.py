@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tokenizers import AddedToken
 
-from ..atomic import replaced_file
+from ..atomic import published_folder
 from ..validation import checked
 from .encoding import Encoding, as_tensors
 from .vocab_training import SPECIAL_TOKENS, build_engine, check_vocab, load_settings, read_vocab_file, train_vocab
@@ -306,10 +306,10 @@ class BertTokenizer:
         """Write vocab.txt, tokenizer.json, tokenizer_config.json, special_tokens_map.json; return their paths.
 
         transformers' BertTokenizer (and the pure-Python one) load the folder unchanged.
-        Creates the folder if needed; each file is written whole and then renamed into place.
+        A new folder appears whole; into an existing one (a model folder, say) each file is replaced whole
+        and the folder's other files stay.
         """
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         self._engine.no_truncation()
         self._engine.no_padding()
         special_tokens = {f"{token[1:-1].lower()}_token": token for token in SPECIAL_TOKENS}  # "pad_token": "[PAD]"
@@ -323,13 +323,10 @@ class BertTokenizer:
             "tokenizer_config.json": json.dumps(config, indent=2, ensure_ascii=False) + "\n",
             "special_tokens_map.json": json.dumps(special_tokens, indent=2) + "\n",
         }
-        paths = []
-        for name, text in contents.items():
-            path = directory / name
-            with replaced_file(path) as temporary:
-                temporary.write_text(text, encoding="utf-8")
-            paths.append(str(path))
-        return tuple(paths)
+        with published_folder(directory, existing="merge") as staging:
+            for name, text in contents.items():
+                (staging / name).write_text(text, encoding="utf-8")
+        return tuple(str(directory / name) for name in contents)
 
     def __repr__(self) -> str:
         return (f"BertTokenizer(vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case}, "

@@ -5,7 +5,7 @@ checkpoint is also a usable model) and the trainer state (optimizer, schedule, d
 position, best-model record) as `trainer_state.json` plus `trainer_state.safetensors`
 for its tensors. Neither format can run code when read, so a run folder from someone
 else is safe to `--resume` (a pickle, which torch.load of a .pt file reads, is not).
-Folders appear whole (temp + rename), and only the last K are kept.
+Folders appear whole (`atomic.published_folder`), and only the last K are kept.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from ..atomic import staging_folder
+from ..atomic import published_folder
 from ..errors import BertforgeError
 
 logger = logging.getLogger("bertforge")
@@ -35,12 +35,9 @@ def save_checkpoint(run_dir: Path, step: int, model, trainer_state: dict[str, An
                     tokenizer=None) -> Path:
     """Write `run_dir/step-N` atomically, then drop all but the newest `keep_last` checkpoints."""
     target = checkpoint_folder(run_dir, step)
-    with staging_folder(target) as staging:
+    with published_folder(target, existing="replace") as staging:  # re-saving a step (the final one) replaces it whole
         model.save_pretrained(staging / "model", tokenizer=tokenizer)
         save_trainer_state(trainer_state, staging)
-        if target.exists():  # re-saving a step (e.g. the final one) replaces it whole
-            shutil.rmtree(target)
-        staging.rename(target)
     for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return target

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from torch.utils.data import DataLoader
 
 from ...models.config import BertConfig
 from .dataset import PretrainingConfig, PretrainingDataset
-from ...atomic import staging_folder, write_text
+from ...atomic import published_folder, write_text
 from ...errors import BertforgeError
 from ...input_files import changed_inputs, fingerprints
 from ...train.run_folder import claim_run_folder
@@ -102,14 +101,12 @@ def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Top
         if change and (trained / "vocab.txt").exists():
             change = stale_cache(trained, change, resume, recorded=record.exists())
         if change:
-            with staging_folder(trained) as staging:
+            with published_folder(trained, existing="replace") as staging:  # the run's own cache
                 BertTokenizer.train(files, vocab_size=settings.vocab_size,
                                     min_frequency=settings.min_frequency,
                                     lowercase=settings.lowercase).save_pretrained(staging)
                 write_text(staging / TRAINED_ON, json.dumps(
                     {**wanted, "source_files": fingerprints(files)}, indent=2) + "\n")
-                shutil.rmtree(trained, ignore_errors=True)
-                staging.rename(trained)
     barrier(topology)
     return BertTokenizer.from_pretrained(trained)
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...atomic import staging_folder
+from ...atomic import published_folder
 from ...embeddings.pooling import pool, pooling_modes
 from ...models.folder import LEGACY_POOLING_KEYS, MODULES_FILE, ST_CONFIG_FILE, ModelFolder, read_model_folder
 from ...models.model import BertModel
@@ -161,10 +161,10 @@ class BiEncoder(nn.Module):
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def save_pretrained(self, directory: str | os.PathLike, tokenizer=None) -> Path:
-        """Write a sentence-transformers folder (see the module docstring); each file appears whole."""
+        """Write a sentence-transformers folder (see the module docstring): a new folder appears whole; into an
+        existing one each file is replaced whole and the folder's other files (modules of its own) stay."""
         target = Path(directory)
-        with staging_folder(target) as staging:
-            folder = staging / "model"
+        with published_folder(target, existing="merge") as folder:
             self.bert.save_pretrained(folder, tokenizer=tokenizer)
             write_json(folder / MODULES_FILE, modules(self.normalize))
             write_json(folder / SENTENCE_BERT_CONFIG, {"max_seq_length": self.max_seq_length, "do_lower_case": False})
@@ -172,14 +172,6 @@ class BiEncoder(nn.Module):
             write_json(folder / POOLING_CONFIG, pooling_config(self.pooling, self.config.hidden_size))
             write_json(folder / ST_CONFIG_FILE, {"__version__": package_versions(), "prompts": {},
                                             "default_prompt_name": None, "similarity_fn_name": "cosine"})
-            if not target.exists():
-                folder.rename(target)
-                return target
-            for written in sorted(folder.rglob("*")):  # an existing folder: replace file by file
-                if written.is_file():
-                    destination = target / written.relative_to(folder)
-                    destination.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(written, destination)
         return target
 
     @classmethod
