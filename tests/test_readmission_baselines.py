@@ -7,8 +7,11 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
 from bertforge.readmission.baselines import (BILSTM_CONFIG, BiLSTMClassifier, Vocabulary, admission_scores,
-                                             bag_of_words, chunk_probabilities, collate_chunks, train_bilstm)
+                                             bag_of_words, bidirectional_lstm, chunk_probabilities, collate_chunks,
+                                             train_bilstm)
 from bertforge.readmission.recipe import ReadmissionRun, run_readmission
 from bertforge.readmission.report import plot_curves, table4, table4_csv
 from bertforge.train.batches import ShuffledBatches
@@ -133,6 +136,38 @@ def test_bilstm_steps_are_adams_at_a_constant_rate(chunks):
     trained = model.state_dict()
     for name, weight in reference.state_dict().items():
         torch.testing.assert_close(trained[name], weight, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_bidirectional_lstm_equals_the_packed_lstm_with_its_gradients():
+    # The packed LSTM is the reference: each direction reads only its own sequence's words. Lengths
+    # are mixed, with 1 and the full 11 among them. The upstream gradient is random, so an error in
+    # either direction, or at any position, shows in the outputs or in the gradients.
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(7, 5, batch_first=True, bidirectional=True)
+    lengths = torch.tensor([11, 1, 6, 11, 3, 9, 2, 7, 10, 5, 4, 8, 6])
+    inputs = torch.randn(13, 11, 7)
+    upstream = torch.randn(13, 11, 10)
+
+    def outputs_and_gradients(run):
+        lstm.zero_grad()
+        leaf = inputs.clone().requires_grad_()
+        outputs = run(leaf)
+        (outputs * upstream).sum().backward()
+        return outputs.detach(), {"inputs": leaf.grad, **{name: p.grad.clone() for name, p in lstm.named_parameters()}}
+
+    def packed(leaf):
+        packed_inputs = pack_padded_sequence(leaf, lengths, batch_first=True, enforce_sorted=False)
+        return pad_packed_sequence(lstm(packed_inputs)[0], batch_first=True, total_length=11)[0]
+
+    expected, expected_gradients = outputs_and_gradients(packed)
+    outputs, gradients = outputs_and_gradients(lambda leaf: bidirectional_lstm(lstm, leaf, lengths))
+    assert outputs.shape == (13, 11, 10) and not outputs[1, 1:].any()
+    torch.testing.assert_close(outputs, expected, rtol=0, atol=1e-5)
+    assert gradients.keys() == expected_gradients.keys() and any("reverse" in name for name in gradients)
+    for name, gradient in expected_gradients.items():
+        torch.testing.assert_close(gradients[name], gradient, rtol=0, atol=1e-5, msg=name)
+    # The plain unpacked LSTM gives different backward states, because it starts at the padding.
+    assert not torch.allclose(lstm(inputs)[0][:, :, 5:], expected[:, :, 5:], atol=1e-3)
 
 
 def test_bilstm_resumes_exactly(chunks, bilstm_run, tmp_path):

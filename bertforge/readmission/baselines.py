@@ -39,7 +39,6 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.pipeline import Pipeline
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..atomic import published_folder
 from ..models.checkpoint import WEIGHTS_SAFETENSORS
@@ -141,10 +140,7 @@ class BiLSTMClassifier(nn.Module):
         """logits (batch,) of P(readmitted) from input_ids (batch, seq) padded with 0 and lengths (batch,);
         with labels (batch,) of 0./1., also the mean binary cross-entropy as loss."""
         embedded = self.dropout(self.embeddings(input_ids))  # (batch, seq, embedding_dim)
-        # Packed, so the backward direction starts at each chunk's last word, not at its padding.
-        packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        hidden_states, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True,
-                                               total_length=input_ids.shape[1])  # (batch, seq, 2 * hidden)
+        hidden_states = bidirectional_lstm(self.lstm, embedded, lengths)  # (batch, seq, 2 * hidden)
         padding = input_ids == Vocabulary.PAD
         pooled = hidden_states.masked_fill(padding[:, :, None], float("-inf")).max(dim=1).values  # (batch, 2 * hidden)
         logits = self.classifier(self.dropout(torch.relu(self.dense(pooled)))).squeeze(-1)
@@ -187,6 +183,42 @@ class BiLSTMClassifier(nn.Module):
             raise ValueError(f"{folder} holds a damaged Bi-LSTM classifier ({type(error).__name__}: {error}); "
                              "train it again") from error
         return model.eval()
+
+
+def bidirectional_lstm(lstm: nn.LSTM, inputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Outputs (batch, seq, 2 * hidden) of a one-layer, batch_first, bidirectional `lstm` over inputs
+    (batch, seq, features) right-padded to lengths (batch,); zeros at padding.
+
+    Each direction reads its own sequence's words only, as when the batch is packed
+    (pack_padded_sequence), and the outputs equal the packed ones up to float rounding. Packing is
+    not used because torch runs a packed LSTM on the CPU one time step at a time, and the backward
+    pass of each step's slice fills a zero gradient as large as the whole batch. That made the
+    backward pass grow with the square of the length: 1.6-2.3 s for 32 chunks of 318 words, against
+    0.13 s here. Instead each direction runs unpacked. The backward direction runs forward over
+    each sequence reversed within its length, so it starts at the sequence's last word, not at its
+    padding.
+    """
+    positions = torch.arange(inputs.shape[1], device=inputs.device)
+    lengths = lengths.to(inputs.device)[:, None]
+    real = positions < lengths  # (batch, seq)
+    # Position t of a sequence of length n takes word n - 1 - t; padding stays put. Its own inverse.
+    reversal = torch.where(real, lengths - 1 - positions, positions)[:, :, None]  # (batch, seq, 1)
+
+    def reversed_within_lengths(states: torch.Tensor) -> torch.Tensor:  # (batch, seq, width)
+        return states.gather(1, reversal.expand_as(states))
+
+    forward = _one_direction(lstm, inputs, "")
+    backward = reversed_within_lengths(_one_direction(lstm, reversed_within_lengths(inputs), "_reverse"))
+    return torch.cat([forward, backward], dim=-1) * real[:, :, None]
+
+
+def _one_direction(lstm: nn.LSTM, inputs: torch.Tensor, suffix: str) -> torch.Tensor:
+    """Outputs (batch, seq, hidden) of one direction of `lstm` ("" forward, "_reverse" backward), run from t = 0."""
+    weights = [getattr(lstm, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+    zeros = inputs.new_zeros(1, inputs.shape[0], lstm.hidden_size)
+    # torch.lstm is the op nn.LSTM.forward calls. Calling it directly lets one direction's weights run alone.
+    return torch.lstm(inputs, hx=(zeros, zeros), params=weights, has_biases=True, num_layers=1, dropout=0.0,
+                      train=lstm.training, bidirectional=False, batch_first=True)[0]
 
 
 def collate_chunks(word_ids: Sequence[Sequence[int]], labels: np.ndarray | None = None) -> dict[str, torch.Tensor]:
