@@ -66,10 +66,13 @@ def has_mlm_head(folder: Path) -> bool:
 MLM_OFF = "off"
 
 
-def mlm_source(mlm: str | None, base: ModelFolder, vocab: str) -> Path | None:
+def mlm_source(mlm: str | None, base: ModelFolder, vocab: str, vocab_size: int | None = None) -> Path | None:
     """The checkpoint continued MLM trains: --mlm's, else the base's when it has an MLM head; None: no MLM
-    stage (also for --mlm off). Raises UsageError for an --mlm without an MLM head, or --vocab new with
-    nothing to train."""
+    stage (also for --mlm off). Raises UsageError for an --mlm without an MLM head, --vocab new with
+    nothing to train, or --vocab-size without --vocab new."""
+    if vocab_size is not None and vocab != "new":
+        raise UsageError("--vocab-size sizes the vocabulary that --vocab new learns on the corpus; add --vocab new "
+                         "or leave --vocab-size out")
     if mlm == MLM_OFF:
         if vocab == "new":
             raise UsageError("--vocab new grows the vocabulary for continued MLM pretraining, which --mlm off "

@@ -128,10 +128,7 @@ def open_run(options: AdaptOptions) -> Run:
         raise UsageError(f"--base {options.base}: adapt trains mean- or cls-pooled encoders stored at the folder's "
                          f"root; this one pools with {base.pooling} in {base.transformer}")
     base_folder = base.root
-    if options.vocab_size is not None and options.vocab != "new":
-        raise UsageError("--vocab-size sizes the vocabulary that --vocab new learns on the corpus; add --vocab new "
-                         "or leave --vocab-size out")
-    mlm = mlm_source(options.mlm, base, options.vocab)
+    mlm = mlm_source(options.mlm, base, options.vocab, options.vocab_size)
     corpus = read_corpus(options.corpus, text_column=options.text_column, max_words=MAX_WORDS)
     check_corpus(corpus, options)
     output = Path(options.output)
