@@ -183,8 +183,7 @@ class Batcher:
 
     def dispatch(self) -> None:
         """Hand the next batch from the front of the queue to the model thread; its callers are answered when it ends."""
-        count = next_batch_size([p.length for p in self.queue], self.max_batch_tokens, self.max_batch_requests)
-        batch = [self.queue.popleft() for _ in range(count)]
+        batch = [self.queue.popleft() for _ in range(self.next_count())]
         self.observe_queue()
         tokens = sum(p.length for p in batch)
         future = asyncio.get_running_loop().run_in_executor(self.executor, self.run_timed,
@@ -192,6 +191,10 @@ class Batcher:
         flight = InFlight(batch, future, tokens * (self.seconds_per_token or 0.0))
         self.in_flight.append(flight)
         future.add_done_callback(lambda _: self.finish(flight))
+
+    def next_count(self) -> int:
+        """How many inputs from the front of the queue the next batch takes (`next_batch_size`)."""
+        return next_batch_size([p.length for p in self.queue], self.max_batch_tokens, self.max_batch_requests)
 
     def finish(self, flight: "InFlight") -> None:
         """A batch ended (event loop): record its time, answer its callers."""
@@ -219,8 +222,7 @@ class Batcher:
         ends, or as soon as a full batch is queued. No estimate yet (the first batch): when it ends."""
         running = self.in_flight[0]
         while not running.future.done() and not self.closing:
-            if next_batch_size([p.length for p in self.queue], self.max_batch_tokens,
-                               self.max_batch_requests) < len(self.queue):
+            if self.next_count() < len(self.queue):
                 return  # more than a batch is waiting: nothing is gained by waiting for more
             left = None
             if running.expected_seconds > 0:
