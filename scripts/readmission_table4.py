@@ -72,7 +72,8 @@ def main() -> None:
 
     sys.path.insert(0, str(ROOT))
     from bertforge.cli.parser import main as cli
-    from bertforge.readmission.recipe import ReadmissionRun, run_readmission, write_report
+    from bertforge.readmission.settings import ReadmissionRun
+    from bertforge.readmission.recipe import run_readmission, write_report
 
     data = WORK / "data"
     if not (data / "summary.json").exists():

@@ -10,7 +10,7 @@ import yaml
 
 from bertforge.cli.options import without_none
 from bertforge.cli.parser import build_parser
-from bertforge.readmission.recipe import ReadmissionRun
+from bertforge.readmission.settings import ReadmissionRun
 from bertforge.tasks.finetune import FinetuneRecipe
 from bertforge.tasks.pretraining.recipe import PretrainRecipe
 

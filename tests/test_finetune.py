@@ -18,7 +18,8 @@ from bertforge.tasks import TaskSettings, load_task
 from bertforge.tokenization.tokenizer import BertTokenizer
 from bertforge.train.best import best_model_folder
 from bertforge.train.checkpointing import load_trainer_state, latest_checkpoint
-from bertforge.train.loop import TrainConfig, train
+from bertforge.train.config import TrainConfig
+from bertforge.train.loop import train
 
 transformers = pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).parent))  # the SQuAD-from-Austen builder lives beside the tests

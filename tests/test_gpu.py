@@ -19,7 +19,8 @@ from bertforge.engine.attention import attention, packed_kernel
 from bertforge.engine.unpadding import Packing, unpad
 from bertforge.models.heads import masked_positions_from
 from bertforge.train.batches import predict_rows
-from bertforge.train.loop import TrainConfig, train
+from bertforge.train.config import TrainConfig
+from bertforge.train.loop import train
 from test_pretrain import write_recipe
 
 pytestmark = pytest.mark.gpu

@@ -12,7 +12,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from bertforge.readmission.baselines import (BILSTM_CONFIG, BiLSTMClassifier, Vocabulary, admission_scores,
                                              bag_of_words, bidirectional_lstm, chunk_probabilities, collate_chunks,
                                              train_bilstm)
-from bertforge.readmission.recipe import ReadmissionRun, run_readmission
+from bertforge.readmission.settings import ReadmissionRun
+from bertforge.readmission.recipe import run_readmission
 from bertforge.readmission.report import plot_curves, table4, table4_csv
 from bertforge.train.batches import ShuffledBatches
 

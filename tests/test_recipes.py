@@ -8,12 +8,13 @@ import pytest
 import yaml
 
 from bertforge.errors import UsageError
-from bertforge.readmission.recipe import ReadmissionRun
+from bertforge.readmission.settings import ReadmissionRun
 from bertforge.settings import load_recipe
 from bertforge.tasks.finetune import FinetuneRecipe
 from bertforge.tasks.pretraining.recipe import PretrainRecipe
 from bertforge.tasks.retrieval.recipe import SbertRecipe
-from bertforge.train.loop import TrainConfig, train
+from bertforge.train.config import TrainConfig
+from bertforge.train.loop import train
 from bertforge.train.runner import RESULTS_FILE, run_recipe
 
 from cli_run import assert_one_line_error, run_cli

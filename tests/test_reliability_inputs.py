@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from bertforge import BertConfig, BertTokenizer
 from bertforge.cli.boundary import describe
-from bertforge.readmission.recipe import ReadmissionRun
+from bertforge.readmission.settings import ReadmissionRun
 from bertforge.settings import apply_overrides, build
 from bertforge.tasks.finetune import FinetuneRecipe
 from bertforge.tasks.pretraining.recipe import PretrainRecipe

@@ -11,7 +11,8 @@ import torch
 from bertforge.errors import BertforgeError
 from bertforge.train.checkpointing import (TRAINER_TENSORS, latest_checkpoint, list_checkpoints,
                                            load_trainer_state, save_trainer_state)
-from bertforge.train.loop import TrainConfig, train
+from bertforge.train.config import TrainConfig
+from bertforge.train.loop import train
 from bertforge.train.optim import build_optimizer
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -11,7 +11,8 @@ from bertforge.errors import BertforgeError
 from bertforge.engine import devices
 from bertforge.train import loop
 from bertforge.train.batches import ShuffledBatches
-from bertforge.train.loop import TrainConfig, precision_of, train
+from bertforge.train.config import TrainConfig
+from bertforge.train.loop import precision_of, train
 from bertforge.train.optim import build_optimizer
 from bertforge.train.prefetch import Prefetcher, accepts_packing
 

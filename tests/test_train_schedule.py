@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from bertforge.train.loop import TrainConfig
+from bertforge.train.config import TrainConfig
 from bertforge.train.optim import learning_rate_schedule
 
 

@@ -15,7 +15,8 @@ from bertforge.tasks.retrieval.denoising import DenoisingAutoEncoder, DenoisingC
 from bertforge.tokenization.tokenizer import BertTokenizer
 from bertforge.train.batches import ShuffledBatches
 from bertforge.train.checkpointing import latest_checkpoint, load_trainer_state
-from bertforge.train.loop import TrainConfig, train
+from bertforge.train.config import TrainConfig
+from bertforge.train.loop import train
 
 SENTENCES = [
     "Emma Woodhouse, handsome, clever, and rich, seemed to unite some of the best blessings of existence.",

@@ -30,7 +30,7 @@ from ..tasks.pretraining.recipe import DataSettings, ModelSettings, PretrainReci
 from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..tokenization.tokenizer import BertTokenizer
 from ..train.checkpointing import latest_checkpoint, list_checkpoints
-from ..train.loop import TrainConfig
+from ..train.config import TrainConfig
 from .domain_vocabulary import corpus_pieces, grow_checkpoint, vocabulary_change
 from .ict import passage_text
 

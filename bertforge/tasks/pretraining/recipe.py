@@ -28,7 +28,8 @@ from ...models.heads import BertForPreTraining, masked_positions_from
 from ...tokenization.tokenizer import BertTokenizer
 from ...engine.devices import select_device, to_device
 from ...train.distributed import Topology, barrier, init_distributed, shutdown
-from ...train.loop import TrainConfig, train
+from ...train.config import TrainConfig
+from ...train.loop import train
 from ...settings import CHECKPOINT, KEYS_OF, PATH, load_recipe
 from ...validation import STEPS_TO_RUN, check_bound, check_fields
 
