@@ -130,10 +130,24 @@ def build(sources: Path) -> RetrievalSet:
 def extract(deb: Path | None, into: Path) -> Path:
     """The package's reStructuredText sources under `into` (downloaded with apt-get unless --deb names it)."""
     if deb is None:
-        subprocess.run(["apt-get", "download", PACKAGE], cwd=into, check=True, capture_output=True)
+        run_tool(["apt-get", "download", PACKAGE], into, f"could not download {PACKAGE} (a Debian or Ubuntu "
+                 "machine with its package lists is needed); download the .deb elsewhere and pass --deb FILE")
         deb = next(into.glob(f"{PACKAGE}_*.deb"))
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(into / "root")], check=True)
+    elif not deb.is_file():
+        raise SystemExit(f"--deb {deb}: no such file; give the {PACKAGE} .deb that apt-get download fetched")
+    run_tool(["dpkg-deb", "-x", str(deb), str(into / "root")], into,
+             f"could not unpack {deb}: is it the {PACKAGE} .deb? (dpkg-deb is needed)")
+    if not (into / "root" / SOURCES).is_dir():
+        raise SystemExit(f"{deb} holds no {SOURCES}: give the {PACKAGE} package")
     return into / "root" / SOURCES
+
+
+def run_tool(command: list[str], folder: Path, advice: str) -> None:
+    """Run an archive tool; a missing tool or its failure is one line (SystemExit) with the advice."""
+    try:
+        subprocess.run(command, cwd=folder, check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as error:
+        raise SystemExit(f"{' '.join(command[:2])} failed ({error.__class__.__name__}): {advice}") from None
 
 
 def main() -> None:
@@ -141,6 +155,8 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=ROOT / "runs" / "retrieval" / "python-faq")
     parser.add_argument("--deb", type=Path, help=f"a downloaded {PACKAGE} .deb (default: apt-get download)")
     args = parser.parse_args()
+    if args.output.exists() and not args.output.is_dir():
+        raise SystemExit(f"--output {args.output} is a file; give a folder for the BEIR set")
     with tempfile.TemporaryDirectory() as temporary:
         retrieval_set = build(extract(args.deb, Path(temporary)))
     (args.output / "qrels").mkdir(parents=True, exist_ok=True)

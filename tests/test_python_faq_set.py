@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -88,3 +89,17 @@ def test_questions_are_judged_against_their_own_answer_and_never_appear_in_the_c
     assert built.corpus[built.corpus_ids.index(answer)].startswith("Check the index first")
     assert "What is this? A tutorial about it." in built.corpus  # the tutorial's question is no FAQ query
     assert not any("How do I find a module?" in text for text in built.corpus)
+
+
+@pytest.mark.parametrize("case", ["missing deb", "not a deb", "output is a file"])
+def test_bad_input_is_one_line(tmp_path, case):
+    deb, output = tmp_path / "python3.11-doc.deb", tmp_path / "out"
+    if case == "not a deb":
+        deb.write_text("not an archive")
+    if case == "output is a file":
+        output.write_text("keep me")
+    result = subprocess.run([sys.executable, str(SCRIPT), "--deb", str(deb), "--output", str(output)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert case != "output is a file" or output.read_text() == "keep me"
