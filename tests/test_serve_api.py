@@ -1,6 +1,9 @@
 """The server's routes through FastAPI's TestClient: answers equal the peer libraries', and every
 bad request gets its documented status code and a one-line message."""
 import base64
+import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -367,8 +370,6 @@ def test_docs_and_page_work_offline(client):
 def test_answers_carry_each_float32_exactly_in_its_shortest_form():
     """orjson writes a float32 as the shortest decimal that reads back to it (0.1, not 0.10000000149011612);
     a strided view (a `dimensions` cut) is written as its values."""
-    import json
-
     from bertforge.serve.responses import FastJSONResponse
 
     vectors = np.random.default_rng(0).standard_normal((3, 384)).astype(np.float32)
@@ -376,3 +377,13 @@ def test_answers_carry_each_float32_exactly_in_its_shortest_form():
     cut = json.loads(FastJSONResponse({"e": list(vectors[:, :2])}).body)["e"]
     assert np.array_equal(np.array(cut, dtype=np.float32), vectors[:, :2])
     assert FastJSONResponse(np.float32([0.1])).body == b"[0.1]"
+
+
+def test_importing_the_app_loads_neither_sklearn_nor_scipy():
+    """The word-in-context route imports sklearn (and scipy under it) when it first runs: they are most of a second
+    of `bertforge serve`'s start. In a fresh process, since this one has loaded them for other tests."""
+    code = "import json, sys; import bertforge.serve.app; print(json.dumps(sorted(sys.modules)))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    loaded = {name.split(".")[0] for name in json.loads(run.stdout)}
+    assert loaded & {"sklearn", "scipy"} == set()

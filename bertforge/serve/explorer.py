@@ -5,7 +5,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from sklearn.decomposition import PCA
 
 from ..embeddings.embed import Embedder
 from ..embeddings.similarity import l2_normalized
@@ -49,6 +48,8 @@ def word_in_context(embedder: Embedder, word: str, sentences: list[str]) -> Word
 
     Raises ValueError (from word_vector) naming a sentence that lacks the word.
     """
+    from sklearn.decomposition import PCA  # here: sklearn and scipy under it are most of a second of serve's start
+
     vectors = []
     for number, sentence in enumerate(sentences, start=1):
         try:
