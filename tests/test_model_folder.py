@@ -65,6 +65,20 @@ def st_folders(tiny_bert, tmp_path_factory) -> dict[tuple[str, bool], tuple[Path
     return folders
 
 
+def test_every_list_of_pooling_modes_names_the_modes_pooling_computes():
+    """The modes are named where each list is needed: the functions (embeddings/pooling.py), the choices the
+    command line offers without importing torch (embeddings/__init__.py) and sentence-transformers' config keys
+    (models/folder.py). A mode added to one and not the others fails here, not in a user's folder."""
+    from typing import get_args
+
+    from bertforge.embeddings import Pooling, SentencePooling
+    from bertforge.embeddings.pooling import POOL_FUNCTIONS
+    from bertforge.models.folder import POOLING_MODES
+
+    assert set(get_args(SentencePooling)) == set(POOL_FUNCTIONS) == set(POOLING_MODES) == set(POOLINGS)
+    assert set(get_args(Pooling)) == {*POOL_FUNCTIONS, "pooler"}  # the model's pooler_output: Embedder alone
+
+
 def assert_same_vectors(actual: np.ndarray, expected: np.ndarray, minimum: float = 0.99999) -> None:
     assert actual.shape == expected.shape
     cosine = (actual * expected).sum(1) / np.linalg.norm(actual, axis=1) / np.linalg.norm(expected, axis=1)

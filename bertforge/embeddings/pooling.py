@@ -7,15 +7,10 @@ folder's vectors match its own; "cls+mean" (modes joined by "+") concatenates, a
 """
 from __future__ import annotations
 
-from typing import get_args
-
 import torch
 from torch import Tensor
 
 from ..models.folder import POOLING_JOIN
-from . import Pooling
-
-POOLINGS = get_args(Pooling)
 
 
 def cls_pool(states: Tensor, attention_mask: Tensor) -> Tensor:
