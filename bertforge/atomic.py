@@ -58,8 +58,9 @@ def published_folder(destination: str | os.PathLike, *, existing: Existing) -> I
       is whole, but a kill mid-publish can leave some files new and some old;
     - "refuse": only an empty folder is replaced; anything else raises OSError at the rename, so a
       folder that appeared while the work ran is never written over.
-    Every file and folder written is fsynced before it is published. After an error in the body the
-    temp folder is removed and `destination` is left as it was.
+    Every file and folder written is fsynced before it is published, and every folder a rename changed is
+    fsynced after it, so that the publishing survives a power cut. After an error in the body the temp
+    folder is removed and `destination` is left as it was.
     Raises NotADirectoryError when `destination` (or a folder above it) is a file, PermissionError when
     it cannot be written; both before the body runs.
     """
@@ -71,13 +72,7 @@ def published_folder(destination: str | os.PathLike, *, existing: Existing) -> I
         if not destination.exists():
             os.rename(staging, destination)
         elif existing == "merge":
-            for written in sorted(staging.rglob("*")):
-                if not written.is_dir():
-                    target = destination / written.relative_to(staging)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    if target.exists():  # keeps its mode, as replaced_file's files do
-                        written.chmod(target.stat().st_mode & 0o777)
-                    os.replace(written, target)
+            merge_into(destination, staging)
         elif existing == "replace":
             staging.chmod(destination.stat().st_mode & 0o777)
             aside = staging.with_name(f"{staging.name}-old")  # a temp name: removed later if this writer dies
@@ -90,6 +85,21 @@ def published_folder(destination: str | os.PathLike, *, existing: Existing) -> I
             shutil.rmtree(aside, ignore_errors=True)
         else:
             os.rename(staging, destination)  # fails unless destination is an empty folder
+        flush_folder(destination.parent)  # the rename is an entry of the parent: durable once the parent is flushed
+
+
+def merge_into(destination: Path, staging: Path) -> None:
+    """Move every file under `staging` to its place under `destination`, each in one rename, then flush the
+    folders that received them (and any made on the way) so that the renames are durable."""
+    for written in sorted(staging.rglob("*")):
+        if not written.is_dir():
+            target = destination / written.relative_to(staging)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.exists():  # keeps its mode, as replaced_file's files do
+                written.chmod(target.stat().st_mode & 0o777)
+            os.replace(written, target)
+    for folder in [staging, *staging.rglob("*")]:  # the files have moved out: the folders are what is left
+        flush_folder(destination / folder.relative_to(staging))
 
 
 def check_folder_writable(destination: Path) -> None:
@@ -148,7 +158,20 @@ def current_umask() -> int:
 
 
 def flush_to_disk(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
+    fsync_and_close(os.open(path, os.O_RDONLY))
+
+
+def flush_folder(folder: Path) -> None:
+    """fsync a folder's entries, so that a rename into or out of it survives a power cut (POSIX); skipped where
+    a folder cannot be opened (Windows), which gives no way to ask for it."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    fsync_and_close(descriptor)
+
+
+def fsync_and_close(descriptor: int) -> None:
     try:
         os.fsync(descriptor)
     finally:

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from bertforge.atomic import published_folder, write_text
+from bertforge.atomic import flush_folder, published_folder, write_text
 
 
 def test_a_new_file_gets_the_umasks_mode_and_a_replaced_one_keeps_its_own(tmp_path):
@@ -148,3 +148,35 @@ def test_every_file_is_flushed_before_it_is_published(tmp_path, monkeypatch):
     with published_folder(tmp_path / "model", existing="merge") as staging:
         write_new(staging)
     assert {"config.json", "1_Pooling"} <= set(flushed) and flushed.count("config.json") == 2
+
+
+@pytest.mark.parametrize("existing, before", [("refuse", "none"), ("refuse", "empty"), ("replace", "model"),
+                                              ("merge", "model")])
+def test_the_folders_a_rename_changed_are_flushed_after_it(tmp_path, monkeypatch, existing, before):
+    """A rename is an entry of a folder: until that folder is fsynced, a power cut can undo the publishing."""
+    folder = old_model(tmp_path) if before == "model" else tmp_path / "model"
+    if before == "empty":
+        folder.mkdir()
+    flushed_after, real_fsync = set(), os.fsync
+    new = {"config.json": b"new config", "1_Pooling/config.json": b"new pooling"}
+
+    def fsync(descriptor):
+        if new.items() <= snapshot(folder).items():  # every file is in place: the renames are done
+            flushed_after.add(os.fstat(descriptor).st_ino)
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with published_folder(folder, existing=existing) as staging:
+        write_new(staging)
+    assert tmp_path.stat().st_ino in flushed_after  # the folder holding `model`: new, swapped in, or renamed over
+    if existing == "merge":  # each file was renamed into a folder of its own
+        assert {folder.stat().st_ino, (folder / "1_Pooling").stat().st_ino} <= flushed_after
+
+
+def test_a_folder_that_cannot_be_opened_is_left_unflushed_without_an_error(tmp_path, monkeypatch):
+    def refuse(path, flags, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))  # as Windows answers os.open of a folder
+
+    monkeypatch.setattr(os, "open", refuse)
+    monkeypatch.setattr(os, "fsync", lambda descriptor: pytest.fail("nothing was opened to flush"))
+    flush_folder(tmp_path)
