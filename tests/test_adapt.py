@@ -89,6 +89,7 @@ def test_long_passages_split_on_sentence_boundaries_into_even_parts():
     pieces = split_long(Passage("p", sentences), max_words=25)
     assert [s for piece in pieces for s in piece.sentences] == sentences  # nothing lost, order kept
     assert len(pieces) == 3 and all(12 <= piece.words <= 30 for piece in pieces)
+    assert [piece.id for piece in pieces] == ["p#0", "p#1", "p#2"]  # what `index weight --tune` judges as "p"
 
 
 def test_fragmentation_counts_pieces_per_word_and_lists_the_most_split(cassette_dir):

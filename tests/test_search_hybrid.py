@@ -292,7 +292,11 @@ def write_beir(folder, queries: dict, qrels: list[tuple[str, str]]):
 
 def hand_ndcg(hits, query_id, relevant):
     """nDCG@10 of one query's hits (binary relevance), its own passage (same id) left out as BEIR does."""
-    ranked = [hit.id for hit in hits if hit.id != query_id][:10]
+    return ndcg_of_ids([hit.id for hit in hits if hit.id != query_id][:10], relevant)
+
+
+def ndcg_of_ids(ranked, relevant):
+    """nDCG@10 of a ranking of ids, best first (binary relevance)."""
     gain = sum(1 / math.log2(rank + 2) for rank, passage in enumerate(ranked) if passage in relevant)
     return gain / sum(1 / math.log2(rank + 2) for rank in range(min(len(relevant), 10)))
 
@@ -388,3 +392,53 @@ def test_serve_builds_a_hybrid_index_bm25_at_start(sentences, cassette_dir, tmp_
 
     Index.build(sentences[:30], cassette_dir, kind="flat", progress=False, dense_weight=0.7).save(tmp_path / "index")
     assert load_index(str(tmp_path / "index"))._bm25 is not None
+
+
+def split_index_folder(index, sentences, folder):
+    """The first 36 rows of the index fixture under adapt's ids: d0#0, d0#1, d0#2, ... (passages split in three
+    parts) for rows 0-23, d24, d25, ... (whole ones) after."""
+    ids = [f"d{row // 3}#{row % 3}" if row < 24 else f"d{row}" for row in range(36)]
+    vectors = index.faiss_index.reconstruct_n(0, 36)
+    Index.from_vectors(index.spec, vectors, make_passages(sentences[:36], ids, 0), kind="flat").save(folder)
+    return Index.load(folder)
+
+
+def ranked_documents_by_hand(hits, own_id):
+    """Hits' ids as qrels know them (ID for a part ID#k), each once, the query's own left out: the first 10."""
+    documents = [hit.id.rsplit("#", 1)[0] for hit in hits]
+    return [document for document in dict.fromkeys(documents) if document != own_id][:10]
+
+
+def test_index_weight_tune_counts_a_hit_on_a_part_as_a_hit_on_its_passage(capsys, index, sentences, tmp_path):
+    """adapt's index names the parts of a passage it split ID#0, ID#1, ...; qrels name ID. A document is found
+    at its best part's rank and counted once, however many of its parts are ranked."""
+    reference = split_index_folder(index, sentences, tmp_path / "index")
+    queries = {f"q{n}": text for n, text in enumerate(QUERIES)}
+    queries["d2"] = sentences[7]  # the text of part d2#1: d2, every part of it, is its own, never ranked for it
+    relevant = {}
+    for query_id, text in queries.items():
+        documents = ranked_documents_by_hand(reference.search(text, top_k=36, dense_weight=0.4), query_id)
+        relevant[query_id] = documents[1:3]  # neither side alone ranks them best
+    beir = write_beir(tmp_path / "judged", queries, [(q, d) for q, ids in relevant.items() for d in ids])
+    expected, parts_together = {}, False
+    for weight in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
+        hits = reference.search(list(queries.values()), top_k=36, dense_weight=weight)
+        ranked = [ranked_documents_by_hand(h, q) for q, h in zip(queries, hits)]
+        expected[weight] = float(np.mean([ndcg_of_ids(r, relevant[q]) for q, r in zip(queries, ranked)]))
+        top_ids = [[hit.id.rsplit("#", 1)[0] for hit in h[:10]] for h in hits]
+        parts_together |= any(ids.count(d) > 1 for ids, q in zip(top_ids, queries) for d in relevant[q])
+    assert parts_together  # a relevant passage has two parts in a top 10: counting parts would score otherwise
+    best = max(expected, key=lambda weight: (expected[weight], weight))
+    code, out, err = run(capsys, "index", "weight", tmp_path / "index", "--tune", beir)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"nDCG@10 of {len(queries)} judged queries of {beir} by dense weight"
+    assert lines[2:13] == [f"{weight:>6.1f}  {score:.4f}" + ("  <- best" if weight == best else "")
+                           for weight, score in expected.items()]
+
+
+def test_a_part_is_judged_as_its_passage_unless_the_qrels_name_the_part_itself():
+    from bertforge.search.weights import document_id
+
+    assert document_id("d3#2", {"d3"}) == "d3" and document_id("d3", {"d3"}) == "d3" and document_id(7, set()) == "7"
+    assert document_id("faq#12", {"faq#12"}) == "faq#12"  # an id of its own that holds '#'

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..input_files import blank_line_blocks, jsonl_objects, text_suffix, utf8_problem
+from ..search.corpus import part_id
 from ..tasks.classification.reader import DELIMITERS, read_rows
 from ..tasks.pretraining.corpus import expand_paths, split_sentences
 
@@ -157,4 +158,4 @@ def split_long(passage: Passage, max_words: int) -> list[Passage]:
         pieces[min(parts - 1, int((position + words / 2) / target))].append(sentence)
         position += words
     pieces = [piece for piece in pieces if piece]
-    return [Passage(f"{passage.id}#{i}", sentences, passage.title) for i, sentences in enumerate(pieces)]
+    return [Passage(part_id(passage.id, i), sentences, passage.title) for i, sentences in enumerate(pieces)]

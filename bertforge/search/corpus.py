@@ -5,11 +5,13 @@ Two layouts, picked by extension:
   an id under `id_field` ("id", a str or an int);
 - anything else: plain text, one passage per line; the id is "FILE_NAME:LINE" (line 1-based),
   so passages added later from another file keep ids of their own.
-Blank lines are skipped in both.
+Blank lines are skipped in both. A passage split in parts (adapt splits one past its word limit) has
+parts named ID#0, ID#1, ... (`part_id`), which judgements that name ID count as ID (`whole_id`).
 """
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -20,12 +22,24 @@ PassageId = str | int
 # Longer lines are refused, as the csv reader refuses a longer field in a classification file; a passage
 # is a few hundred tokens (a few kB), so such a line is a whole document or a file without line breaks.
 MAX_LINE_BYTES = 131_072
+PART_ID = re.compile(r"(.+)#\d+")
 
 
 @dataclass(frozen=True)
 class Passage:
     id: PassageId
     text: str
+
+
+def part_id(passage_id: PassageId, part: int) -> str:
+    """The id of part `part` (0, 1, ...) of a passage split in parts: ID#0, ID#1, ..."""
+    return f"{passage_id}#{part}"
+
+
+def whole_id(passage_id: PassageId) -> str:
+    """The id, as text, of the passage that a part (`part_id`) was split from: ID for ID#3; any other id as text."""
+    match = PART_ID.fullmatch(str(passage_id))
+    return match.group(1) if match else str(passage_id)
 
 
 def check_corpus_file(path: str | Path) -> Path:

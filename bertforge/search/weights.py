@@ -5,7 +5,9 @@ search ranks at that weight (`Index.rank`: the rows `search` returns, the pool o
 approximate index included), and hybrid.best_weight keeps the best, the rule adapt picks its index's
 weight by. The judgements are a BEIR folder's queries.jsonl and qrels whose document ids are the
 index's passage ids: an index built from a BEIR corpus.jsonl with `--id-field _id`, or adapt's
-DIR/index of one (adapt keeps a record's "_id").
+DIR/index of one (adapt keeps a record's "_id"). Qrels judge documents, and adapt splits a long one
+into parts ID#0, ID#1, ... (search/corpus.py's part_id): a ranking is scored by document, each counted
+once, at the rank of its best part.
 """
 from __future__ import annotations
 
@@ -18,24 +20,28 @@ from ..tasks.retrieval.baselines import require_bm25s
 from ..tasks.retrieval.hybrid import WEIGHTS
 from ..tasks.retrieval.metrics import NDCG_AT, ranking_metrics
 from ..tasks.retrieval.reader import beir_qrels, read_qrels, read_texts_by_id
+from .corpus import PassageId, whole_id
 from .index import Index
 
 
 @dataclass
 class JudgedQueries:
-    """Queries whose relevant passages are rows of one index."""
+    """Queries whose relevant documents are in one index. A document is a row, or every part of a passage split
+    in parts; documents are numbered in order of their first row."""
 
     texts: list[str]
-    relevant_rows: list[list[int]]
-    own_rows: list[int | None]  # the row whose id is the query's own: never ranked for it, as BEIR leaves it out
-    left_out: int               # judged queries none of whose relevant ids is in the index
+    relevant_documents: list[list[int]]
+    own_documents: list[int | None]  # the one whose id is the query's: never ranked for it, as BEIR leaves it out
+    left_out: int                    # judged queries none of whose relevant ids is in the index
+    row_documents: np.ndarray        # (rows,): the document each row of the index is (part of)
 
 
 def read_judged_queries(folder: str | Path, index: Index) -> JudgedQueries:
     """The queries of a BEIR folder (queries.jsonl, qrels/test.tsv or qrels.tsv) judged against `index`'s passages.
 
-    Ids are compared as text: qrels hold text, an index's ids are str or int. Raises ValueError for a
-    missing or malformed file, or when no query has a relevant id that is a passage of the index.
+    Ids are compared as text: qrels hold text, an index's ids are str or int; a part ID#k of a passage is judged
+    as ID (`document_id`). Raises ValueError for a missing or malformed file, or when no query has a relevant id
+    that is a passage of the index.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -47,24 +53,31 @@ def read_judged_queries(folder: str | Path, index: Index) -> JudgedQueries:
     if not judged_ids:
         raise ValueError(f"no query in {folder / 'queries.jsonl'} has a relevant document in {qrels}; "
                          "check that their ids match")
-    rows: dict[str, int] = {}
-    for row, passage_id in enumerate(index.row_ids()):
-        rows.setdefault(str(passage_id), row)
-    judged = JudgedQueries([], [], [], 0)
+    named = {*judged_ids, *(doc_id for query_id in judged_ids for doc_id in relevant[query_id])}
+    documents: dict[str, int] = {}
+    row_documents = [documents.setdefault(document_id(passage_id, named), len(documents))
+                     for passage_id in index.row_ids()]
+    judged = JudgedQueries([], [], [], 0, np.array(row_documents, dtype=np.int64))
     for query_id in judged_ids:
-        found = [rows[doc_id] for doc_id in relevant[query_id] if doc_id in rows]
+        found = [documents[doc_id] for doc_id in relevant[query_id] if doc_id in documents]
         if not found:
             judged.left_out += 1
             continue
         judged.texts.append(queries[query_id])
-        judged.relevant_rows.append(found)
-        judged.own_rows.append(rows.get(query_id))
+        judged.relevant_documents.append(found)
+        judged.own_documents.append(documents.get(query_id))
     if not judged.texts:
         example = relevant[judged_ids[0]][0]
         raise ValueError(f"no document id in {qrels} is a passage id of the index ({example!r} is not; the index's "
                          f"ids look like {next(index.row_ids())!r}); build the index with the corpus's ids "
                          "(`--id-field _id` for a BEIR corpus.jsonl)")
     return judged
+
+
+def document_id(passage_id: PassageId, named: set[str]) -> str:
+    """The id the qrels know a row by: its own where they name it (an id may hold '#'), else the whole passage's."""
+    text = str(passage_id)
+    return text if text in named else whole_id(text)
 
 
 def weight_ndcg(index: Index, judged: JudgedQueries) -> dict[float, float]:
@@ -74,12 +87,20 @@ def weight_ndcg(index: Index, judged: JudgedQueries) -> dict[float, float]:
     """
     require_bm25s()  # before embedding the queries
     vectors = index.query_vectors(judged.texts)  # once, for every weight
+    # Deep enough for 11 documents (one spare: a query's own is dropped) even if each has as many parts as the most.
+    depth = (NDCG_AT + 1) * int(np.bincount(judged.row_documents).max())
     scores = {}
     for weight in WEIGHTS:
-        rows = index.rank(vectors, judged.texts, NDCG_AT + 1, weight).rows  # one spare: a query's own row is dropped
+        rows = index.rank(vectors, judged.texts, depth, weight).rows
         ranked = np.full((len(rows), NDCG_AT), -1, dtype=np.int64)  # -1: past a ranking shorter than 10
-        for query, (query_rows, own_row) in enumerate(zip(rows, judged.own_rows)):
-            kept = [row for row in query_rows if row != own_row][:NDCG_AT]
-            ranked[query, :len(kept)] = kept
-        scores[weight] = ranking_metrics(ranked, judged.relevant_rows)[f"ndcg@{NDCG_AT}"]
+        for query, (query_rows, own_document) in enumerate(zip(rows, judged.own_documents)):
+            documents = ranked_documents(query_rows, judged.row_documents, own_document)[:NDCG_AT]
+            ranked[query, :len(documents)] = documents
+        scores[weight] = ranking_metrics(ranked, judged.relevant_documents)[f"ndcg@{NDCG_AT}"]
     return scores
+
+
+def ranked_documents(rows: np.ndarray, row_documents: np.ndarray, left_out: int | None) -> list[int]:
+    """A ranking of rows (-1 past its end) -> its documents, best first, each once (at its best part's rank)."""
+    documents = (int(document) for document in row_documents[rows[rows >= 0]])
+    return list(dict.fromkeys(document for document in documents if document != left_out))
