@@ -28,7 +28,7 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
             piece's embedding the mean of its old pieces')
         vocab_size: with --vocab new, the size of the WordPiece vocabulary learnt on the corpus, whose pieces
             the base lacks are added (8000 when left out)
-        threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else torch's one per core; on a machine shared with other busy processes fewer threads often run faster)
+        threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else chosen batch by batch: the usable cores or fewer, whichever runs faster while other processes share the machine)
     """
     from ..adapt.pipeline import AdaptOptions, run_adapt
     from ..engine.threads import use_threads

@@ -83,7 +83,7 @@ def embed_texts(input: str, output: str, model: str = "minilm", layers: str = "-
         dtype: the model's number format: fp32, fp16 or bf16 (GPU), int8 (CPU)
         max_batch_tokens: the most padded tokens per forward pass (default 2048 on a CPU, 16384 on a GPU)
         device: cpu, cuda or cuda:N (default: this process's GPU if there is one, else the CPU)
-        threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else torch's one per core; on a machine shared with other busy processes fewer threads often run faster)
+        threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else chosen batch by batch: the usable cores or fewer, whichever runs faster while other processes share the machine)
     """
     import torch
 

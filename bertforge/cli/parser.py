@@ -22,6 +22,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 from ..serve import commands as serve_commands
 from ..tasks.retrieval import commands as sbert_commands
 from . import adapt_commands, commands, export, readmission_commands, search_commands
+from ..engine.threads import spin_briefly
 from .boundary import USAGE, describe, report
 from .options import command_line_style
 
@@ -191,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     if function is None:  # no command, or a group without its sub-command: say what there is
         command.print_help()
         return USAGE
+    spin_briefly()  # before the command imports torch
     previous = terminate_as_interrupt()
     try:
         run_command(function, arguments)

@@ -31,7 +31,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
         id_field: the JSONL field that holds the id (default ids: FILE:LINE)
         tune_queries: a file of typical queries, one a line, to tune ivf/hnsw effort on (default: stored vectors)
         dense_weight: make searches hybrid by default: this share for the encoder's cosines, the rest for BM25 over the passages (0.7 measured best; default: the encoder alone)
-        threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else torch's one per core; on a machine shared with other busy processes fewer threads often run faster)
+        threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else chosen batch by batch: the usable cores or fewer, whichever runs faster while other processes share the machine)
     """
     from ..engine.threads import use_threads
     from ..search.build import build_index
@@ -58,7 +58,7 @@ def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int
         batch_size: texts per forward pass
         text_field: the JSONL field that holds the text
         id_field: the JSONL field that holds the id (default ids: FILE:LINE)
-        threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else torch's one per core; on a machine shared with other busy processes fewer threads often run faster)
+        threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else chosen batch by batch: the usable cores or fewer, whichever runs faster while other processes share the machine)
     """
     from ..engine.threads import use_threads
     from ..search.build import add_corpus

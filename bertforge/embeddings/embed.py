@@ -28,6 +28,7 @@ from ..engine.batching import TokenBatch, collate, fit_to_budget, plan_batches
 from ..models.packed_forward import packed_forward
 from ..engine.pipeline import HostResults, prefetched
 from ..engine.precision import check_inference_dtype, in_dtype
+from ..engine.threads import thread_governor
 from ..models.folder import ModelFolder, read_model_folder
 from ..models.model import BertModel
 from ..models.outputs import EncoderOutput
@@ -76,6 +77,10 @@ class Embedder:
     max_batch_tokens: the most padded tokens (texts x the longest) in one forward pass;
         default 2,048 on a CPU, 16,384 on a GPU. A text longer than this is truncated to it,
         with a warning.
+    threads: "auto" chooses the CPU thread count batch by batch (engine/governor.py: the usable cores or
+        fewer, whichever runs faster on the machine as it is now; torch's own count is given back after
+        each `encode`). None (the default) runs at torch's current count, except in a `bertforge` command
+        run without --threads, which chooses as "auto" does.
     max_length: truncation in tokens; default the tokenizer's limit, capped at the
         model's position table.
     progress: True/False to force a tqdm bar on or off; None shows one for long inputs.
@@ -95,7 +100,7 @@ class Embedder:
                  pooling: str | None = None, normalize: bool | None = None, batch_size: int = 32,
                  max_length: int | None = None, progress: bool | None = None,
                  device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
-                 max_batch_tokens: int | None = None, prompt: str = ""):
+                 max_batch_tokens: int | None = None, prompt: str = "", threads: str | None = None):
         encoder = resolve_encoder(model)
         if tokenizer is None:
             raise ValueError(
@@ -124,6 +129,7 @@ class Embedder:
         if max_batch_tokens is None:
             max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS.get(self.device.type, DEFAULT_MAX_BATCH_TOKENS["cuda"])
         self.max_batch_tokens = checked("max_batch_tokens", max_batch_tokens)
+        self.governor = thread_governor(threads) if self.device.type == "cpu" else None
 
     def check_pooler_allowed(self, encoder: BertModel, num_layers: int) -> None:
         if self.layers != (num_layers,):
@@ -172,11 +178,16 @@ class Embedder:
         show = self.progress if self.progress is not None else len(texts) > AUTO_PROGRESS_TEXTS
         with tqdm(total=len(texts), unit="text", disable=not show) as bar:
             results = HostResults(vectors, on_written=bar.update)
-            with torch.inference_mode(), eval_mode(self.model):
+            with torch.inference_mode(), eval_mode(self.model), self.thread_session() as governor:
                 for batch in prefetched(self.batches(texts)):
-                    results.add(batch.rows, self.pooled(batch.to(self.device, non_blocking=True)))
+                    with governor.run(batch.num_tokens) if governor else contextlib.nullcontext():
+                        results.add(batch.rows, self.pooled(batch.to(self.device, non_blocking=True)))
             results.finish()
         return vectors
+
+    def thread_session(self):
+        """The governor's session for one `encode` (it yields None where the thread count is not chosen here)."""
+        return self.governor.session() if self.governor else contextlib.nullcontext()
 
     def batches(self, texts: list[str]) -> Iterator[TokenBatch]:
         """Token-budget batches covering texts (rows are positions in texts), a window at a time.
