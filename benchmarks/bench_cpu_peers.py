@@ -15,6 +15,9 @@ share of the machine's matmul peak, measured on the spot with a large fp32 GEMM 
 count, not read from a datasheet. With --long, also the rate of our linear layers alone (timed by
 hooks around each one) against the same peaks.
 `--contention` adds rows run while a competing process spins on one core (started and stopped here).
+Ours also runs as `bertforge` commands do without --threads: the thread count chosen batch by batch
+(engine/governor.py), the "threads chosen" rows. OpenMP starts as those commands start it: a short spin
+before a waiting thread sleeps (GOMP_SPINCOUNT=10000) unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set.
 
 Peers that are not test dependencies (ctranslate2) are installed into benchmarks/.peers with
 `pip install --target`, so the project's own environment stays as it is.
@@ -25,8 +28,12 @@ Peers that are not test dependencies (ctranslate2) are installed into benchmarks
 from __future__ import annotations
 
 import os
+import sys
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: spinning OpenMP workers distort a shared CPU
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bertforge.engine.threads import spin_briefly  # noqa: E402 (imports no torch)
+
+spin_briefly()  # before torch: OpenMP as `bertforge` commands start it (a short spin; OMP_WAIT_POLICY wins)
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
@@ -34,7 +41,6 @@ import datetime  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -49,6 +55,7 @@ sys.path.insert(0, str(PEERS))
 import bertforge  # noqa: E402
 from bench_inference import MAX_LENGTH, device_name, load_texts, minilm_dir  # noqa: E402
 from bertforge.embeddings.embed import Embedder  # noqa: E402
+from bertforge.engine.threads import usable_threads  # noqa: E402
 from bertforge.input_files import open_text  # noqa: E402
 from bertforge.resources import demo_data  # noqa: E402
 from device_measures import encoder_flops  # noqa: E402
@@ -263,6 +270,10 @@ def engines_at(threads: int, args, folder: Path, paths: dict, tokenizer, referen
             embedder = Embedder.from_pretrained(folder, pooling="mean", normalize=True, batch_size=args.batch_size,
                                                 dtype=dtype, progress=False)
             engines[f"bertforge {dtype}"] = embedder.encode
+        for dtype in ("fp32", "int8"):  # what `bertforge embed` does without --threads: the count chosen per batch
+            embedder = Embedder.from_pretrained(folder, pooling="mean", normalize=True, batch_size=args.batch_size,
+                                                dtype=dtype, progress=False, threads="auto")
+            engines[f"bertforge {dtype}, threads chosen (1-{usable_threads()})"] = embedder.encode
     if "ort" in chosen:
         for key, label in (("onnx", "ORT fp32"), ("onnx-fused", "ORT fused fp32"),
                            ("onnx-fused-int8", "ORT fused int8")):
@@ -323,7 +334,7 @@ def main() -> None:
           f"{torch.__version__}, sentence-transformers {sentence_transformers.__version__}, onnxruntime "
           f"{onnxruntime.__version__}, ctranslate2 {ctranslate2.__version__}, Python {platform.python_version()}; "
           f"{datetime.datetime.now().isoformat(timespec='minutes')}; median of {args.repeats}; "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}")
 
     sets = [("mixed", load_texts(args.n))] + ([("long", long_texts(args.n // 4))] if args.long else [])
     for threads in thread_counts:

@@ -17,8 +17,12 @@ shared machine falls on all alike; ratios are taken within a repeat.
 from __future__ import annotations
 
 import os
+import sys
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: spinning OpenMP workers distort a shared CPU
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bertforge.engine.threads import spin_briefly  # noqa: E402 (imports no torch)
+
+spin_briefly()  # before torch: OpenMP as `bertforge` commands start it (a short spin; OMP_WAIT_POLICY wins)
 
 import argparse  # noqa: E402
 import csv  # noqa: E402
@@ -26,7 +30,6 @@ import datetime  # noqa: E402
 import importlib.util  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -142,7 +145,7 @@ def main() -> None:
           f"torch {torch.__version__}, sentence-transformers {sentence_transformers.__version__}, "
           f"transformers {transformers.__version__}, Python {platform.python_version()}; "
           f"{datetime.date.today().isoformat()}; median of {args.repeats} (range in brackets); "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}\n")
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}\n")
     header = ["ours", "texts/s", "peer (SentenceTransformer)", "texts/s", "ratio [range]", "min cosine to ST fp32",
               "useful TFLOP/s", "share of peak", "GPU busy"]
     print("| " + " | ".join(header) + " |")
