@@ -200,6 +200,30 @@ def test_threads_default_to_the_usable_physical_cores(client, models):
         create_app(models, ServeSettings(threads=0))
 
 
+def test_without_threads_given_the_count_is_chosen_per_batch(models, monkeypatch):
+    from bertforge.engine.threads import usable_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    try:
+        app = create_app(models)
+        with TestClient(app) as client:
+            governor = app.state.server.governor
+            assert governor is not None and governor.counts[-1] == usable_threads()
+            assert client.get("/info").json()["threads_chosen_per_batch"] is True
+            for i in range(4):
+                response = client.post("/embed", json={"inputs": [f"request {i} about ships"] * (i + 1)})
+                assert response.status_code == 200
+            assert governor.warmed_up and governor.cost  # the batches were timed by the governor
+            assert app.state.server.executor.submit(torch.get_num_threads).result() in governor.counts
+    finally:
+        torch.set_num_threads(before)
+    app = create_app(models, ServeSettings(threads=1))  # --threads: the user's count, kept
+    assert app.state.server.governor is None
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert create_app(models).state.server.governor is None
+
+
 @pytest.fixture(scope="module")
 def cls_prompted_dir(tmp_path_factory, minilm_dir):
     """MiniLM re-declared as a CLS-pooled, normalised ST folder with prompts (BGE / E5 style)."""

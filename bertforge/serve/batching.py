@@ -31,12 +31,15 @@ texts/s rose 115-122 -> 124-125 and p99 fell 363-411 -> 334-352 ms (two pairs, r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
+
+from ..engine.governor import ThreadGovernor
 
 logger = logging.getLogger("bertforge.serve")
 # How long a short queue may wait for company, as a share of the last batch's time (see above).
@@ -110,8 +113,10 @@ class Batcher:
     """
 
     def __init__(self, name: str, run_batch: Callable[[list], list], executor: Executor, *, max_batch_tokens: int,
-                 max_batch_requests: int | None = None, metrics=None, gather_share: float = GATHER_SHARE):
+                 max_batch_requests: int | None = None, metrics=None, gather_share: float = GATHER_SHARE,
+                 governor: ThreadGovernor | None = None):
         self.name = name
+        self.governor = governor  # picks each batch's CPU thread count, when the server has one
         self.run_batch = run_batch
         self.executor = executor
         self.max_batch_tokens = max_batch_tokens
@@ -187,7 +192,7 @@ class Batcher:
         self.observe_queue()
         tokens = sum(p.length for p in batch)
         future = asyncio.get_running_loop().run_in_executor(self.executor, self.run_timed,
-                                                            [p.payload for p in batch])
+                                                            [p.payload for p in batch], tokens)
         flight = InFlight(batch, future, tokens * (self.seconds_per_token or 0.0))
         self.in_flight.append(flight)
         future.add_done_callback(lambda _: self.finish(flight))
@@ -254,10 +259,11 @@ class Batcher:
             if not self.queue:
                 return
 
-    def run_timed(self, payloads: list) -> tuple[list, float]:
+    def run_timed(self, payloads: list, tokens: int) -> tuple[list, float]:
         """run_isolated and its seconds (worker thread); marks when the model began, for the next batch's timing."""
         self.running_since = started = time.perf_counter()
-        results = self.run_isolated(payloads)
+        with self.governor.run(tokens) if self.governor else contextlib.nullcontext():
+            results = self.run_isolated(payloads)
         return results, time.perf_counter() - started
 
     def run_isolated(self, payloads: list) -> list:

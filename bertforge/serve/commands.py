@@ -81,8 +81,10 @@ def banner(app, listening: socket.socket, dtype: str) -> str:
     shown_host = f"[{address[0]}]" if ":" in address[0] else address[0]
     server = app.state.server
     embedding, threads = server.models.embedding, server.threads
+    counts = f"1-{threads} threads chosen per batch" if server.governor and threads > 1 else \
+        f"{threads} thread{'s' * (threads != 1)}"
     return (f"bertforge serve: {embedding.name} ({embedding.embedder.device.type}, {dtype}, "
-            f"{threads} thread{'s' * (threads != 1)}) on http://{shown_host}:{address[1]} "
+            f"{counts}) on http://{shown_host}:{address[1]} "
             "(explorer at /, API docs at /docs); Ctrl-C or SIGTERM stops it")
 
 

@@ -34,6 +34,7 @@ async def info(server: Server = Depends(current_server)) -> dict:
         "max_input_length": settings.max_input_length, "max_batch_tokens": settings.max_batch_tokens,
         "max_client_batch_size": settings.max_client_batch_size, "auto_truncate": settings.auto_truncate,
         "max_concurrent_requests": settings.max_concurrent_requests, "threads": server.threads,
+        "threads_chosen_per_batch": server.governor is not None,
     }
 
 

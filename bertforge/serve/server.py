@@ -15,7 +15,8 @@ from typing import Callable
 import torch
 from fastapi import Request
 
-from ..engine.threads import default_threads
+from ..engine.governor import ThreadGovernor
+from ..engine.threads import default_threads, requested_threads
 from .batching import Batcher, ShuttingDown
 from .errors import ApiError
 from .inputs import InputEncoder, Prompts
@@ -42,10 +43,15 @@ class Server:
     batchers: dict[str, Batcher] = field(default_factory=dict)
     encoders: dict[str, InputEncoder] = field(default_factory=dict)
     threads: int = 0  # CPU threads for the models: --threads, else OMP_NUM_THREADS, else the usable physical cores
+    # Without --threads or OMP_NUM_THREADS: the count, up to `threads`, chosen batch by batch (engine/governor.py);
+    # one for every batcher, since all of them run on the one model thread.
+    governor: ThreadGovernor | None = None
 
     def __post_init__(self):
         models, settings = self.models, self.settings
         self.threads = settings.threads or default_threads()
+        if settings.threads is None and requested_threads() is None:
+            self.governor = ThreadGovernor(self.threads)
         prompts = Prompts(models.prompts, self.default_prompt())
         for name, model in (("embed", models.embedding), ("mlm", models.masked_lm), ("classify", models.classifier),
                             ("rerank", models.reranker)):
@@ -66,11 +72,12 @@ class Server:
 
     def start(self) -> None:
         """torch's thread count, and a batcher (queue + loop) per kind of forward pass; call on the event loop."""
-        torch.set_num_threads(self.threads)
+        torch.set_num_threads(self.threads)  # the governor, when there is one, sets each batch's own
         for name, run_batch in self.forward_passes().items():
             self.batchers[name] = Batcher(name, run_batch, self.executor,
                                           max_batch_tokens=self.settings.max_batch_tokens,
-                                          max_batch_requests=self.settings.max_batch_requests, metrics=self.metrics)
+                                          max_batch_requests=self.settings.max_batch_requests, metrics=self.metrics,
+                                          governor=self.governor)
             self.batchers[name].start()
 
     def forward_passes(self) -> dict[str, Callable[[list], list]]:
