@@ -153,15 +153,33 @@ def onnx_engine(model_file: Path, tokenizer, threads: int, batch_size: int):
     return encode
 
 
-def ct2_engine(model_dir: Path, tokenizer, threads: int, batch_size: int, compute_type: str):
-    ctranslate2 = ensure_ctranslate2()
-    encoder = ctranslate2.Encoder(str(model_dir), device="cpu", compute_type=compute_type, intra_threads=threads)
+class Ct2Engine:
+    """CTranslate2's encoder, loaded only for its turn (`open` / `close`, outside the timing).
 
-    def encode(texts: list[str]) -> np.ndarray:
-        ids = tokenizer(texts, truncation=True, max_length=MAX_LENGTH)["input_ids"]
+    A live ctranslate2.Encoder slows torch in the same process even while it is idle: our int8 at 2
+    threads ran 246-257 texts/s beside one against 396-407 before it was made and after it was deleted
+    (2026-11-26, this machine), and the fp32 rows lost as much. Loaded for its own turn only, it takes
+    nothing from the engines timed before and after it.
+    """
+
+    def __init__(self, model_dir: Path, tokenizer, threads: int, batch_size: int, compute_type: str):
+        self.ctranslate2 = ensure_ctranslate2()
+        self.model_dir, self.tokenizer, self.threads = model_dir, tokenizer, threads
+        self.batch_size, self.compute_type = batch_size, compute_type
+        self.encoder = None
+
+    def open(self) -> None:
+        self.encoder = self.ctranslate2.Encoder(str(self.model_dir), device="cpu", compute_type=self.compute_type,
+                                                intra_threads=self.threads)
+
+    def close(self) -> None:
+        self.encoder = None
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        ids = self.tokenizer(texts, truncation=True, max_length=MAX_LENGTH)["input_ids"]
         vectors = None
-        for rows in length_sorted_batches(ids, batch_size):
-            output = encoder.forward_batch([ids[i] for i in rows])
+        for rows in length_sorted_batches(ids, self.batch_size):
+            output = self.encoder.forward_batch([ids[i] for i in rows])
             hidden = np.array(output.last_hidden_state)  # (batch, seq, dim), padded past each length
             lengths = np.array([len(ids[i]) for i in rows])
             mask = np.arange(hidden.shape[1])[None, :] < lengths[:, None]
@@ -170,7 +188,6 @@ def ct2_engine(model_dir: Path, tokenizer, threads: int, batch_size: int, comput
                 vectors = np.zeros((len(texts), pooled.shape[1]), dtype=np.float32)
             vectors[rows] = pooled
         return normalised(vectors)
-    return encode
 
 
 def build_peer_models(folder: Path, work: Path) -> dict[str, Path]:
@@ -246,15 +263,25 @@ def competing_process(core: int):
 
 
 def time_engines(engines: dict, texts: list[str], repeats: int) -> tuple[dict, dict]:
-    """Median seconds and the vectors of each engine; engines take turns within each repeat."""
+    """Median seconds and the vectors of each engine; engines take turns within each repeat.
+
+    An engine with `open` / `close` (Ct2Engine) is loaded for its turn only, outside the timing."""
+    def turn(encode, batch):
+        getattr(encode, "open", lambda: None)()
+        try:
+            start = time.perf_counter()
+            result = encode(batch)
+            return result, time.perf_counter() - start
+        finally:
+            getattr(encode, "close", lambda: None)()
+
     for encode in engines.values():
-        encode(texts[:32])  # warm-up: allocation, kernel choice
+        turn(encode, texts[:32])  # warm-up: allocation, kernel choice
     seconds, vectors = {name: [] for name in engines}, {}
     for _ in range(repeats):
         for name, encode in engines.items():
-            start = time.perf_counter()
-            vectors[name] = encode(texts)
-            seconds[name].append(time.perf_counter() - start)
+            vectors[name], elapsed = turn(encode, texts)
+            seconds[name].append(elapsed)
     return {name: statistics.median(times) for name, times in seconds.items()}, vectors
 
 
@@ -270,7 +297,8 @@ def engines_at(threads: int, args, folder: Path, paths: dict, tokenizer, referen
             embedder = Embedder.from_pretrained(folder, pooling="mean", normalize=True, batch_size=args.batch_size,
                                                 dtype=dtype, progress=False)
             engines[f"bertforge {dtype}"] = embedder.encode
-        for dtype in ("fp32", "int8"):  # what `bertforge embed` does without --threads: the count chosen per batch
+        for dtype in ("fp32", "int8") if threads == usable_threads() else ():
+            # what `bertforge embed` does without --threads: the count chosen per batch, up to this table's
             embedder = Embedder.from_pretrained(folder, pooling="mean", normalize=True, batch_size=args.batch_size,
                                                 dtype=dtype, progress=False, threads="auto")
             engines[f"bertforge {dtype}, threads chosen (1-{usable_threads()})"] = embedder.encode
@@ -280,7 +308,7 @@ def engines_at(threads: int, args, folder: Path, paths: dict, tokenizer, referen
             engines[label] = onnx_engine(paths[key], tokenizer, threads, args.batch_size)
     if "ct2" in chosen:
         for compute_type in ("float32", "int8"):
-            engines[f"CTranslate2 {compute_type.replace('float32', 'fp32')}"] = ct2_engine(
+            engines[f"CTranslate2 {compute_type.replace('float32', 'fp32')}"] = Ct2Engine(
                 paths["ct2"], tokenizer, threads, args.batch_size, compute_type)
     return engines
 
