@@ -81,11 +81,17 @@ def usable_threads(cpus: set[int] | None = None, sysfs: Path = CPU_SYSFS, cgroup
 _chosen_while_running = False
 
 
+def chosen_while_running(threads: int | None, environ=os.environ) -> bool:
+    """Whether a command given `threads` (its --threads) leaves the count to the governor: neither it nor
+    OMP_NUM_THREADS names one."""
+    return threads is None and requested_threads(environ) is None
+
+
 def use_threads(threads: int | None) -> None:
     """A long command's --threads: torch's CPU thread count for this process when given. None (no --threads):
     OMP_NUM_THREADS when set, else the count is chosen batch by batch among the usable cores' halvings."""
     global _chosen_while_running
-    _chosen_while_running = threads is None and requested_threads() is None
+    _chosen_while_running = chosen_while_running(threads)
     if threads is not None:
         import torch
 

@@ -16,7 +16,7 @@ import torch
 from fastapi import Request
 
 from ..engine.governor import ThreadGovernor
-from ..engine.threads import default_threads, requested_threads
+from ..engine.threads import chosen_while_running, default_threads
 from .batching import Batcher, ShuttingDown
 from .errors import ApiError
 from .inputs import InputEncoder, Prompts
@@ -50,7 +50,7 @@ class Server:
     def __post_init__(self):
         models, settings = self.models, self.settings
         self.threads = settings.threads or default_threads()
-        if settings.threads is None and requested_threads() is None:
+        if chosen_while_running(settings.threads):
             self.governor = ThreadGovernor(self.threads)
         prompts = Prompts(models.prompts, self.default_prompt())
         for name, model in (("embed", models.embedding), ("mlm", models.masked_lm), ("classify", models.classifier),
