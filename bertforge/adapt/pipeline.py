@@ -289,7 +289,8 @@ def skipped_methods(run: Run, methods: set[str]) -> list[str]:
     else:
         mlm = [f"continued MLM: the base ({run.architecture}) has no MLM head; --mlm CHECKPOINT names one to "
                "start from"]
-    tsdae = [] if "tsdae" in methods else ["TSDAE: not in this preset (--preset full starts with it)"]
+    tsdae = [] if "tsdae" in methods else ["TSDAE: in no preset (as a stage on a trained sentence encoder it "
+                                           "lowered every held-out score; docs/adapt.md)"]
     return [*mlm, *tsdae, "GPL pseudo-queries: no query generator (a doc2query T5) is available offline"]
 
 
