@@ -298,7 +298,8 @@ def engines_at(threads: int, args, folder: Path, paths: dict, tokenizer, referen
                                                 dtype=dtype, progress=False)
             engines[f"bertforge {dtype}"] = embedder.encode
         for dtype in ("fp32", "int8") if threads == usable_threads() else ():
-            # what `bertforge embed` does without --threads: the count chosen per batch, up to this table's
+            # what `bertforge embed` does without --threads: the count chosen per batch, between 1 and this
+            # table's count (the usable cores), so these rows appear in that table only
             embedder = Embedder.from_pretrained(folder, pooling="mean", normalize=True, batch_size=args.batch_size,
                                                 dtype=dtype, progress=False, threads="auto")
             engines[f"bertforge {dtype}, threads chosen (1-{usable_threads()})"] = embedder.encode

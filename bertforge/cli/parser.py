@@ -19,10 +19,10 @@ import typing
 import docstring_parser
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
+from ..engine.threads import spin_briefly
 from ..serve import commands as serve_commands
 from ..tasks.retrieval import commands as sbert_commands
 from . import adapt_commands, commands, export, readmission_commands, search_commands
-from ..engine.threads import spin_briefly
 from .boundary import USAGE, describe, report
 from .options import command_line_style
 

@@ -129,7 +129,8 @@ class Embedder:
         if max_batch_tokens is None:
             max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS.get(self.device.type, DEFAULT_MAX_BATCH_TOKENS["cuda"])
         self.max_batch_tokens = checked("max_batch_tokens", max_batch_tokens)
-        self.governor = thread_governor(threads) if self.device.type == "cpu" else None
+        governor = thread_governor(threads)  # checks `threads` on every device; only the CPU's count is chosen
+        self.governor = governor if self.device.type == "cpu" else None
 
     def check_pooler_allowed(self, encoder: BertModel, num_layers: int) -> None:
         if self.layers != (num_layers,):

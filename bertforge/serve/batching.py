@@ -94,10 +94,11 @@ class Pending:
 
 @dataclass
 class InFlight:
-    """A batch handed to the model thread: its inputs, the executor's future, its expected model time."""
+    """A batch handed to the model thread: its inputs, the executor's future, its real tokens, its expected model time."""
 
     batch: list[Pending]
     future: asyncio.Future
+    tokens: int
     expected_seconds: float  # 0 until a batch has been timed
     dispatched: float = field(default_factory=time.perf_counter)
 
@@ -193,7 +194,7 @@ class Batcher:
         tokens = sum(p.length for p in batch)
         future = asyncio.get_running_loop().run_in_executor(self.executor, self.run_timed,
                                                             [p.payload for p in batch], tokens)
-        flight = InFlight(batch, future, tokens * (self.seconds_per_token or 0.0))
+        flight = InFlight(batch, future, tokens, tokens * (self.seconds_per_token or 0.0))
         self.in_flight.append(flight)
         future.add_done_callback(lambda _: self.finish(flight))
 
@@ -211,7 +212,7 @@ class Batcher:
             results, seconds = [BatchFailure(error)] * len(batch), 0.0
         if seconds > 0:
             self.last_size, self.last_seconds = len(batch), seconds
-            self.seconds_per_token = seconds / max(sum(p.length for p in batch), 1)
+            self.seconds_per_token = seconds / max(flight.tokens, 1)
         self.observe_batch(batch, flight.dispatched, seconds)
         for pending, result in zip(batch, results):
             if pending.future.done():  # cancelled while the batch ran
