@@ -1,10 +1,7 @@
 """The shared engine on CPU: packing bookkeeping, every packed attention kernel against attention
 computed one sequence at a time, the packed model against the padded one, fullgraph compile.
 
-The CUDA kernels cannot run here; their inputs can. The "varlen" path is exercised with
-`varlen_attn` replaced by a per-sequence reference that checks the arguments it is given
-(dtypes, cu_seqlens, max_seqlen), so everything up to the kernel call is tested on CPU;
-tests/test_gpu.py runs the real kernels.
+tests/test_gpu.py runs the CUDA side (the same "repadded" kernel on the GPU, in bf16 and fp32).
 """
 import math
 
@@ -20,20 +17,16 @@ from bertforge.models.heads import masked_positions_from
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-KERNELS = ["repadded", "length_grouped", "jagged", "varlen"]
-# Jagged SDPA on CPU takes torch's math path, which builds an old-style nested tensor and warns about it.
-QUIET_NESTED = pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
+KERNELS = ["repadded", "length_grouped"]
 
 
 def mask_of(lengths, seq):
     return (torch.arange(seq)[None, :] < torch.tensor(lengths)[:, None]).long()
 
 
-def per_sequence_attention(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, **_):
-    """varlen_attn's contract, one sequence at a time: (tokens, heads, d) in, (tokens, heads, d) out."""
-    assert cu_seq_q.dtype == torch.int32 and cu_seq_q is cu_seq_k and max_q == max_k
-    bounds = cu_seq_q.tolist()
-    assert isinstance(max_q, int) and max_q == max(end - start for start, end in zip(bounds, bounds[1:]))
+def per_sequence_attention(query, key, value, cu_seqlens):
+    """Attention one sequence at a time: packed (tokens, heads, d) in, (tokens, heads, d) out."""
+    bounds = cu_seqlens.tolist()
     assert bounds[0] == 0 and bounds[-1] == query.size(0)
     contexts = []
     for start, end in zip(bounds, bounds[1:]):
@@ -45,11 +38,9 @@ def per_sequence_attention(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, 
 
 @pytest.fixture
 def use_kernel(monkeypatch):
-    """Force the packed kernel; "varlen" gets the per-sequence reference in place of the CUDA op."""
+    """Force the packed kernel."""
     def use(name):
         monkeypatch.setattr(attention_module, "packed_kernel", lambda query, dropout_p: name)
-        if name == "varlen":
-            monkeypatch.setattr(attention_module, "varlen_attn", per_sequence_attention)
     return use
 
 
@@ -58,8 +49,7 @@ def test_packing_records_where_the_real_tokens_are():
     packing = Packing.from_attention_mask(mask)
     assert packing.token_indices.tolist() == [0, 1, 2, 5, 6, 7, 8, 9, 10]
     assert packing.cu_seqlens.dtype == torch.int32 and packing.cu_seqlens.tolist() == [0, 3, 8, 9]
-    assert (packing.max_seqlen, packing.min_seqlen, packing.batch_size, packing.seq_len, packing.num_tokens) == \
-        (5, 1, 3, 5, 9)
+    assert (packing.max_seqlen, packing.batch_size, packing.seq_len, packing.num_tokens) == (5, 3, 5, 9)
     assert torch.equal(packing.key_mask, mask.bool()[:, None, None, :])
     states = torch.randn(3, 5, 4)
     assert unpad(states, packing).shape == (9, 4)
@@ -95,7 +85,6 @@ def test_the_cpu_groups_by_length_for_inference_only():
     assert attention_module.packed_kernel(query, 0.0) == "repadded"
 
 
-@QUIET_NESTED
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_packed_kernels_equal_attention_one_sequence_at_a_time(kernel, use_kernel):
     use_kernel(kernel)
@@ -109,8 +98,7 @@ def test_packed_kernels_equal_attention_one_sequence_at_a_time(kernel, use_kerne
     grads = [t.grad.clone() for t in (query, key, value)]
     for t in (query, key, value):
         t.grad = None
-    expected = per_sequence_attention(query, key, value, packing.cu_seqlens, packing.cu_seqlens,
-                                      packing.max_seqlen, packing.max_seqlen)
+    expected = per_sequence_attention(query, key, value, packing.cu_seqlens)
     (expected * weights).sum().backward()
     torch.testing.assert_close(context, expected, atol=1e-6, rtol=1e-5)
     for grad, t in zip(grads, (query, key, value)):
@@ -145,7 +133,6 @@ def pretraining_batch(seed=0, batch=6, seq=9):
                 next_sentence_label=torch.randint(0, 2, (batch,), generator=g))
 
 
-@QUIET_NESTED
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_unpadded_model_equals_padded_in_states_logits_loss_and_gradients(kernel, use_kernel):
     """fp32, dropout off: the packed path may differ from the padded one by rounding only (<= 1e-5)."""

@@ -231,6 +231,22 @@ def test_packed_forward_only_if_it_pays_keeps_the_padding_below_the_share_that_p
     assert bool((chosen[~real] == 0).all()) == packs  # packing puts zeros back at padded positions
 
 
+def test_a_device_that_runs_inference_padded_never_packs_and_gives_the_same_real_states(tiny_model, monkeypatch):
+    """CUDA runs inference padded (PACKS_IN_INFERENCE); the CPU stands in for it here."""
+    import bertforge.models.packed_forward as packed_forward_module
+
+    batch = random_batch(4, [9, 3, 2])  # 48% padding: the CPU would pack it
+    real = batch.attention_mask.bool()
+    with torch.inference_mode():
+        packed = packed_forward(tiny_model, batch).last_hidden_state
+        monkeypatch.setitem(packed_forward_module.PACKS_IN_INFERENCE, "cpu", False)
+        padded = packed_forward(tiny_model, batch, only_if_it_pays=True).last_hidden_state
+        also_padded = packed_forward(tiny_model, batch).last_hidden_state
+    assert bool((packed[~real] == 0).all()) and not bool((padded[~real] == 0).all())
+    torch.testing.assert_close(padded[real], packed[real], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(also_padded, padded)
+
+
 def test_the_int8_kernel_is_onednn_with_vnni_and_fbgemm_without(monkeypatch):
     """_int_mm is a plain loop without VNNI (36x slower than float32 on AVX2): FBGEMM there."""
     from bertforge.engine.precision import int8_kernel

@@ -2,19 +2,18 @@
 
 `attention` takes query/key/value either padded, (batch, seq, heads, head_size) with a key
 mask, or packed, (tokens, heads, head_size) with a `Packing` (the real tokens of the batch,
-back to back). Packed inputs go to a variable-length kernel where the device has one:
-  - "varlen": torch.nn.attention.varlen.varlen_attn, the flash kernel on cu_seqlens
-    (CUDA, fp16/bf16, no dropout: the op has no dropout argument);
-  - "jagged": SDPA on nested (jagged) tensors built on the same cu_seqlens, which reaches the
-    same flash kernel with dropout, and the memory-efficient one in fp32 (CUDA);
+back to back). Packed inputs go to one of two kernels:
+  - "repadded": back to (batch, seq) for SDPA and packed again, around attention alone (the linear
+    layers, norms and GELU still see only the real tokens). CUDA, and the CPU in training and under
+    torch.compile, where one call per batch keeps the graph's shape. On an H200 (BERT-mini and
+    BERT-base pretraining steps, batch 32 x 128, 10-30% padding) it beat both variable-length kernels
+    torch offers: SDPA on jagged nested tensors took 3-5x as long (a Python tensor subclass: 70% of
+    the host's time, the GPU busy 6%), and `varlen_attn` (bf16 only, no dropout) 1.04-1.25x;
   - "length_grouped": SDPA once per group of equal-length sequences, each group a plain
     (sequences, heads, length, d) view with no padding and no mask (the CPU, inference: a server's
     batch of 16 texts of mixed lengths ran 1.25-1.4x faster than "repadded", all-MiniLM-L6-v2,
-    1 thread; the fused CPU kernel is much slower with a mask than without);
-  - "repadded": back to (batch, seq) for SDPA and packed again (the CPU in training and under
-    torch.compile, where one call per batch keeps the graph's shape: the packed kernels above
-    have no CPU implementation, and jagged SDPA on CPU measured 2.8x slower than this).
-None of them reads a value from the device: `Packing` carries max_seqlen as a host int.
+    1 thread; the fused CPU kernel is much slower with a mask than without).
+Neither reads a value from the device (`length_grouped` reads the lengths from the host's Packing).
 """
 from __future__ import annotations
 
@@ -25,13 +24,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .unpadding import Packing, pad, unpad
-
-try:  # torch >= 2.10; CUDA only at run time
-    from torch.nn.attention.varlen import varlen_attn
-except ImportError:  # pragma: no cover - older torch: the jagged kernel serves CUDA instead
-    varlen_attn = None
-
-HALF_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def attention(query: Tensor, key: Tensor, value: Tensor, *, key_mask: Tensor | None = None,
@@ -69,30 +61,10 @@ def padded_attention(query: Tensor, key: Tensor, value: Tensor, key_mask: Tensor
 
 def packed_kernel(query: Tensor, dropout_p: float) -> str:
     """Which packed kernel serves these inputs (see the module docstring)."""
-    if query.device.type != "cuda":
-        # Grouping depends on the batch's lengths (a compiled graph would be re-traced for each batch).
-        inference = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
-        return "length_grouped" if inference else "repadded"
-    if varlen_attn is not None and dropout_p == 0.0 and query.dtype in HALF_PRECISION:
-        return "varlen"
-    return "jagged"
-
-
-def varlen_attention(query: Tensor, key: Tensor, value: Tensor, packing: Packing, dropout_p: float) -> Tensor:
-    cu_seqlens = packing.cu_seqlens
-    return varlen_attn(query, key, value, cu_seqlens, cu_seqlens, packing.max_seqlen, packing.max_seqlen)
-
-
-def jagged_attention(query: Tensor, key: Tensor, value: Tensor, packing: Packing, dropout_p: float) -> Tensor:
-    def nested(states: Tensor) -> Tensor:  # (tokens, heads, d) -> (batch, heads, {seq}, d)
-        # Contiguous: the fused kernels take nested inputs only when (tokens, heads, d) is dense;
-        # q, k and v are strided views into the fused projection's output.
-        return torch.nested.nested_tensor_from_jagged(states.contiguous(), packing.cu_seqlens,
-                                                      max_seqlen=packing.max_seqlen,
-                                                      min_seqlen=packing.min_seqlen).transpose(1, 2)
-
-    context = F.scaled_dot_product_attention(nested(query), nested(key), nested(value), dropout_p=dropout_p)
-    return context.transpose(1, 2).values()  # (tokens, heads, head_size)
+    # Grouping depends on the batch's lengths (a compiled graph would be re-traced for each batch), and
+    # runs one SDPA call per group: on the CPU in inference only.
+    inference = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+    return "length_grouped" if query.device.type == "cpu" and inference else "repadded"
 
 
 def repadded_attention(query: Tensor, key: Tensor, value: Tensor, packing: Packing, dropout_p: float) -> Tensor:
@@ -120,5 +92,4 @@ def length_grouped_attention(query: Tensor, key: Tensor, value: Tensor, packing:
     return context
 
 
-PACKED_KERNELS = {"varlen": varlen_attention, "jagged": jagged_attention, "repadded": repadded_attention,
-                  "length_grouped": length_grouped_attention}
+PACKED_KERNELS = {"repadded": repadded_attention, "length_grouped": length_grouped_attention}

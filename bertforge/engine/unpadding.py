@@ -15,9 +15,15 @@ import torch
 from torch import Tensor
 
 # Below this share of padding, packing costs more than it saves. Measured on BERT-mini (CPU, fp32):
-# unpadding won ~7% of a step at 10% padding, ~28% at 28%, and broke even near 4%. On CUDA the
-# layers after attention are cheap per token and ModernBERT/MosaicBERT always pack; NOT measured.
+# unpadding won ~7% of a step at 10% padding, ~28% at 28%, and broke even near 4%. CUDA, an H200,
+# pretraining steps at ~20% padding (benchmarks/bench_pretrain.py, batch 32 x 128, masked-only head):
+# BERT-base packed 0.052 s a step against 0.060 padded in fp32, 0.035 against 0.036 in bf16; BERT-mini
+# even in fp32 (0.008), slower in bf16 (0.027 against 0.018: a step that small waits on the host).
 MIN_PADDING_TO_PACK = {"cpu": 0.05, "cuda": 0.0}
+# Inference on CUDA runs padded: on an H200 (all-MiniLM-L6-v2, 4,000 Emma lines, batch 128) the packed
+# pass gave 11,379 texts/s in fp32 and 3,360 in fp16, the padded one 15,032 and 10,442. A forward pass
+# of a small encoder there waits on the host's kernel launches, and packing adds launches.
+PACKS_IN_INFERENCE = {"cpu": True, "cuda": False}
 # int8 on the CPU: its linear layers cost a third of float32's while the copies around attention cost the
 # same. all-MiniLM-L6-v2, 500 real texts, 1 thread, batch by batch: the padded pass was 12% faster at 11%
 # padding, even at 16%, slower from 20%.
@@ -33,15 +39,13 @@ class Packing:
         rows cu_seqlens[r]:cu_seqlens[r + 1].
     key_mask: (batch, 1, 1, seq) bool, True at real tokens: the padded attention's mask, for
         kernels that run packed inputs through the padded layout (the CPU).
-    max_seqlen, min_seqlen, batch_size, seq_len: host ints; the kernels need them as Python
-        numbers (jagged SDPA takes its fused kernels only when told min_seqlen > 0).
+    max_seqlen, batch_size, seq_len: host ints (the longest sequence, and the padded shape `pad` restores).
     """
 
     token_indices: Tensor
     cu_seqlens: Tensor
     key_mask: Tensor
     max_seqlen: int
-    min_seqlen: int
     batch_size: int
     seq_len: int
 
@@ -54,7 +58,6 @@ class Packing:
         cu_seqlens[1:] = lengths.cumsum(0)
         return cls(token_indices=real.flatten().nonzero().squeeze(1), cu_seqlens=cu_seqlens,
                    key_mask=real[:, None, None, :], max_seqlen=int(lengths.max()) if len(lengths) else 0,
-                   min_seqlen=int(lengths.min()) if len(lengths) else 0,
                    batch_size=real.size(0), seq_len=real.size(1))
 
     @property
@@ -77,11 +80,11 @@ class Packing:
     def to(self, device: torch.device, non_blocking: bool = False) -> "Packing":
         move = lambda tensor: tensor.to(device, non_blocking=non_blocking)
         return Packing(move(self.token_indices), move(self.cu_seqlens), move(self.key_mask), self.max_seqlen,
-                       self.min_seqlen, self.batch_size, self.seq_len)
+                       self.batch_size, self.seq_len)
 
     def pin_memory(self) -> "Packing":
         return Packing(self.token_indices.pin_memory(), self.cu_seqlens.pin_memory(), self.key_mask.pin_memory(),
-                       self.max_seqlen, self.min_seqlen, self.batch_size, self.seq_len)
+                       self.max_seqlen, self.batch_size, self.seq_len)
 
 
 @dataclass(frozen=True)

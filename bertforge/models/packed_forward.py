@@ -13,7 +13,7 @@ import torch
 
 from ..engine.batching import TokenBatch
 from ..engine.precision import model_dtype
-from ..engine.unpadding import packing_pays
+from ..engine.unpadding import PACKS_IN_INFERENCE, packing_pays
 from .model import BertModel
 from .outputs import EncoderOutput
 
@@ -23,7 +23,9 @@ def packed_forward(model: BertModel, batch: TokenBatch, output_hidden_states: bo
     """The EncoderOutput of `model` on a batch, computed without padding.
 
     Real tokens get the same states as the padded forward pass; padded positions are zeros
-    (the padded pass leaves values there that nothing should read). No attention maps.
+    (the padded pass leaves values there that nothing should read). No attention maps. On CUDA
+    it runs the padded pass (engine.unpadding.PACKS_IN_INFERENCE: measured faster there), so
+    padded positions hold values that mean nothing: every caller reads the real tokens only.
     Nothing reads a value back from the device, so CUDA runs it without a host sync.
     only_if_it_pays: run the padded pass instead where too little of the batch is padding for packing
     to pay on this device and in this dtype (engine.unpadding.packing_pays); padded positions then
@@ -31,8 +33,10 @@ def packed_forward(model: BertModel, batch: TokenBatch, output_hidden_states: bo
     """
     input_ids, token_type_ids, attention_mask = batch.tensors()
     packing = batch.packing
-    if only_if_it_pays and not packing_pays(batch.num_tokens, attention_mask.numel(), input_ids.device.type,
-                                            int8=model_dtype(model) == torch.qint8):
+    device = input_ids.device.type
+    if not PACKS_IN_INFERENCE.get(device, True) or (
+            only_if_it_pays and not packing_pays(batch.num_tokens, attention_mask.numel(), device,
+                                                 int8=model_dtype(model) == torch.qint8)):
         packing = None
     return model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, packing=packing,
                  output_hidden_states=output_hidden_states)
