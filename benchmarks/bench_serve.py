@@ -52,7 +52,9 @@ class ServerProcess:
     """`bertforge serve` in a child process; the base URL once it listens, its RSS sampled in a thread."""
 
     def __init__(self, threads: int, max_batch_tokens: int):
-        environment = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+        # This checkout first on the path, the caller's own entries kept (packages installed with --target).
+        path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
+        environment = {**os.environ, "PYTHONPATH": path}
         if threads:
             environment["OMP_NUM_THREADS"] = str(threads)
         self.process = subprocess.Popen(

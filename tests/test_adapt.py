@@ -416,7 +416,8 @@ def adapt_process(corpus: Path, output: Path, base: Path) -> tuple[list[str], di
     """The command line and environment of `bertforge adapt` in a process of its own (to kill)."""
     command = [sys.executable, "-m", "bertforge.cli", "adapt", str(corpus), "--output", str(output),
                "--base", str(base), "--device", "cpu"]
-    return command, {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    path = os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))  # the caller's entries kept
+    return command, {**os.environ, "PYTHONPATH": path}
 
 
 @pytest.mark.slow

@@ -200,7 +200,8 @@ def test_a_client_that_disconnects_is_dropped_from_the_queue(models, long_texts,
 
 
 def test_sigterm_finishes_queued_requests_and_exits_zero(minilm_dir, long_texts):
-    environment = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "OMP_NUM_THREADS": "1"}
+    path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))  # the caller's entries kept
+    environment = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen([sys.executable, "-m", "bertforge.cli", "serve", "--model", str(minilm_dir),
                                 "--port", "0", "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=environment, cwd=PROJECT_ROOT)
