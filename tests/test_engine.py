@@ -40,7 +40,7 @@ def per_sequence_attention(query, key, value, cu_seqlens):
 def use_kernel(monkeypatch):
     """Force the packed kernel."""
     def use(name):
-        monkeypatch.setattr(attention_module, "packed_kernel", lambda query, dropout_p: name)
+        monkeypatch.setattr(attention_module, "packed_kernel", lambda query: name)
     return use
 
 
@@ -49,7 +49,7 @@ def test_packing_records_where_the_real_tokens_are():
     packing = Packing.from_attention_mask(mask)
     assert packing.token_indices.tolist() == [0, 1, 2, 5, 6, 7, 8, 9, 10]
     assert packing.cu_seqlens.dtype == torch.int32 and packing.cu_seqlens.tolist() == [0, 3, 8, 9]
-    assert (packing.max_seqlen, packing.batch_size, packing.seq_len, packing.num_tokens) == (5, 3, 5, 9)
+    assert (packing.batch_size, packing.seq_len, packing.num_tokens) == (3, 5, 9)
     assert torch.equal(packing.key_mask, mask.bool()[:, None, None, :])
     states = torch.randn(3, 5, 4)
     assert unpad(states, packing).shape == (9, 4)
@@ -81,8 +81,8 @@ def test_the_cpu_groups_by_length_for_inference_only():
     """Training (and torch.compile, which would re-trace for every batch's groups) keeps one padded call."""
     query = torch.zeros(4, 2, 8)
     with torch.inference_mode():
-        assert attention_module.packed_kernel(query, 0.0) == "length_grouped"
-    assert attention_module.packed_kernel(query, 0.0) == "repadded"
+        assert attention_module.packed_kernel(query) == "length_grouped"
+    assert attention_module.packed_kernel(query) == "repadded"
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -1,8 +1,8 @@
 """Padding removed once at the top of the encoder and put back once at the end.
 
 A `Packing` describes where the real tokens of a padded (batch, seq) batch are: their flat
-positions, the cumulative sequence lengths a variable-length attention kernel wants, and the
-longest sequence. It is made on the host from the attention mask the collator produced, before
+positions, the cumulative sequence lengths (which the CPU's length-grouped attention reads), and
+the padded shape. It is made on the host from the attention mask the collator produced, before
 the batch moves to the device, so the forward pass never asks the device for a number
 (`.item()`, `nonzero`) and `torch.compile(fullgraph=True)` can trace it.
 """
@@ -18,7 +18,7 @@ from torch import Tensor
 # unpadding won ~7% of a step at 10% padding, ~28% at 28%, and broke even near 4%. CUDA, an H200,
 # pretraining steps at ~20% padding (benchmarks/bench_pretrain.py, batch 32 x 128, masked-only head):
 # BERT-base packed 0.052 s a step against 0.060 padded in fp32, 0.035 against 0.036 in bf16; BERT-mini
-# even in fp32 (0.008), slower in bf16 (0.027 against 0.018: a step that small waits on the host).
+# the same in fp32 (0.008), slower in bf16 (0.027 against 0.018: a step that small waits on the host).
 MIN_PADDING_TO_PACK = {"cpu": 0.05, "cuda": 0.0}
 # Inference on CUDA runs padded: on an H200 (all-MiniLM-L6-v2, 4,000 Emma lines, batch 128) the packed
 # pass gave 11,379 texts/s in fp32 and 3,360 in fp16, the padded one 15,032 and 10,442. A forward pass
@@ -37,15 +37,14 @@ class Packing:
     token_indices: (tokens,) int64 flat positions in (batch * seq), row-major.
     cu_seqlens: (batch + 1,) int32 cumulative real lengths: row r's tokens are packed
         rows cu_seqlens[r]:cu_seqlens[r + 1].
-    key_mask: (batch, 1, 1, seq) bool, True at real tokens: the padded attention's mask, for
-        kernels that run packed inputs through the padded layout (the CPU).
-    max_seqlen, batch_size, seq_len: host ints (the longest sequence, and the padded shape `pad` restores).
+    key_mask: (batch, 1, 1, seq) bool, True at real tokens: the padded attention's mask, for the
+        kernel that runs packed inputs through the padded layout ("repadded").
+    batch_size, seq_len: host ints, the padded shape `pad` restores.
     """
 
     token_indices: Tensor
     cu_seqlens: Tensor
     key_mask: Tensor
-    max_seqlen: int
     batch_size: int
     seq_len: int
 
@@ -57,8 +56,7 @@ class Packing:
         cu_seqlens = torch.zeros(real.size(0) + 1, dtype=torch.int32, device=real.device)
         cu_seqlens[1:] = lengths.cumsum(0)
         return cls(token_indices=real.flatten().nonzero().squeeze(1), cu_seqlens=cu_seqlens,
-                   key_mask=real[:, None, None, :], max_seqlen=int(lengths.max()) if len(lengths) else 0,
-                   batch_size=real.size(0), seq_len=real.size(1))
+                   key_mask=real[:, None, None, :], batch_size=real.size(0), seq_len=real.size(1))
 
     @property
     def num_tokens(self) -> int:
@@ -79,12 +77,12 @@ class Packing:
 
     def to(self, device: torch.device, non_blocking: bool = False) -> "Packing":
         move = lambda tensor: tensor.to(device, non_blocking=non_blocking)
-        return Packing(move(self.token_indices), move(self.cu_seqlens), move(self.key_mask), self.max_seqlen,
-                       self.batch_size, self.seq_len)
+        return Packing(move(self.token_indices), move(self.cu_seqlens), move(self.key_mask), self.batch_size,
+                       self.seq_len)
 
     def pin_memory(self) -> "Packing":
         return Packing(self.token_indices.pin_memory(), self.cu_seqlens.pin_memory(), self.key_mask.pin_memory(),
-                       self.max_seqlen, self.batch_size, self.seq_len)
+                       self.batch_size, self.seq_len)
 
 
 @dataclass(frozen=True)
