@@ -70,16 +70,14 @@ from bertforge.tasks.pretraining import PretrainingConfig, PretrainingDataset, c
 from bertforge.tokenization.tokenizer import BertTokenizer
 from bertforge.train.optim import build_optimizer
 
+from device_measures import gpu_busy_share, peak_tflops as device_peak_tflops
+
 VOCAB_SIZE = 30522  # bert-base-uncased, the vocabulary of every published English BERT
 # (timed steps, warm-up steps) per preset when --steps / --warmup are not given: a BERT-base fp32 step
 # takes a minute on 2 busy AVX2 cores. bf16 rows take --bf16-steps after at most one warm-up step.
 DEFAULT_STEPS = {"base": (3, 1), "large": (2, 1)}
 SMALL_DEFAULT = (10, 2)
 LEARNING_RATE = 1e-4
-# Dense peak TFLOP/s by GPU name and precision (vendor data sheets; SXM parts). fp32 is without TF32,
-# which torch leaves off for matmuls by default.
-PEAK_TFLOPS = {"H100": {"bf16": 989.0, "fp32": 67.0}, "H200": {"bf16": 989.0, "fp32": 67.0},
-               "A100": {"bf16": 312.0, "fp32": 19.5}, "L4": {"bf16": 121.0, "fp32": 30.3}}
 
 
 def vocab_dir() -> Path:
@@ -149,12 +147,12 @@ def useful_step_flops(config: BertConfig, batches: list[dict[str, torch.Tensor]]
 
 
 def peak_tflops(device: torch.device, precision: str, override: float | None) -> float | None:
+    """The GPU's data-sheet peak (device_measures), or --peak-tflops; None on CPU without it."""
     if override:
         return override
     if device.type != "cuda":
         return None  # CPUs publish no dense-matmul peak worth quoting; pass --peak-tflops
-    name = torch.cuda.get_device_name(device)
-    return next((peaks[precision] for key, peaks in PEAK_TFLOPS.items() if key in name), None)
+    return device_peak_tflops(device, precision)[0]
 
 
 # ---- timing -----------------------------------------------------------------------------------
@@ -255,25 +253,9 @@ def time_steps(contenders: list[Contender], steps: int, warmup: int, device: tor
     return seconds
 
 
-def gpu_busy_share(contender: Contender, steps: int, device: torch.device, dtype: torch.dtype | None) -> float:
-    """Share of the wall time of `steps` steps during which a CUDA kernel runs (union over streams)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    synchronize(device)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
-        start = time.perf_counter()
-        for index in range(steps):
-            contender.step(index % len(contender.inputs), device, dtype)
-        synchronize(device)
-        wall_us = (time.perf_counter() - start) * 1e6
-    intervals = sorted((e.time_range.start, e.time_range.end) for e in profiler.events()
-                       if e.device_type.name == "CUDA" and e.time_range.end > e.time_range.start)
-    busy, reach = 0.0, float("-inf")
-    for begin, end in intervals:
-        if end > reach:
-            busy += end - max(begin, reach)
-            reach = end
-    return min(1.0, busy / wall_us)
+def profiled_steps(contender: Contender, steps: int, device: torch.device, dtype: torch.dtype | None) -> None:
+    for index in range(steps):
+        contender.step(index % len(contender.inputs), device, dtype)
 
 
 def markdown_row(cells: list[str]) -> str:
@@ -376,7 +358,8 @@ def main() -> None:
                     tflops = useful / step_seconds / 1e12
                     busy = "-"
                     if device.type == "cuda" and args.profile_steps:
-                        busy = f"{gpu_busy_share(contender, args.profile_steps, device, dtype):.0%}"
+                        share = gpu_busy_share(lambda: profiled_steps(contender, args.profile_steps, device, dtype))
+                        busy = f"{share:.0%}"
                     print(markdown_row([name, precision if dtype is None else "bf16 autocast", contender.label,
                                         f"{step_seconds:.3f}", f"{rate:,.0f}", f"{1 / step_seconds:.2f}", ratio,
                                         f"{tflops:.3g}", f"{tflops / peak:.1%}" if peak else "-", busy]),

@@ -60,7 +60,8 @@ def cpu_peak_tflops(precision: str) -> tuple[float | None, str]:
 
 
 def gpu_busy_share(run: Callable[[], object]) -> float | None:
-    """Share of the wall time of run() during which CUDA kernels ran (one stream: their durations add up)."""
+    """Share of the wall time of run() during which a CUDA kernel ran: the union of the kernels' intervals, so
+    kernels overlapping on several streams count once. None without CUDA."""
     if not torch.cuda.is_available():
         return None
     from torch.profiler import ProfilerActivity, profile
@@ -70,7 +71,13 @@ def gpu_busy_share(run: Callable[[], object]) -> float | None:
         start = time.perf_counter()
         run()
         torch.cuda.synchronize()
-        wall = time.perf_counter() - start
-    kernel_us = sum(event.device_time_total for event in profiler.events()
-                    if event.device_type == torch.autograd.DeviceType.CUDA)
-    return kernel_us / 1e6 / wall
+        wall_us = (time.perf_counter() - start) * 1e6
+    intervals = sorted((event.time_range.start, event.time_range.end) for event in profiler.events()
+                       if event.device_type == torch.autograd.DeviceType.CUDA
+                       and event.time_range.end > event.time_range.start)
+    busy, reach = 0.0, float("-inf")
+    for begin, end in intervals:
+        if end > reach:
+            busy += end - max(begin, reach)
+            reach = end
+    return min(1.0, busy / wall_us)
