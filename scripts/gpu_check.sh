@@ -11,7 +11,7 @@ set -u
 cd "$(dirname "$0")/.."
 out=${1:-gpu-check}
 mkdir -p "$out"
-python=${PYTHON:-python}
+python=${PYTHON:-$(command -v python || command -v python3)}
 failed=()
 
 part() {  # part NAME COMMAND...: run it, keep its log, remember a failure
