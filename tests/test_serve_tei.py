@@ -222,6 +222,9 @@ def test_without_threads_given_the_count_is_chosen_per_batch(models, monkeypatch
     assert app.state.server.governor is None
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert create_app(models).state.server.governor is None
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr(models.embedding.embedder, "device", torch.device("cuda"))  # as a GPU server sees it
+    assert create_app(models).state.server.governor is None  # a batch there does not wait on the CPU's threads
 
 
 @pytest.fixture(scope="module")

@@ -43,15 +43,15 @@ class Server:
     batchers: dict[str, Batcher] = field(default_factory=dict)
     encoders: dict[str, InputEncoder] = field(default_factory=dict)
     threads: int = 0  # CPU threads for the models: --threads, else OMP_NUM_THREADS, else the usable physical cores
-    # Without --threads or OMP_NUM_THREADS: the count, up to `threads`, chosen batch by batch (engine/governor.py);
-    # one for every batcher, since all of them run on the one model thread.
+    # Without --threads or OMP_NUM_THREADS, on the CPU: the count, up to `threads`, chosen batch by batch
+    # (engine/governor.py), as the Embedder chooses it; one for every batcher, all on the one model thread.
     governor: ThreadGovernor | None = None
 
     def __post_init__(self):
         models, settings = self.models, self.settings
         self.threads = settings.threads or default_threads()
-        if chosen_while_running(settings.threads):
-            self.governor = ThreadGovernor(self.threads)
+        if chosen_while_running(settings.threads) and models.embedding.embedder.device.type == "cpu":
+            self.governor = ThreadGovernor(self.threads)  # on a GPU the CPU's thread count is not what a batch waits on
         prompts = Prompts(models.prompts, self.default_prompt())
         for name, model in (("embed", models.embedding), ("mlm", models.masked_lm), ("classify", models.classifier),
                             ("rerank", models.reranker)):
