@@ -122,7 +122,7 @@ def replaced_file(target: str | os.PathLike) -> Iterator[Path]:
 
     The temp path ends with the target's suffix (np.save and savefig pick the format from it).
     Missing parent folders are made; after an error the temp file is removed and `target`
-    is left as it was.
+    is left as it was. The file is fsynced before the rename and its folder after it.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -139,6 +139,7 @@ def replaced_file(target: str | os.PathLike) -> Iterator[Path]:
         # mkstemp makes the file 0600; a replaced file keeps its old mode, a new one gets the umask's
         temporary.chmod(target.stat().st_mode & 0o777 if target.exists() else 0o666 & ~current_umask())
         os.replace(temporary, target)
+        flush_folder(target.parent)  # the rename is an entry of the folder, as published_folder's renames are
     finally:
         temporary.unlink(missing_ok=True)
 
@@ -183,7 +184,7 @@ def flush_tree(folder: Path) -> None:
     for root, _, files in os.walk(folder, topdown=False):
         for name in files:
             flush_to_disk(Path(root) / name)
-        flush_to_disk(Path(root))
+        flush_folder(Path(root))
 
 
 def remove_stale_temporaries(folder: Path) -> None:

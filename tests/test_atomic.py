@@ -144,7 +144,8 @@ def test_every_file_is_flushed_before_it_is_published(tmp_path, monkeypatch):
     import bertforge.atomic as atomic
 
     flushed = []
-    monkeypatch.setattr(atomic, "flush_to_disk", lambda path: flushed.append(path.name))
+    monkeypatch.setattr(atomic, "flush_to_disk", lambda path: flushed.append(path.name))  # files
+    monkeypatch.setattr(atomic, "flush_folder", lambda path: flushed.append(path.name))  # folders
     with published_folder(tmp_path / "model", existing="merge") as staging:
         write_new(staging)
     assert {"config.json", "1_Pooling"} <= set(flushed) and flushed.count("config.json") == 2
@@ -171,6 +172,21 @@ def test_the_folders_a_rename_changed_are_flushed_after_it(tmp_path, monkeypatch
     assert tmp_path.stat().st_ino in flushed_after  # the folder holding `model`: new, swapped in, or renamed over
     if existing == "merge":  # each file was renamed into a folder of its own
         assert {folder.stat().st_ino, (folder / "1_Pooling").stat().st_ino} <= flushed_after
+
+
+def test_a_replaced_file_s_folder_is_flushed_after_the_rename(tmp_path, monkeypatch):
+    target = tmp_path / "notes.txt"
+    target.write_text("old", encoding="utf-8")
+    flushed_after, real_fsync = set(), os.fsync
+
+    def fsync(descriptor):
+        if target.read_text(encoding="utf-8") == "new":  # the rename is done
+            flushed_after.add(os.fstat(descriptor).st_ino)
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    write_text(target, "new")
+    assert tmp_path.stat().st_ino in flushed_after
 
 
 def test_a_folder_that_cannot_be_opened_is_left_unflushed_without_an_error(tmp_path, monkeypatch):
