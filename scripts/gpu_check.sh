@@ -10,8 +10,15 @@
 set -u
 cd "$(dirname "$0")/.."
 out=${1:-gpu-check}
-mkdir -p "$out"
+if ! mkdir -p "$out" 2>/dev/null || [ ! -w "$out" ]; then
+    echo "gpu_check: cannot write logs to $out (a file there, or not writable); give another folder" >&2
+    exit 2
+fi
 python=${PYTHON:-$(command -v python || command -v python3)}
+if [ -z "$python" ]; then
+    echo "gpu_check: no python or python3 on PATH; set PYTHON=/path/to/python" >&2
+    exit 2
+fi
 failed=()
 
 part() {  # part NAME COMMAND...: run it, keep its log, remember a failure
