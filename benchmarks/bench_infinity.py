@@ -1,7 +1,8 @@
 """bertforge serve against infinity-emb on the same model, threads and load (issue 24, item 5).
 
 Starts each server in turn on 127.0.0.1 (a free port): `bertforge serve --model FOLDER --threads T`
-and `infinity_emb v2 --model-id FOLDER --engine torch --device cpu` with OMP_NUM_THREADS=T. Both
+and `infinity_emb v2 --model-id FOLDER --engine torch` with OMP_NUM_THREADS=T, both on --device
+(the GPU when torch sees one, else the CPU) and in --dtype's number format. Both
 are driven through their OpenAI-shaped route (`/v1/embeddings`, infinity's `/embeddings`) with the
 same bounded loads over the same real texts: 16 clients sending one text a request, and 4
 clients sending 32; each load is run once to warm up, then timed. Each server's vectors are
@@ -10,9 +11,12 @@ texts/s, p50 / p99 request latency, errors, min cosine, and bertforge's ratio to
 
 infinity-emb is installed by this script into its own virtual environment (--venv), which sees
 this environment's packages (so torch stays this machine's CPU build: pinned to its version) and
-puts infinity's own pins (transformers 4.x, sentence-transformers 3.x) in front of them.
+puts infinity's own pins (transformers 4.x, sentence-transformers 3.x) in front of them; or
+--infinity-python names an interpreter that already imports infinity_emb (a machine without the
+package index, given infinity's wheels).
 
-    python benchmarks/bench_infinity.py [--n 1000] [--threads 1] [--venv ~/.cache/bertforge/infinity-venv]
+    python benchmarks/bench_infinity.py [--n 1000] [--threads 1] [--device auto|cpu|cuda] [--dtype fp32|fp16]
+                                        [--venv ~/.cache/bertforge/infinity-venv | --infinity-python PYTHON]
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,17 +46,21 @@ LOADS = ((16, 1), (4, 32))  # (clients, texts per request)
 START_TIMEOUT = 300.0
 
 
-def infinity_binary(venv: Path) -> Path:
-    """The venv's infinity_emb, installed there first when missing (torch pinned to this environment's)."""
-    binary = venv / "bin" / "infinity_emb"
-    if binary.exists():
-        return binary
+INFINITY_DTYPES = {"fp32": "float32", "fp16": "float16"}  # bertforge's --dtype names -> infinity's
+
+
+def infinity_python(venv: Path) -> Path:
+    """The venv's interpreter, with infinity-emb installed there first when missing (torch pinned to this
+    environment's)."""
+    python = venv / "bin" / "python"
+    if (venv / "bin" / "infinity_emb").exists():
+        return python
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     constraints = venv / "constraints.txt"
     constraints.write_text(f"torch=={torch.__version__.split('+')[0]}\n")
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-c", str(constraints),
                     "infinity-emb[torch,server]"], check=True)
-    return binary
+    return python
 
 
 def free_port() -> int:
@@ -68,13 +77,17 @@ class Server:
     environment: dict
 
     def start(self) -> tuple[subprocess.Popen, str]:
-        process = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        # Its output goes to a file, read back only to say why it did not start (a pipe left unread would fill).
+        self.log = tempfile.TemporaryFile(mode="w+")
+        process = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT,
                                    env=self.environment, cwd=PROJECT_ROOT)
         base = f"http://127.0.0.1:{self.command[self.command.index('--port') + 1]}"
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                raise SystemExit(f"{self.name} exited with {process.returncode} before it served")
+                self.log.seek(0)
+                last_lines = "".join(self.log.readlines()[-15:])
+                raise SystemExit(f"{self.name} exited with {process.returncode} before it served:\n{last_lines}")
             try:
                 if httpx.get(f"{base}/health", timeout=2).status_code == 200:
                     return process, base
@@ -85,15 +98,17 @@ class Server:
         raise SystemExit(f"{self.name} did not answer /health within {START_TIMEOUT:g} s")
 
 
-def servers(folder: Path, threads: int, venv: Path) -> list[Server]:
-    environment = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(PROJECT_ROOT),
+def servers(folder: Path, threads: int, device: str, dtype: str, python: Path) -> list[Server]:
+    # This checkout first on the path, the caller's own entries kept (packages installed with --target).
+    path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
+    environment = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": path,
                    "DO_NOT_TRACK": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0", "HF_HUB_OFFLINE": "1"}
     # --auto-truncate: infinity cuts texts past the model's 256 tokens silently; bertforge, as TEI, answers
     # 413 unless asked to cut (a tenth of the Persuasion paragraphs are longer).
     bertforge = [sys.executable, "-m", "bertforge.cli", "serve", "--model", str(folder), "--threads", str(threads),
-                 "--auto-truncate", "--port", str(free_port())]
-    infinity = [str(infinity_binary(venv)), "v2", "--model-id", str(folder), "--engine", "torch", "--device", "cpu",
-                "--host", "127.0.0.1", "--port", str(free_port())]
+                 "--device", device, "--dtype", dtype, "--auto-truncate", "--port", str(free_port())]
+    infinity = [str(python), "-m", "infinity_emb.cli", "v2", "--model-id", str(folder), "--engine", "torch",
+                "--device", device, "--dtype", INFINITY_DTYPES[dtype], "--host", "127.0.0.1", "--port", str(free_port())]
     return [Server("bertforge", bertforge, "/v1/embeddings", environment),
             Server("infinity", infinity, "/embeddings", environment)]
 
@@ -169,20 +184,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1000, help="real texts per load")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for each server")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="both servers' device (auto: the GPU when torch sees one)")
+    parser.add_argument("--dtype", choices=sorted(INFINITY_DTYPES), default="fp32", help="both servers' number format")
     parser.add_argument("--venv", type=Path, default=Path.home() / ".cache" / "bertforge" / "infinity-venv")
+    parser.add_argument("--infinity-python", type=Path, help="an interpreter that imports infinity_emb (default: "
+                                                                 "--venv's, installed there when missing)")
     args = parser.parse_args()
     from sentence_transformers import SentenceTransformer
 
+    device = args.device if args.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
+    if args.dtype == "fp16" and device == "cpu":
+        parser.error("--dtype fp16 is for a GPU (on the CPU both servers would run fp16 kernels torch barely has)")
+    python = args.infinity_python or infinity_python(args.venv)
     folder, texts = minilm_dir(), load_texts(args.n)
     expected = SentenceTransformer(str(folder), device="cpu").encode(texts, normalize_embeddings=True)
     measured = {server.name: measure(server, folder, texts, expected)
-                for server in servers(folder, args.threads, args.venv)}
-    version = subprocess.run([str(infinity_binary(args.venv).parent / "python"), "-c",
-                              "import importlib.metadata as m; print(m.version('infinity_emb'))"],
+                for server in servers(folder, args.threads, device, args.dtype, python)}
+    version = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('infinity_emb'))"],
                              capture_output=True, text=True).stdout.strip()
-    print(f"bertforge {__version__} serve vs infinity-emb {version} (--engine torch), all-MiniLM-L6-v2, {len(texts)} "
-          f"real texts a load, {args.threads} thread(s) each; {datetime.date.today()}; {platform.machine()}, "
-          f"{os.cpu_count()} cores, torch {torch.__version__}; load average {os.getloadavg()[0]:.1f} at the end\n")
+    where = torch.cuda.get_device_name() if device == "cuda" else f"{platform.machine()}, {os.cpu_count()} cores"
+    print(f"bertforge {__version__} serve vs infinity-emb {version} (--engine torch), all-MiniLM-L6-v2 {args.dtype}, "
+          f"{len(texts)} real texts a load, {args.threads} thread(s) each; {datetime.date.today()}; {device}: {where}, "
+          f"torch {torch.__version__}; load average {os.getloadavg()[0]:.1f} at the end\n")
     print(table(measured))
 
 
