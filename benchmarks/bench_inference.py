@@ -115,13 +115,16 @@ def main() -> None:
 
     if device.type == "cuda":
         peer_fp16 = SentenceTransformer(str(folder), device=str(device)).half()
-        plan = [("fp32", "fp32", reference), ("fp16", "fp16", peer_fp16)]
+        # "fp32 eager": the same passes without CUDA graphs (engine/cuda_graphs.py), each kernel launched from Python
+        plan = [("fp32", "fp32", reference), ("fp32 eager", "fp32", reference), ("fp16", "fp16", peer_fp16)]
     else:
         plan = [("fp32", "fp32", reference), ("int8", "fp32", reference)]
         if cpu_has_native_bf16():
             plan.append(("bf16", "fp32", reference))
-    ours = {precision: Embedder.from_pretrained(folder, normalize=True, batch_size=args.batch_size, dtype=precision,
-                                                device=device, progress=False) for precision, _, _ in plan}
+    ours = {precision: Embedder.from_pretrained(folder, normalize=True, batch_size=args.batch_size,
+                                                dtype=precision.split()[0], device=device, progress=False,
+                                                cuda_graphs=False if precision.endswith("eager") else None)
+            for precision, _, _ in plan}
 
     def run_peer(peer):
         return lambda: peer.encode(texts, batch_size=args.batch_size, normalize_embeddings=True)
@@ -156,7 +159,7 @@ def main() -> None:
         median = statistics.median(ours_times)
         cosine = float((vectors[precision] * truth).sum(axis=1).min())
         tflops = flops / median / 1e12
-        peak, source = peak_tflops(device, precision)
+        peak, source = peak_tflops(device, precision.split()[0])
         busy = gpu_busy_share(lambda: ours[precision].encode(texts)) if device.type == "cuda" else None
         print("| " + " | ".join([
             f"Embedder {precision}", f"{len(texts) / median:,.1f}", f"encode {peer_precision}",

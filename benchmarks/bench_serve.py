@@ -16,7 +16,7 @@ kernel shares the CPU between sessions (Linux's autogroup), a loaded machine the
 server the share the direct run had, instead of splitting this process's share with the clients.
 
     python benchmarks/bench_serve.py [--n 512] [--loads 16x1 4x32] [--client httpx|raw] [--threads 0]
-                                     [--device auto|cpu|cuda]
+                                     [--device auto|cpu|cuda] [--no-cuda-graphs]
 
 Bounded: each phase stops after --timeout seconds (an unfinished run is reported as such).
 """
@@ -52,7 +52,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 class ServerProcess:
     """`bertforge serve` in a child process; the base URL once it listens, its RSS sampled in a thread."""
 
-    def __init__(self, threads: int, max_batch_tokens: int, device: str):
+    def __init__(self, threads: int, max_batch_tokens: int, device: str, cuda_graphs: bool):
         # This checkout first on the path, the caller's own entries kept (packages installed with --target).
         path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
         environment = {**os.environ, "PYTHONPATH": path}
@@ -60,7 +60,8 @@ class ServerProcess:
             environment["OMP_NUM_THREADS"] = str(threads)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "bertforge.cli", "serve", "--model", str(minilm_dir()), "--port", "0",
-             "--max-batch-tokens", str(max_batch_tokens), "--device", device],
+             "--max-batch-tokens", str(max_batch_tokens), "--device", device,
+             "--cuda-graphs" if cuda_graphs else "--no-cuda-graphs"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment, cwd=PROJECT_ROOT,
             start_new_session=True)
         banner = self.process.stdout.readline()
@@ -186,13 +187,17 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per phase")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="both sides' device (auto: the GPU when torch sees one)")
+    parser.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
+                        help="on a GPU, both sides launch every kernel from Python (default: passes replayed from "
+                             "CUDA graphs)")
     args = parser.parse_args()
     device = args.device if args.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
     if args.threads:
         torch.set_num_threads(args.threads)
     texts = load_texts(args.n)
 
-    embedder = Embedder.from_pretrained(minilm_dir(), normalize=True, device=device)
+    embedder = Embedder.from_pretrained(minilm_dir(), normalize=True, device=device,
+                                        cuda_graphs=None if args.cuda_graphs else False)
     embedder.encode(texts[:32])  # warm-up
 
     def direct_run() -> tuple[np.ndarray, float]:
@@ -205,7 +210,7 @@ def main() -> None:
         # Direct runs just before and after each server run (the server process not yet started, or
         # stopped), averaged: on a shared machine the load changes during a run.
         direct, rate_before = direct_run()
-        server = ServerProcess(args.threads, args.max_batch_tokens, device)
+        server = ServerProcess(args.threads, args.max_batch_tokens, device, args.cuda_graphs)
         try:
             vectors, latencies, errors, seconds = asyncio.run(
                 load(server.base, texts, clients, per_request, args.timeout, args.client))
@@ -233,7 +238,8 @@ def main() -> None:
               "exit code (SIGTERM)"]
     print(f"bertforge {__version__} serve vs direct embed, all-MiniLM-L6-v2, {len(texts)} real texts; "
           f"{datetime.date.today()}; {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"{torch.cuda.get_device_name() if device == 'cuda' else 'CPU'}, "
+          f"{torch.cuda.get_device_name() if device == 'cuda' else 'CPU'}"
+          f"{'' if device != 'cuda' else ', CUDA graphs' if args.cuda_graphs else ', no CUDA graphs'}, "
           f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
           f"fastapi {__import__('fastapi').__version__}, uvicorn {__import__('uvicorn').__version__}; "
           f"{args.client} clients; load average {os.getloadavg()[0]:.1f} at the end\n")

@@ -14,6 +14,7 @@ import torch
 from bertforge import BertConfig, BertModel
 from bertforge.embeddings.embed import Embedder
 from bertforge.engine.batching import TokenBatch, collate, fit_to_budget, plan_batches
+from bertforge.engine.cuda_graphs import LENGTH_STEP, MAX_PADDED_TOKENS, MAX_ROWS, GraphedPasses, bucket
 from bertforge.models.packed_forward import packed_forward
 from bertforge.engine.pipeline import HostResults, prefetched
 from bertforge.engine.precision import Int8Linear, in_dtype, model_dtype
@@ -367,6 +368,53 @@ def test_embedder_warns_and_truncates_a_text_longer_than_the_budget(minilm_dir):
     np.testing.assert_allclose(vectors[1], cut[0], rtol=1e-4, atol=1e-5)
 
 
+# ---------------------------------------------------------------- CUDA graphs' buckets (their padding runs on the CPU too)
+
+def test_a_pass_is_padded_to_a_power_of_two_rows_and_a_multiple_of_32_tokens_or_runs_as_it_is():
+    assert bucket(1, 1) == (1, LENGTH_STEP) and bucket(5, 33) == (8, 64) and bucket(8, 64) == (8, 64)
+    assert bucket(MAX_ROWS + 1, 8) is None  # past the largest graph: no graph, the pass as it is
+    assert bucket(MAX_ROWS, MAX_PADDED_TOKENS // MAX_ROWS + 1) is None
+
+
+class PadOnlyTokenizer:
+    """What an Embedder reads of its tokenizer when it is handed token ids: the pad id and the length limit."""
+
+    pad_token_id = 0
+    model_max_length = 64
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls", "max", "lasttoken"])
+def test_bucketed_passes_give_each_row_the_vector_of_its_own_unpadded_pass(tiny_model, pooling):
+    embedder = Embedder(tiny_model, tokenizer=PadOnlyTokenizer(), pooling=pooling, normalize=True, cuda_graphs=False)
+    graphed = GraphedPasses(embedder.padded_vectors, torch.device("cpu"), pad_id=0, capture=False)
+    with torch.inference_mode():
+        # Odd row counts and lengths; the second batch lands in the first's bucket with other data, so a
+        # bucket's inputs must be rewritten in full (a stale mask or row from the first would show).
+        for seed, lengths in enumerate([[7, 3, 5, 1, 7], [2, 6, 1, 4, 4, 2], [13], [33] * 3]):
+            batch = random_batch(seed, lengths)
+            got = graphed(*batch.tensors())
+            want = embedder.pooled(batch)
+            assert got.shape == want.shape and torch.isfinite(got).all()
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert set(graphed.buckets) == {(8, 32), (1, 32), (4, 64)}
+
+
+def test_capture_all_makes_every_bucket_a_pass_up_to_the_length_can_fall_in(tiny_model):
+    embedder = Embedder(tiny_model, tokenizer=PadOnlyTokenizer(), cuda_graphs=False)
+    graphed = GraphedPasses(embedder.padded_vectors, torch.device("cpu"), pad_id=0, capture=False)
+    with torch.inference_mode():
+        count = graphed.capture_all(max_length=40)
+    rows = [2 ** k for k in range(MAX_ROWS.bit_length())]
+    assert set(graphed.buckets) == {(r, n) for r in rows for n in (32, 64)} and count == 2 * len(rows)
+    for lengths in ([1], [40, 3], [33] * 5, [7] * MAX_ROWS):  # any pass: already a bucket, none added
+        assert bucket(len(lengths), max(lengths)) in graphed.buckets
+
+
+def test_cuda_graphs_are_refused_where_there_is_no_gpu(tiny_model):
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+        Embedder(tiny_model, tokenizer=PadOnlyTokenizer(), cuda_graphs=True, device="cpu")
+
+
 # ---------------------------------------------------------------- on a GPU (skipped without one)
 
 @pytest.mark.gpu
@@ -382,3 +430,21 @@ def test_cuda_pinned_async_path_gives_cpu_vectors_and_fp16_stays_within_0999_of_
     truth = reference.encode(texts, normalize_embeddings=True)
     half = Embedder.from_pretrained(minilm_dir, normalize=True, device="cuda", dtype="fp16").encode(texts)
     assert (half * truth).sum(axis=1).min() >= 0.999
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_passes_replayed_from_cuda_graphs_equal_the_eager_passes(minilm_dir, data_dir, dtype):
+    lines = [line for line in (data_dir / "austen" / "emma.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = lines[::40][:200] + ["", "x"]
+    options = dict(normalize=True, device="cuda", dtype=dtype, max_batch_tokens=1024)
+    eager = Embedder.from_pretrained(minilm_dir, cuda_graphs=False, **options)
+    graphed = Embedder.from_pretrained(minilm_dir, **options)
+    assert graphed.graphs is not None  # on by default on a GPU
+    first, again = graphed.encode(texts), graphed.encode(texts[::-1])[::-1]  # buckets replayed with other rows
+    expected = eager.encode(texts)
+    assert len(graphed.graphs.buckets) > 1
+    tolerance = 1e-4 if dtype == "fp32" else 2e-3
+    np.testing.assert_allclose(first, expected, atol=tolerance)
+    np.testing.assert_allclose(again, expected, atol=tolerance)

@@ -281,3 +281,35 @@ def test_a_lone_client_never_waits():
 
     run(scenario())
     assert model.batches == [[f"request-{i}"] for i in range(5)]
+
+
+# --- the interpreter's switch interval on a GPU ------------------------------------------------
+
+@pytest.mark.parametrize("device, during", [("cuda", 0.0005), ("cpu", None)])
+def test_a_server_on_a_gpu_shortens_the_switch_interval_while_it_runs_and_gives_it_back(device, during):
+    """On a GPU the model thread waits on the device twice a pass and must win the lock back quickly
+    (docs/serve.md); on the CPU the interpreter's default is left alone."""
+    import sys
+    from types import SimpleNamespace
+
+    import torch
+
+    from bertforge.serve.server import Server
+    from bertforge.serve.settings import ServeSettings
+
+    embedding = SimpleNamespace(name="stub", tokenizer=None, embedder=SimpleNamespace(device=torch.device(device)),
+                                pooled=lambda payloads: payloads, token_states=lambda payloads: payloads)
+    models = SimpleNamespace(embedding=embedding, masked_lm=None, classifier=None, reranker=None, prompts={},
+                             default_prompt_name=None)
+    before = sys.getswitchinterval()
+
+    async def run_and_stop():
+        server = Server(models, ServeSettings(threads=1).checked(512))
+        server.start()
+        seen = sys.getswitchinterval()
+        await server.stop()
+        return seen
+
+    seen = asyncio.run(run_and_stop())
+    assert seen == pytest.approx(during if during is not None else before)
+    assert sys.getswitchinterval() == before

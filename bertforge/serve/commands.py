@@ -21,7 +21,7 @@ API_KEY_VARIABLE = "BERTFORGE_API_KEY"
 def serve(model: str = "minilm", index: str | None = None, classifier: str | None = None,
           reranker: str | None = None, mlm: str | None = None, vocab: list[str] | None = None,
           host: str = "127.0.0.1", port: int = 8080, pooling: SentencePooling | None = None, device: str = "auto",
-          dtype: DtypeName = "fp32", settings: ServeSettings = ServeSettings()) -> None:
+          dtype: DtypeName = "fp32", cuda_graphs: bool = True, settings: ServeSettings = ServeSettings()) -> None:
     """Serve a model over HTTP (TEI's and OpenAI's embedding routes, tokenize, fill-mask, classify, rerank, search) with the explorer page at /.
 
     Args:
@@ -36,6 +36,8 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
         pooling: cls, mean or max; without it, the folder's sentence-transformers 1_Pooling config, else mean
         device: auto (the GPU when torch sees one, else the CPU), cpu, cuda or cuda:N
         dtype: the sentence vectors' number format: fp32, fp16 or bf16 (GPU), int8 (CPU)
+        cuda_graphs: on a GPU, replay each embedding pass from a CUDA graph (one launch a pass instead of one a
+            kernel); --no-cuda-graphs launches every kernel from Python
         settings: the server's limits and switches (see ServeSettings)
     """
     try:
@@ -56,7 +58,8 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
         logger.warning("listening on %s without --api-key: anyone who can reach this port can use the server", host)
     try:
         models = load_models(model, mlm=mlm, classifier=classifier, reranker=reranker, vocab=vocab, pooling=pooling,
-                             index=load_index(index) if index else None, device=device, dtype=dtype)
+                             index=load_index(index) if index else None, device=device, dtype=dtype,
+                             cuda_graphs=cuda_graphs)
         app = create_app(models, settings)
     except BaseException:  # a bad folder or setting: free the port now, not whenever the socket is collected
         listening.close()

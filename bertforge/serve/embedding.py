@@ -24,10 +24,12 @@ class EmbeddingModel:
     """Sentence vectors: the encoder and pooling of `bertforge.embed`, run on pre-tokenized inputs."""
 
     def __init__(self, folder: ModelFolder, name: str, pooling: str, device: torch.device | None = None,
-                 dtype: str | None = None):
+                 dtype: str | None = None, cuda_graphs: bool = True):
         """folder: as `models.folder.read_model_folder` read it; its max length and tokenizer (lower-casing
         as its sentence-transformers config says) are used; pooling is the folder's unless an option overrides it.
-        The prompts are the server's to add (`inputs.InputEncoder`), so the Embedders here have none."""
+        The prompts are the server's to add (`inputs.InputEncoder`), so the Embedders here have none.
+        cuda_graphs: replay the sentence vectors' passes from CUDA graphs where the model is on a GPU (the
+        Embedder's default there); False runs them eagerly."""
         self.name = name
         encoder = BertModel.from_pretrained(folder.transformer).to(device or "cpu")
         self.tokenizer = load_tokenizer(folder)  # tokenizer thread
@@ -35,7 +37,11 @@ class EmbeddingModel:
         max_length = folder.max_seq_length
         self.pooling = pooling
         # dtype (fp16/bf16 weights, int8) is for the sentence vectors; the explorer's word vectors stay float32.
-        self.embedder = Embedder(encoder, worker_tokenizer, pooling=pooling, max_length=max_length, dtype=dtype)
+        self.embedder = Embedder(encoder, worker_tokenizer, pooling=pooling, max_length=max_length, dtype=dtype,
+                                 cuda_graphs=None if cuda_graphs else False)
+        if self.embedder.graphs is not None:  # every shape a pass can take, before the first request
+            with torch.inference_mode(), eval_mode(self.embedder.model):
+                self.embedder.graphs.capture_all(max_length)
         self.word_embedders = {}
         for layers in WORD_LAYER_CHOICES:
             try:

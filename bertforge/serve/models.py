@@ -101,17 +101,18 @@ def load_classifier(spec: str, option: str, where, one_label: bool = False) -> S
 
 def load_models(model: str, mlm: str | None = None, classifier: str | None = None, vocab: list[str] | None = None,
                 index: SearchIndex | None = None, pooling: str | None = None, device: str | None = None,
-                dtype: str | None = None, reranker: str | None = None) -> ServedModels:
+                dtype: str | None = None, reranker: str | None = None, cuda_graphs: bool = True) -> ServedModels:
     """Load what `bertforge serve` was given, on `device` (see device_from_option). The fill-mask model
     is `mlm`, or `model` itself when its checkpoint has an MLM head; `dtype` is the sentence
-    vectors' number format. Raises ValueError naming the option that is wrong."""
+    vectors' number format; cuda_graphs False runs the embedding passes without CUDA graphs on a GPU.
+    Raises ValueError naming the option that is wrong."""
     where = device_from_option(device)
     folder = checkpoint_folder(model, "--model")
     if pooling is not None and pooling != folder.pooling:
         logger.warning("--pooling %s overrides the pooling %s (%s): vectors will differ from sentence-transformers'",
                        pooling, folder.pooling, folder.source)
     embedding = loaded("--model", model, lambda: EmbeddingModel(folder, display_name(model), pooling or folder.pooling,
-                                                                where, dtype))
+                                                                where, dtype, cuda_graphs))
     served = ServedModels(embedding, load_masked_lm(model, folder, mlm, where), index=index,
                           classifier=load_classifier(classifier, "--classifier", where) if classifier else None,
                           reranker=load_classifier(reranker, "--reranker", where, one_label=True) if reranker else None,

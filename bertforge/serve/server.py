@@ -8,6 +8,7 @@ the requests behind it while it is tokenized.
 from __future__ import annotations
 
 import asyncio
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
@@ -25,6 +26,7 @@ from .models import ServedModels
 from .settings import ServeSettings
 
 CLIENT_CLOSED = 499  # nginx's code for "the client went away before the answer": counted, never delivered
+GPU_SWITCH_INTERVAL = 0.0005  # seconds a thread holds the interpreter lock when another wants it (Python's: 0.005)
 
 
 def single_thread(name: str) -> ThreadPoolExecutor:
@@ -46,6 +48,7 @@ class Server:
     # Without --threads or OMP_NUM_THREADS, on the CPU: the count, up to `threads`, chosen batch by batch
     # (engine/governor.py), as the Embedder chooses it; one for every batcher, all on the one model thread.
     governor: ThreadGovernor | None = None
+    switch_interval: float | None = None  # the interpreter's, to give back at stop when start changed it
 
     def __post_init__(self):
         models, settings = self.models, self.settings
@@ -73,6 +76,12 @@ class Server:
     def start(self) -> None:
         """torch's thread count, and a batcher (queue + loop) per kind of forward pass; call on the event loop."""
         torch.set_num_threads(self.threads)  # the governor, when there is one, sets each batch's own
+        if self.models.embedding.embedder.device.type == "cuda":
+            # A pass on the GPU is milliseconds of Python around waits for the device (the inputs' copy, the
+            # results' copy back); at each wait the model thread lets go of the interpreter lock, and the event
+            # loop's thread, busy with the clients, kept it for up to the default 5 ms switch interval each time.
+            self.switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(GPU_SWITCH_INTERVAL)
         for name, run_batch in self.forward_passes().items():
             self.batchers[name] = Batcher(name, run_batch, self.executor,
                                           max_batch_tokens=self.settings.max_batch_tokens,
@@ -98,6 +107,8 @@ class Server:
         for batcher in self.batchers.values():  # uvicorn has stopped accepting: answer what is queued
             await batcher.close()
         self.executor.shutdown(wait=True)
+        if self.switch_interval is not None:
+            sys.setswitchinterval(self.switch_interval)
         self.tokenizing.shutdown(wait=True)
 
     async def tokenized(self, function: Callable, *args):

@@ -1,0 +1,127 @@
+"""Inference passes replayed from CUDA graphs: one launch a pass instead of a few hundred.
+
+A small encoder's pass on a GPU waits on the host: all-MiniLM-L6-v2 on an H200 kept the GPU busy
+5-15% of an `embed` run, and a server pass of 6 texts took 14 ms (2.3 ms a text, against 0.13 in a
+sorted batch of 128), mostly the Python that launches its ~150 kernels while the server's other
+threads want the same interpreter lock (scripts/results/gpu_h200_2026-11-26b.md). A CUDA graph records
+those launches once and replays them with one call.
+
+A graph replays fixed shapes, so a pass is padded up to a bucket: rows to the next power of two,
+length to the next multiple of LENGTH_STEP. The extra columns are padding the attention mask hides
+(pooling masks them too); each extra row holds one attended pad token, so that no row's attention is
+fully masked (a NaN otherwise), and its result is dropped. One graph is captured per bucket the first
+time a pass falls in it; all share one memory pool, which is safe because passes run one at a time,
+in one thread, and each result is copied out before the next replay. A pass larger than the biggest
+bucket runs as it is, without a graph.
+
+The same padding runs without graphs where there is no CUDA (`capture=False`), so the CPU's tests
+check what the buckets do to the results.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+LENGTH_STEP = 32  # tokens; ~15 lengths up to 512, each padding at most 31 tokens a row
+MAX_ROWS = 256
+MAX_PADDED_TOKENS = 65_536  # rows x length of the largest graph: a bound on the memory each bucket holds
+
+Pass = Callable[[Tensor, Tensor, Tensor], Tensor]  # (input_ids, token_type_ids, attention_mask) -> (rows, ...)
+
+
+def bucket(rows: int, length: int) -> tuple[int, int] | None:
+    """The (rows, length) a pass is padded to; None when it is past the largest graph."""
+    padded_rows = 1 << max(0, rows - 1).bit_length()
+    padded_length = -(-length // LENGTH_STEP) * LENGTH_STEP
+    if padded_rows > MAX_ROWS or padded_rows * padded_length > MAX_PADDED_TOKENS:
+        return None
+    return padded_rows, padded_length
+
+
+@dataclass
+class Captured:
+    """One bucket's inputs, which each replay overwrites, its graph and the output it writes."""
+
+    input_ids: Tensor
+    token_type_ids: Tensor
+    attention_mask: Tensor
+    graph: torch.cuda.CUDAGraph | None = None
+    output: Tensor | None = None
+
+
+class GraphedPasses:
+    """run(input_ids, token_type_ids, attention_mask) -> (rows, ...) tensor, replayed from one CUDA graph a bucket.
+
+    `run` must be a pure function of its three inputs that reads nothing back to the host (no sync, no
+    data-dependent shape) and treats masked positions as absent. Call it under torch.inference_mode()
+    with the model in eval mode, as the passes it replaces are.
+    """
+
+    def __init__(self, run: Pass, device: torch.device, pad_id: int, capture: bool | None = None):
+        self.run = run
+        self.device = device
+        self.pad_id = pad_id
+        self.capture = device.type == "cuda" if capture is None else capture
+        if self.capture and device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA device, not {device}")
+        self.buckets: dict[tuple[int, int], Captured] = {}
+        self.pool = torch.cuda.graph_pool_handle() if self.capture else None
+
+    def __call__(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        rows, length = input_ids.shape
+        shape = bucket(rows, length)
+        if shape is None:
+            return self.run(input_ids, token_type_ids, attention_mask)
+        captured = self.buckets.get(shape) or self.new_bucket(shape)
+        self.fill(captured, input_ids, token_type_ids, attention_mask)
+        if captured.graph is None:
+            return self.run(captured.input_ids, captured.token_type_ids, captured.attention_mask)[:rows]
+        captured.graph.replay()
+        return captured.output[:rows].clone()  # the next replay of any bucket may write over the output
+
+    def capture_all(self, max_length: int) -> int:
+        """Capture every bucket of passes up to max_length tokens now, not on a first pass (a server's first
+        requests of each shape would wait ~10 ms for a capture: its p99). Returns the number of buckets."""
+        rows = 1
+        while rows <= MAX_ROWS:
+            for length in range(LENGTH_STEP, max_length + LENGTH_STEP, LENGTH_STEP):
+                shape = bucket(rows, min(length, max_length))
+                if shape is not None and shape not in self.buckets:
+                    self.new_bucket(shape)
+            rows *= 2
+        return len(self.buckets)
+
+    def fill(self, captured: Captured, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> None:
+        """The bucket's inputs: the pass in the top-left corner, padding elsewhere, one attended pad a spare row."""
+        rows, length = input_ids.shape
+        captured.input_ids.fill_(self.pad_id)
+        captured.token_type_ids.zero_()
+        captured.attention_mask.zero_()
+        captured.input_ids[:rows, :length].copy_(input_ids, non_blocking=True)
+        captured.token_type_ids[:rows, :length].copy_(token_type_ids, non_blocking=True)
+        captured.attention_mask[:rows, :length].copy_(attention_mask, non_blocking=True)
+        captured.attention_mask[rows:, 0] = 1
+
+    def new_bucket(self, shape: tuple[int, int]) -> Captured:
+        def inputs(fill: int) -> Tensor:
+            return torch.full(shape, fill, dtype=torch.long, device=self.device)
+
+        captured = Captured(inputs(self.pad_id), inputs(0), inputs(1))
+        if self.capture:
+            static = (captured.input_ids, captured.token_type_ids, captured.attention_mask)
+            # Warm-up on a side stream first, as capture wants (cuBLAS handles, kernels chosen, lazy state).
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                self.run(*static)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            captured.graph = torch.cuda.CUDAGraph()
+            # thread_local: the threads beside this one (the next batches pinned by `embed`'s prefetching) may
+            # call CUDA while this one captures; the default ("global") would fail them.
+            with torch.cuda.graph(captured.graph, pool=self.pool, capture_error_mode="thread_local"):
+                captured.output = self.run(*static)
+        self.buckets[shape] = captured
+        return captured
