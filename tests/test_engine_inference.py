@@ -410,6 +410,24 @@ def test_capture_all_makes_every_bucket_a_pass_up_to_the_length_can_fall_in(tiny
         assert bucket(len(lengths), max(lengths)) in graphed.buckets
 
 
+def test_buckets_are_made_anew_when_the_weights_move():
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                 intermediate_size=37, max_position_embeddings=64)).eval()
+    embedder = Embedder(model, tokenizer=PadOnlyTokenizer(), cuda_graphs=False)
+    graphed = GraphedPasses(embedder.padded_vectors, torch.device("cpu"), pad_id=0, capture=False,
+                            weights=embedder.weight_addresses)
+    batch = random_batch(0, [5, 3])
+    with torch.inference_mode():
+        graphed(*batch.tensors())
+        first = graphed.buckets[(2, 32)]
+        graphed(*batch.tensors())
+        assert graphed.buckets[(2, 32)] is first  # same weights: the bucket is kept
+        model.double().float()  # new tensors for every weight: a captured graph would read freed memory
+        graphed(*batch.tensors())
+        assert graphed.buckets[(2, 32)] is not first
+
+
 def test_cuda_graphs_are_refused_where_there_is_no_gpu(tiny_model):
     with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
         Embedder(tiny_model, tokenizer=PadOnlyTokenizer(), cuda_graphs=True, device="cpu")

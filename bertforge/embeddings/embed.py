@@ -145,8 +145,8 @@ class Embedder:
         self.governor = governor if self.device.type == "cpu" else None
         if cuda_graphs is None:
             cuda_graphs = self.device.type == "cuda"
-        self.graphs = (GraphedPasses(self.padded_vectors, self.device, tokenizer.pad_token_id, capture=True)
-                       if cuda_graphs else None)
+        self.graphs = (GraphedPasses(self.padded_vectors, self.device, tokenizer.pad_token_id, capture=True,
+                                     weights=self.weight_addresses) if cuda_graphs else None)
 
     def check_pooler_allowed(self, encoder: BertModel, num_layers: int) -> None:
         if self.layers != (num_layers,):
@@ -232,6 +232,9 @@ class Embedder:
         output = packed_forward(self.model, batch, output_hidden_states=self.wants_hidden_states,
                                 only_if_it_pays=True)
         return self.vectors(output, batch.attention_mask)
+
+    def weight_addresses(self) -> tuple[int, ...]:
+        return tuple(parameter.data_ptr() for parameter in self.model.parameters())
 
     def padded_vectors(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """The padded pass's sentence vectors: what a CUDA graph records (no host sync, fixed shapes)."""

@@ -12,7 +12,8 @@ length to the next multiple of LENGTH_STEP. The extra columns are padding the at
 fully masked (a NaN otherwise), and its result is dropped. One graph is captured per bucket the first
 time a pass falls in it; all share one memory pool, which is safe because passes run one at a time,
 in one thread, and each result is copied out before the next replay. A pass larger than the biggest
-bucket runs as it is, without a graph.
+bucket runs as it is, without a graph. A graph reads the weights where they were at capture: when they
+move (`model.to`, `half()`, a state dict loaded with assign=True), every bucket is captured anew.
 
 The same padding runs without graphs where there is no CUDA (`capture=False`), so the CPU's tests
 check what the buckets do to the results.
@@ -60,8 +61,12 @@ class GraphedPasses:
     with the model in eval mode, as the passes it replaces are.
     """
 
-    def __init__(self, run: Pass, device: torch.device, pad_id: int, capture: bool | None = None):
+    def __init__(self, run: Pass, device: torch.device, pad_id: int, capture: bool | None = None,
+                 weights: Callable[[], tuple] = tuple):
+        """weights() -> what the graphs read besides their inputs (the weights' addresses), checked each pass."""
         self.run = run
+        self.weights = weights
+        self.captured_weights = weights()
         self.device = device
         self.pad_id = pad_id
         self.capture = device.type == "cuda" if capture is None else capture
@@ -75,6 +80,10 @@ class GraphedPasses:
         shape = bucket(rows, length)
         if shape is None:
             return self.run(input_ids, token_type_ids, attention_mask)
+        weights = self.weights()
+        if weights != self.captured_weights:  # the graphs would read memory the weights have left
+            self.buckets.clear()
+            self.captured_weights = weights
         captured = self.buckets.get(shape) or self.new_bucket(shape)
         self.fill(captured, input_ids, token_type_ids, attention_mask)
         if captured.graph is None:
