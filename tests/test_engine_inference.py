@@ -4,15 +4,17 @@ The packed forward pass and int8 are checked against the plain padded forward pa
 same model (random weights in the tiny config the BERT test suites use, and the real MiniLM),
 and int8 sentence vectors against sentence-transformers on real texts.
 """
+import gc
 import threading
 import warnings
+import weakref
 
 import numpy as np
 import pytest
 import torch
 
 from bertforge import BertConfig, BertModel
-from bertforge.embeddings.embed import Embedder
+from bertforge.embeddings.embed import Embedder, graphed_passes
 from bertforge.engine.batching import TokenBatch, collate, fit_to_budget, plan_batches
 from bertforge.engine.cuda_graphs import LENGTH_STEP, MAX_PADDED_TOKENS, MAX_ROWS, GraphedPasses, bucket
 from bertforge.models.packed_forward import packed_forward
@@ -426,6 +428,23 @@ def test_buckets_are_made_anew_when_the_weights_move():
         model.double().float()  # new tensors for every weight: a captured graph would read freed memory
         graphed(*batch.tensors())
         assert graphed.buckets[(2, 32)] is not first
+
+
+def test_an_embedder_with_graphs_is_freed_as_soon_as_it_is_dropped(tiny_model):
+    """No reference cycle: the graphs' GPU memory goes with the Embedder, not at the next full collection."""
+    embedder = Embedder(tiny_model, tokenizer=PadOnlyTokenizer(), cuda_graphs=False)
+    batch = random_batch(0, [5, 3])
+    with torch.inference_mode():
+        expected = embedder.pooled(batch)
+        embedder.graphs = graphed_passes(embedder, capture=False)
+        torch.testing.assert_close(embedder.pooled(batch), expected)  # through the buckets now
+    owner = weakref.ref(embedder)
+    gc.disable()
+    try:
+        del embedder
+        assert owner() is None
+    finally:
+        gc.enable()
 
 
 def test_cuda_graphs_are_refused_where_there_is_no_gpu(tiny_model):

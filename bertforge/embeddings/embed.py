@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -145,8 +146,7 @@ class Embedder:
         self.governor = governor if self.device.type == "cpu" else None
         if cuda_graphs is None:
             cuda_graphs = self.device.type == "cuda"
-        self.graphs = (GraphedPasses(self.padded_vectors, self.device, tokenizer.pad_token_id, capture=True,
-                                     weights=self.weight_addresses) if cuda_graphs else None)
+        self.graphs = graphed_passes(self) if cuda_graphs else None
 
     def check_pooler_allowed(self, encoder: BertModel, num_layers: int) -> None:
         if self.layers != (num_layers,):
@@ -317,6 +317,17 @@ class Embedder:
         if self.layer_combine == "concat":
             return torch.cat(states, dim=-1)
         return torch.stack(states).mean(dim=0)
+
+
+def graphed_passes(embedder: Embedder, capture: bool = True) -> GraphedPasses:
+    """The embedder's sentence-vector passes, replayed from CUDA graphs (capture False: the buckets' padding
+    alone, for the CPU's tests). The graphs reach the embedder through a weak reference: a cycle between the
+    two would hold the graphs' GPU memory until a full garbage collection, and adapt and the retrieval recipes
+    make an Embedder for every evaluation."""
+    owner = weakref.ref(embedder)
+    return GraphedPasses(lambda *inputs: owner().padded_vectors(*inputs), embedder.device,
+                         embedder.tokenizer.pad_token_id, capture=capture,
+                         weights=lambda: owner().weight_addresses())
 
 
 def folder_options(folder: ModelFolder) -> dict:

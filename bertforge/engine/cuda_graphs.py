@@ -93,7 +93,7 @@ class GraphedPasses:
 
     def capture_all(self, max_length: int) -> int:
         """Capture every bucket of passes up to max_length tokens now, not on a first pass (a server's first
-        requests of each shape would wait ~10 ms for a capture: its p99). Returns the number of buckets."""
+        request of each shape would wait for its capture, two passes: the p99). Returns the number of buckets."""
         rows = 1
         while rows <= MAX_ROWS:
             for length in range(LENGTH_STEP, max_length + LENGTH_STEP, LENGTH_STEP):
