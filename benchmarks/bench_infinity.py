@@ -16,13 +16,16 @@ puts infinity's own pins (transformers 4.x, sentence-transformers 3.x) in front 
 package index, given infinity's wheels).
 
     python benchmarks/bench_infinity.py [--n 1000] [--threads 1] [--device auto|cpu|cuda] [--dtype fp32|fp16]
+                                        [--client httpx|raw]
                                         [--venv ~/.cache/bertforge/infinity-venv | --infinity-python PYTHON]
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
+import json
 import os
 import platform
 import socket
@@ -38,6 +41,7 @@ import numpy as np
 import torch
 
 from bench_inference import load_texts, minilm_dir
+from http_clients import connect
 
 from bertforge import __version__
 
@@ -113,33 +117,32 @@ def servers(folder: Path, threads: int, device: str, dtype: str, python: Path) -
             Server("infinity", infinity, "/embeddings", environment)]
 
 
-async def drive(base: str, route: str, model: str, texts: list[str], clients: int, per_request: int):
+async def drive(base: str, route: str, model: str, texts: list[str], clients: int, per_request: int, client: str):
     """Every text once, `per_request` a request, from `clients` concurrent clients; (seconds, latencies, errors, vectors)."""
-    requests = [list(range(i, min(i + per_request, len(texts)))) for i in range(0, len(texts), per_request)]
+    requests = iter([list(range(i, min(i + per_request, len(texts)))) for i in range(0, len(texts), per_request)])
     vectors: list = [None] * len(texts)
     latencies, errors = [], 0
 
-    async def client(queue: asyncio.Queue, http: httpx.AsyncClient):
+    async def one_client(connection):
         nonlocal errors
-        while not queue.empty():
-            rows = queue.get_nowait()
+        for rows in requests:  # the clients share one iterator: each request is sent once
             started = time.perf_counter()
             try:
-                response = await http.post(f"{base}{route}", json={"model": model, "input": [texts[r] for r in rows]})
-                response.raise_for_status()
-                for row, item in zip(rows, response.json()["data"]):
+                status, body = await connection.post(route, {"model": model, "input": [texts[r] for r in rows]})
+                if status != 200:
+                    raise ValueError(status)
+                for row, item in zip(rows, json.loads(body)["data"]):
                     vectors[row] = item["embedding"]
-            except (httpx.HTTPError, KeyError, ValueError):
+            except (httpx.HTTPError, OSError, asyncio.IncompleteReadError, KeyError, ValueError):
                 errors += 1
             latencies.append(time.perf_counter() - started)
 
-    queue: asyncio.Queue = asyncio.Queue()
-    for rows in requests:
-        queue.put_nowait(rows)
-    started = time.perf_counter()
-    async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=clients)) as http:
-        await asyncio.gather(*(client(queue, http) for _ in range(clients)))
-    return time.perf_counter() - started, latencies, errors, vectors
+    async with contextlib.AsyncExitStack() as stack:
+        connections = [await stack.enter_async_context(connect(client, base, 300)) for _ in range(clients)]
+        started = time.perf_counter()
+        await asyncio.gather(*(one_client(c) for c in connections))
+        seconds = time.perf_counter() - started
+    return seconds, latencies, errors, vectors
 
 
 def min_cosine(vectors: list, expected: np.ndarray) -> float:
@@ -151,14 +154,15 @@ def min_cosine(vectors: list, expected: np.ndarray) -> float:
     return float((served * expected[rows]).sum(axis=1).min())
 
 
-def measure(server: Server, folder: Path, texts: list[str], expected: np.ndarray) -> dict:
+def measure(server: Server, folder: Path, texts: list[str], expected: np.ndarray, client: str) -> dict:
     process, base = server.start()
     results = {}
     try:
         for clients, per_request in LOADS:
-            asyncio.run(drive(base, server.route, str(folder), texts[:clients * per_request * 2], clients, per_request))
+            asyncio.run(drive(base, server.route, str(folder), texts[:clients * per_request * 2], clients, per_request,
+                              client))
             seconds, latencies, errors, vectors = asyncio.run(drive(base, server.route, str(folder), texts, clients,
-                                                                    per_request))
+                                                                    per_request, client))
             results[(clients, per_request)] = {
                 "rate": len(texts) / seconds, "p50": 1000 * np.percentile(latencies, 50),
                 "p99": 1000 * np.percentile(latencies, 99), "errors": errors, "cosine": min_cosine(vectors, expected)}
@@ -187,6 +191,9 @@ def main() -> None:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="both servers' device (auto: the GPU when torch sees one)")
     parser.add_argument("--dtype", choices=sorted(INFINITY_DTYPES), default="fp32", help="both servers' number format")
+    parser.add_argument("--client", choices=["httpx", "raw"], default="httpx",
+                        help="httpx (default), or raw HTTP/1.1 on asyncio streams: clients that take little CPU, so "
+                             "that a fast server (a GPU's) is measured rather than the clients")
     parser.add_argument("--venv", type=Path, default=Path.home() / ".cache" / "bertforge" / "infinity-venv")
     parser.add_argument("--infinity-python", type=Path, help="an interpreter that imports infinity_emb (default: "
                                                                  "--venv's, installed there when missing)")
@@ -199,13 +206,14 @@ def main() -> None:
     python = args.infinity_python or infinity_python(args.venv)
     folder, texts = minilm_dir(), load_texts(args.n)
     expected = SentenceTransformer(str(folder), device="cpu").encode(texts, normalize_embeddings=True)
-    measured = {server.name: measure(server, folder, texts, expected)
+    measured = {server.name: measure(server, folder, texts, expected, args.client)
                 for server in servers(folder, args.threads, device, args.dtype, python)}
     version = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('infinity_emb'))"],
                              capture_output=True, text=True).stdout.strip()
     where = torch.cuda.get_device_name() if device == "cuda" else f"{platform.machine()}, {os.cpu_count()} cores"
     print(f"bertforge {__version__} serve vs infinity-emb {version} (--engine torch), all-MiniLM-L6-v2 {args.dtype}, "
-          f"{len(texts)} real texts a load, {args.threads} thread(s) each; {datetime.date.today()}; {device}: {where}, "
+          f"{len(texts)} real texts a load, {args.threads} thread(s) each, {args.client} clients; {datetime.date.today()}; "
+          f"{device}: {where}, "
           f"torch {torch.__version__}; load average {os.getloadavg()[0]:.1f} at the end\n")
     print(table(measured))
 

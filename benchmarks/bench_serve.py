@@ -42,6 +42,7 @@ import psutil
 import torch
 
 from bench_inference import load_texts, minilm_dir
+from http_clients import connect
 
 from bertforge import __version__
 from bertforge.embeddings.embed import Embedder
@@ -93,47 +94,6 @@ class ServerProcess:
         return self.process.wait(timeout=60)
 
 
-class RawConnection:
-    """HTTP/1.1 keep-alive POSTs of JSON on one asyncio stream, as a load generator such as wrk sends
-    them: a small fraction of httpx's CPU per request (httpx took ~1.1 ms, on the server's cores)."""
-
-    def __init__(self, base: str):
-        self.host, port = base.removeprefix("http://").rsplit(":", 1)
-        self.port = int(port)
-
-    async def __aenter__(self):
-        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        return self
-
-    async def __aexit__(self, *exc):
-        self.writer.close()
-
-    async def post(self, path: str, body: dict) -> tuple[int, bytes]:
-        payload = json.dumps(body).encode()
-        self.writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
-                          f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))
-        return int(head.split(b" ", 2)[1]), await self.reader.readexactly(length)
-
-
-class HttpxConnection:
-    """The same POSTs through one httpx client per simulated client (as most Python callers send them)."""
-
-    def __init__(self, base: str, timeout: float):
-        self.http = httpx.AsyncClient(base_url=base, timeout=timeout)
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        await self.http.aclose()
-
-    async def post(self, path: str, body: dict) -> tuple[int, bytes]:
-        response = await self.http.post(path, json=body)
-        return response.status_code, response.content
-
-
 async def load(base: str, texts: list[str], clients: int, per_request: int, timeout: float, client_kind: str):
     """Every text once through POST /embed; (vectors by text index, latencies, errors, seconds)."""
     requests = [list(range(i, min(i + per_request, len(texts)))) for i in range(0, len(texts), per_request)]
@@ -152,9 +112,8 @@ async def load(base: str, texts: list[str], clients: int, per_request: int, time
                 continue
             vectors.update(zip(indices, json.loads(body)))
 
-    connect = RawConnection if client_kind == "raw" else lambda url: HttpxConnection(url, timeout)
     async with contextlib.AsyncExitStack() as stack:
-        connections = [await stack.enter_async_context(connect(base)) for _ in range(clients)]
+        connections = [await stack.enter_async_context(connect(client_kind, base, timeout)) for _ in range(clients)]
         await connections[0].post("/embed", {"inputs": texts[:8], "truncate": True})  # warm-up, as the direct run has
         started = time.perf_counter()
         await asyncio.wait_for(asyncio.gather(*(client(c) for c in connections)), timeout)
