@@ -16,7 +16,7 @@ import torch
 from bertforge import BertConfig, BertModel
 from bertforge.embeddings.embed import Embedder, graphed_passes
 from bertforge.engine.batching import TokenBatch, collate, fit_to_budget, plan_batches
-from bertforge.engine.cuda_graphs import LENGTH_STEP, MAX_PADDED_TOKENS, MAX_ROWS, GraphedPasses, bucket
+from bertforge.engine.cuda_graphs import MAX_PADDED_TOKENS, MAX_ROWS, GraphedPasses, bucket, bucket_length
 from bertforge.models.packed_forward import packed_forward
 from bertforge.engine.pipeline import HostResults, prefetched
 from bertforge.engine.precision import Int8Linear, in_dtype, model_dtype
@@ -372,8 +372,13 @@ def test_embedder_warns_and_truncates_a_text_longer_than_the_budget(minilm_dir):
 
 # ---------------------------------------------------------------- CUDA graphs' buckets (their padding runs on the CPU too)
 
-def test_a_pass_is_padded_to_a_power_of_two_rows_and_a_multiple_of_32_tokens_or_runs_as_it_is():
-    assert bucket(1, 1) == (1, LENGTH_STEP) and bucket(5, 33) == (8, 64) and bucket(8, 64) == (8, 64)
+def test_a_pass_is_padded_to_a_power_of_two_rows_and_a_length_step_that_grows_or_runs_as_it_is():
+    assert bucket(1, 1) == (1, 8) and bucket(5, 33) == (8, 40) and bucket(8, 64) == (8, 64)
+    assert bucket(2, 65) == (2, 80) and bucket(2, 129) == (2, 160) and bucket(1, 257) == (1, 320)
+    assert bucket(1, 600) == (1, 640)  # past 512 tokens: steps of LONG_STEP
+    for length in range(1, 513):  # at most 7 tokens more up to 64, and never a quarter more past 32
+        assert length <= bucket_length(length) <= (length + 7 if length <= 64 else 1.25 * length)
+        assert length <= 32 or bucket_length(length) <= 1.25 * length
     assert bucket(MAX_ROWS + 1, 8) is None  # past the largest graph: no graph, the pass as it is
     assert bucket(MAX_ROWS, MAX_PADDED_TOKENS // MAX_ROWS + 1) is None
 
@@ -398,7 +403,7 @@ def test_bucketed_passes_give_each_row_the_vector_of_its_own_unpadded_pass(tiny_
             want = embedder.pooled(batch)
             assert got.shape == want.shape and torch.isfinite(got).all()
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    assert set(graphed.buckets) == {(8, 32), (1, 32), (4, 64)}
+    assert set(graphed.buckets) == {(8, 8), (1, 16), (4, 40)}  # the second batch reused the first's bucket
 
 
 def test_capture_all_makes_every_bucket_a_pass_up_to_the_length_can_fall_in(tiny_model):
@@ -407,7 +412,8 @@ def test_capture_all_makes_every_bucket_a_pass_up_to_the_length_can_fall_in(tiny
     with torch.inference_mode():
         count = graphed.capture_all(max_length=40)
     rows = [2 ** k for k in range(MAX_ROWS.bit_length())]
-    assert set(graphed.buckets) == {(r, n) for r in rows for n in (32, 64)} and count == 2 * len(rows)
+    lengths = (8, 16, 24, 32, 40)
+    assert set(graphed.buckets) == {(r, n) for r in rows for n in lengths} and count == len(lengths) * len(rows)
     for lengths in ([1], [40, 3], [33] * 5, [7] * MAX_ROWS):  # any pass: already a bucket, none added
         assert bucket(len(lengths), max(lengths)) in graphed.buckets
 
@@ -422,12 +428,12 @@ def test_buckets_are_made_anew_when_the_weights_move():
     batch = random_batch(0, [5, 3])
     with torch.inference_mode():
         graphed(*batch.tensors())
-        first = graphed.buckets[(2, 32)]
+        first = graphed.buckets[(2, 8)]
         graphed(*batch.tensors())
-        assert graphed.buckets[(2, 32)] is first  # same weights: the bucket is kept
+        assert graphed.buckets[(2, 8)] is first  # same weights: the bucket is kept
         model.double().float()  # new tensors for every weight: a captured graph would read freed memory
         graphed(*batch.tensors())
-        assert graphed.buckets[(2, 32)] is not first
+        assert graphed.buckets[(2, 8)] is not first
 
 
 def test_an_embedder_with_graphs_is_freed_as_soon_as_it_is_dropped(tiny_model):
