@@ -1,20 +1,20 @@
 """Inference passes replayed from CUDA graphs: one launch a pass instead of a few hundred.
 
 A small encoder's pass on a GPU waits on the host: all-MiniLM-L6-v2 on an H200 kept the GPU busy
-5-15% of an `embed` run, and a server pass of 6 texts took 14 ms (2.3 ms a text, against 0.13 in a
-sorted batch of 128), mostly the Python that launches its ~150 kernels while the server's other
-threads want the same interpreter lock (scripts/results/gpu_h200_2026-11-26b.md). A CUDA graph records
-those launches once and replays them with one call.
+16-26% of an eager `embed` run, launching the pass's ~150 kernels one by one from Python. A CUDA graph
+records those launches once and replays them with one call: 1.54x the eager passes at batch 32
+(scripts/results/gpu_h200_2026-11-26b.md).
 
 A graph replays fixed shapes, so a pass is padded up to a bucket: rows to the next power of two,
-length to the next multiple of a step that grows with the length (LENGTH_STEPS: 8 up to 64 tokens, then
-16, 32, 64), so that a length past 32 tokens gains at most a quarter. The extra columns are padding the attention mask hides
-(pooling masks them too); each extra row holds one attended pad token, so that no row's attention is
-fully masked (a NaN otherwise), and its result is dropped. One graph is captured per bucket the first
-time a pass falls in it; all share one memory pool, which is safe because passes run one at a time,
-in one thread, and each result is copied out before the next replay. A pass larger than the biggest
-bucket runs as it is, without a graph. A graph reads the weights where they were at capture: when they
-move (`model.to`, `half()`, a state dict loaded with assign=True), every bucket is captured anew.
+length to the next multiple of a step that grows with the length (LENGTH_STEPS: 8 up to 64 tokens,
+then 16, 32, 64), so that a length past 32 tokens gains at most a quarter. The extra columns are
+padding the attention mask hides (pooling masks them too); each extra row holds one attended pad
+token, so that no row's attention is fully masked (a NaN otherwise), and its result is dropped. One
+graph is captured per bucket the first time a pass falls in it (or all at once: `capture_all`); all
+share one memory pool, which is safe because passes run one at a time, in one thread, and each result
+is copied out before the next replay. A pass larger than the biggest bucket runs as it is, without a
+graph. A graph reads the weights where they were at capture: when they move (`model.to`, `half()`, a
+state dict loaded with assign=True), every bucket is captured anew.
 
 The same padding runs without graphs where there is no CUDA (`capture=False`), so the CPU's tests
 check what the buckets do to the results.
