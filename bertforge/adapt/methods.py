@@ -70,8 +70,8 @@ class MethodSettings:
 
 
 def train_method(init: Path, corpus: list[Passage], texts: list[str], settings: MethodSettings, run_dir: Path,
-                 evaluate: Callable[[BiEncoder], dict[str, float]], device: str = "auto", resume: bool = False
-                 ) -> tuple[BiEncoder, list[dict]]:
+                 evaluate: Callable[[BiEncoder], dict[str, float]], device: str = "auto", resume: bool = False,
+                 precision: str = "auto") -> tuple[BiEncoder, list[dict]]:
     """Train the encoder at `init` with settings.method on the corpus, with the recipe runner (the one loop).
 
     corpus / texts: the passages as indexed (held-out ones without their cut sentence).
@@ -79,7 +79,7 @@ def train_method(init: Path, corpus: list[Passage], texts: list[str], settings: 
     evaluations included (from run_dir's metrics log, so those before a kill count too).
     """
     config = FinetuningConfig(output_dir=str(run_dir), learning_rate=settings.learning_rate, warmup=settings.warmup,
-                              seed=settings.seed, tensorboard=False, plot=False, device=device)
+                              seed=settings.seed, tensorboard=False, plot=False, device=device, precision=precision)
 
     def body(run: RecipeRun) -> dict:
         objective = Objective(loss="mnrl", scale=settings.scale, symmetric=settings.symmetric,

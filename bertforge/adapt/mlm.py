@@ -109,7 +109,7 @@ def run_mlm_stage(run, stage, settings: MlmSettings) -> dict:
     resume = latest_checkpoint(stage.run) is not None if stage.run.is_dir() else False
     if stage.run.is_dir() and not resume:
         shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
-    records = continue_pretraining(init, stage.folder, settings, run.options.device, resume)
+    records = continue_pretraining(init, stage.folder, settings, run.options.device, resume, run.options.precision)
     encoder, tokenizer = keep_models(list_checkpoints(stage.run)[-1] / "model", stage, run)
     evaluator = run.evaluator.with_tokenizer(tokenizer)
     scored = evaluator.encoder(encoder.to(run.device))
@@ -169,7 +169,8 @@ def starting_checkpoint(source: Path, folder: Path, settings: MlmSettings) -> tu
     return init, change
 
 
-def continue_pretraining(init: Path, folder: Path, settings: MlmSettings, device: str, resume: bool) -> list[dict]:
+def continue_pretraining(init: Path, folder: Path, settings: MlmSettings, device: str, resume: bool,
+                         precision: str = "auto") -> list[dict]:
     """MLM-train the checkpoint at `init` on folder's texts in folder/run with the pretraining recipe; its records.
 
     Evaluated on the held-out sentences before the first step and after the last; checkpoints four times
@@ -185,7 +186,8 @@ def continue_pretraining(init: Path, folder: Path, settings: MlmSettings, device
         training=TrainConfig(output_dir=str(folder / "run"), max_steps=settings.steps,
                              learning_rate=settings.learning_rate, warmup=settings.warmup,
                              save_every=max(1, settings.steps // 4), keep_last=1, seed=settings.seed,
-                             tensorboard=False, plot=False, eval_at_start=True, device=device),
+                             tensorboard=False, plot=False, eval_at_start=True, device=device,
+                             precision=precision),
         batch_size=settings.batch_size)
     return run_pretraining(recipe, resume=resume)
 

@@ -51,6 +51,7 @@ class AdaptOptions:
     text_column: str = "text"
     seed: int = 0
     device: str = "auto"
+    precision: str = "auto"  # training.precision of every training stage (train/config.py)
     mlm: str | None = None  # an MLM checkpoint to continue-pretrain and train the encoder from (mlm.py)
     vocab: str = "base"  # new: grow the MLM checkpoint's vocabulary by the corpus's own pieces
     vocab_size: int | None = None  # with vocab new: the vocabulary learnt on the corpus (None: MlmSettings')
@@ -193,7 +194,8 @@ def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path) -> d
     if stage.run.is_dir() and not resume:
         shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
     best_model, records = train_method(init, run.held_out.corpus, run.held_out.texts(), settings, stage.run,
-                                       run.evaluator.during_training, run.options.device, resume=resume)
+                                       run.evaluator.during_training, run.options.device, resume=resume,
+                                       precision=run.options.precision)
     evaluations = [r for r in records if "eval_ndcg@10" in r]
     best = max(evaluations, key=lambda r: r["eval_ndcg@10"])  # the first of equals, as the loop keeps it
     shutil.rmtree(stage.model, ignore_errors=True)

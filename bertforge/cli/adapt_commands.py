@@ -6,8 +6,9 @@ from typing import Literal
 
 def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Literal["quick", "full"] = "quick",
           eval: str | None = None, text_column: str = "text", seed: int = 0,
-          device: Literal["auto", "cpu", "cuda"] = "auto", threads: int | None = None, mlm: str | None = None,
-          vocab: Literal["base", "new"] = "base", vocab_size: int | None = None) -> None:
+          device: Literal["auto", "cpu", "cuda"] = "auto", precision: Literal["auto", "fp32", "bf16"] = "auto",
+          threads: int | None = None, mlm: str | None = None, vocab: Literal["base", "new"] = "base",
+          vocab_size: int | None = None) -> None:
     """Adapt a sentence encoder to a folder of domain text: train, evaluate, index, in one command.
 
     Args:
@@ -21,6 +22,8 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
         text_column: the column of a .csv/.tsv corpus that holds the text
         seed: seed for the held-out queries and the training order
         device: where to train: auto (the GPU when there is one), cpu or cuda
+        precision: training's number format: auto (bf16 autocast on a GPU, fp32 on the CPU), fp32 or bf16. Like
+            --device, it does not make finished stages run again
         mlm: a BERT checkpoint with an MLM head to continue-pretrain on the corpus first; the later stages train
             its encoder (pooled as --base pools). Without it, a --base with an MLM head is continue-pretrained;
             off skips continued MLM
@@ -35,5 +38,5 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
 
     use_threads(threads)
     run_adapt(AdaptOptions(corpus=list(corpus), output=output, base=base, preset=preset, eval=eval,
-                           text_column=text_column, seed=seed, device=device, mlm=mlm, vocab=vocab,
-                           vocab_size=vocab_size))
+                           text_column=text_column, seed=seed, device=device, precision=precision, mlm=mlm,
+                           vocab=vocab, vocab_size=vocab_size))
