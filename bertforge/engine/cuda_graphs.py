@@ -82,7 +82,8 @@ class GraphedPasses:
         self.pad_id = pad_id
         self.capture = device.type == "cuda" if capture is None else capture
         if self.capture and device.type != "cuda":
-            raise ValueError(f"CUDA graphs need a CUDA device, not {device}")
+            raise ValueError(f"CUDA graphs need a CUDA device, not {device}: leave cuda_graphs unset (it is on "
+                             "where the model is on a GPU) or move the model there")
         self.buckets: dict[tuple[int, int], Captured] = {}
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None
 
