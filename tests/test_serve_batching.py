@@ -313,3 +313,20 @@ def test_a_server_on_a_gpu_shortens_the_switch_interval_while_it_runs_and_gives_
     seen = asyncio.run(run_and_stop())
     assert seen == pytest.approx(during if during is not None else before)
     assert sys.getswitchinterval() == before
+
+
+@pytest.mark.parametrize("buckets, said", [(None, ""), ({(1, 8): None, (2, 8): None}, ", 2 CUDA graphs")])
+def test_the_start_line_says_how_many_cuda_graphs_were_captured(buckets, said):
+    import socket
+    from types import SimpleNamespace
+
+    from bertforge.serve.commands import banner
+
+    graphs = None if buckets is None else SimpleNamespace(buckets=buckets)
+    embedder = SimpleNamespace(device=SimpleNamespace(type="cuda" if buckets else "cpu"), graphs=graphs)
+    server = SimpleNamespace(models=SimpleNamespace(embedding=SimpleNamespace(name="minilm", embedder=embedder)),
+                             threads=4, governor=None)
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        line = banner(SimpleNamespace(state=SimpleNamespace(server=server)), listening, "fp16")
+    assert f"minilm ({embedder.device.type}, fp16, 4 threads{said}) on http://127.0.0.1:" in line

@@ -86,8 +86,10 @@ def banner(app, listening: socket.socket, dtype: str) -> str:
     embedding, threads = server.models.embedding, server.threads
     counts = f"1-{threads} threads chosen per batch" if server.governor and threads > 1 else \
         f"{threads} thread{'s' * (threads != 1)}"
+    graphs = embedding.embedder.graphs
+    captured = f", {len(graphs.buckets)} CUDA graphs" if graphs is not None and graphs.buckets else ""
     return (f"bertforge serve: {embedding.name} ({embedding.embedder.device.type}, {dtype}, "
-            f"{counts}) on http://{shown_host}:{address[1]} "
+            f"{counts}{captured}) on http://{shown_host}:{address[1]} "
             "(explorer at /, API docs at /docs); Ctrl-C or SIGTERM stops it")
 
 
