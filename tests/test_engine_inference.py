@@ -453,6 +453,40 @@ def test_an_embedder_with_graphs_is_freed_as_soon_as_it_is_dropped(tiny_model):
         gc.enable()
 
 
+def test_a_capture_that_fails_warns_and_every_pass_runs_eagerly(tiny_model, monkeypatch):
+    """Graphs are a speed-up: out of GPU memory for a bucket's pool (or an operator that cannot be captured)
+    must not fail `embed` or a server's start."""
+    embedder = Embedder(tiny_model, tokenizer=PadOnlyTokenizer(), cuda_graphs=False)
+    attempts = []
+
+    def failing_capture(captured):
+        attempts.append(captured)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
+
+    def failing_graphs():
+        graphed = GraphedPasses(embedder.padded_vectors, torch.device("cpu"), pad_id=0, capture=False)
+        graphed.capture = True  # as on a GPU, where the capture itself fails
+        monkeypatch.setattr(graphed, "record", failing_capture)
+        monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+        return graphed
+
+    graphed = failing_graphs()
+    with torch.inference_mode():
+        batches = [random_batch(0, [5, 3]), random_batch(1, [7])]
+        with pytest.warns(RuntimeWarning, match=r"CUDA graphs are off for this model: capturing a pass failed "
+                                                r"\(CUDA out of memory. Tried to allocate 2.00 GiB\); its passes run"):
+            first = graphed(*batches[0].tensors())
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no second attempt, no second warning
+            second = graphed(*batches[1].tensors())
+        for got, batch in zip((first, second), batches):
+            torch.testing.assert_close(got, embedder.pooled(batch))
+    assert len(attempts) == 1 and graphed.failed and not graphed.buckets
+    with pytest.warns(RuntimeWarning, match="CUDA graphs are off"):
+        assert failing_graphs().capture_all(max_length=40) == 0  # a server starts, eager
+    assert len(attempts) == 2
+
+
 def test_cuda_graphs_are_refused_where_there_is_no_gpu(tiny_model):
     with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
         Embedder(tiny_model, tokenizer=PadOnlyTokenizer(), cuda_graphs=True, device="cpu")

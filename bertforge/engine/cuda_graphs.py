@@ -14,13 +14,16 @@ graph is captured per bucket the first time a pass falls in it (or all at once: 
 share one memory pool, which is safe because passes run one at a time, in one thread, and each result
 is copied out before the next replay. A pass larger than the biggest bucket runs as it is, without a
 graph. A graph reads the weights where they were at capture: when they move (`model.to`, `half()`, a
-state dict loaded with assign=True), every bucket is captured anew.
+state dict loaded with assign=True), every bucket is captured anew. Graphs are a speed-up, never a
+requirement: when a capture fails (out of GPU memory for a bucket's pool, an operator that cannot be
+captured), a warning says so and every pass runs eagerly from then on.
 
 The same padding runs without graphs where there is no CUDA (`capture=False`), so the CPU's tests
 check what the buckets do to the results.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -86,17 +89,22 @@ class GraphedPasses:
                              "where the model is on a GPU) or move the model there")
         self.buckets: dict[tuple[int, int], Captured] = {}
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None
+        self.failed = False  # a capture failed: every pass runs eagerly
 
     def __call__(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> Tensor:
         rows, length = input_ids.shape
         shape = bucket(rows, length)
-        if shape is None:
+        if shape is None or self.failed:
             return self.run(input_ids, token_type_ids, attention_mask)
         weights = self.weights()
         if weights != self.captured_weights:  # the graphs would read memory the weights have left
             self.buckets.clear()
             self.captured_weights = weights
-        captured = self.buckets.get(shape) or self.new_bucket(shape)
+        try:
+            captured = self.buckets.get(shape) or self.new_bucket(shape)
+        except RuntimeError as error:  # torch.OutOfMemoryError is one
+            self.give_up(error)
+            return self.run(input_ids, token_type_ids, attention_mask)
         self.fill(captured, input_ids, token_type_ids, attention_mask)
         if captured.graph is None:
             return self.run(captured.input_ids, captured.token_type_ids, captured.attention_mask)[:rows]
@@ -108,13 +116,25 @@ class GraphedPasses:
         request of each shape would wait for its capture, two passes: the p99). Returns the number of buckets."""
         lengths = sorted({bucket_length(length) for length in range(1, max_length + 1)})
         rows = 1
-        while rows <= MAX_ROWS:
-            for length in lengths:
-                shape = bucket(rows, length)
-                if shape is not None and shape not in self.buckets:
-                    self.new_bucket(shape)
-            rows *= 2
+        try:
+            while rows <= MAX_ROWS and not self.failed:
+                for length in lengths:
+                    shape = bucket(rows, length)
+                    if shape is not None and shape not in self.buckets:
+                        self.new_bucket(shape)
+                rows *= 2
+        except RuntimeError as error:
+            self.give_up(error)
         return len(self.buckets)
+
+    def give_up(self, error: RuntimeError) -> None:
+        """Every pass eager from now on, the graphs and their memory let go, and a warning that says why."""
+        warnings.warn(f"CUDA graphs are off for this model: capturing a pass failed ({str(error).splitlines()[0]}); "
+                      "its passes run eagerly, as with cuda_graphs=False", RuntimeWarning, stacklevel=3)
+        self.failed = True
+        self.buckets.clear()
+        if self.capture:
+            torch.cuda.empty_cache()
 
     def fill(self, captured: Captured, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> None:
         """The bucket's inputs: the pass in the top-left corner, padding elsewhere, one attended pad a spare row."""
@@ -133,17 +153,21 @@ class GraphedPasses:
 
         captured = Captured(inputs(self.pad_id), inputs(0), inputs(1))
         if self.capture:
-            static = (captured.input_ids, captured.token_type_ids, captured.attention_mask)
-            # Warm-up on a side stream first, as capture wants (cuBLAS handles, kernels chosen, lazy state).
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                self.run(*static)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            captured.graph = torch.cuda.CUDAGraph()
-            # thread_local: the threads beside this one (the next batches pinned by `embed`'s prefetching) may
-            # call CUDA while this one captures; the default ("global") would fail them.
-            with torch.cuda.graph(captured.graph, pool=self.pool, capture_error_mode="thread_local"):
-                captured.output = self.run(*static)
+            self.record(captured)
         self.buckets[shape] = captured
         return captured
+
+    def record(self, captured: Captured) -> None:
+        """Capture the pass on the bucket's inputs into captured.graph, its output into captured.output."""
+        static = (captured.input_ids, captured.token_type_ids, captured.attention_mask)
+        # Warm-up on a side stream first, as capture wants (cuBLAS handles, kernels chosen, lazy state).
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            self.run(*static)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        captured.graph = torch.cuda.CUDAGraph()
+        # thread_local: the threads beside this one (the next batches pinned by `embed`'s prefetching) may
+        # call CUDA while this one captures; the default ("global") would fail them.
+        with torch.cuda.graph(captured.graph, pool=self.pool, capture_error_mode="thread_local"):
+            captured.output = self.run(*static)
