@@ -40,10 +40,12 @@ import httpx
 import numpy as np
 import torch
 
-from bench_inference import load_texts, minilm_dir
+from bench_inference import checkout_environment, load_texts, minilm_dir
 from http_clients import connect
 
 from bertforge import __version__
+from bertforge.engine.devices import device_from_option
+from bertforge.errors import UsageError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 LOADS = ((16, 1), (4, 32))  # (clients, texts per request)
@@ -103,10 +105,8 @@ class Server:
 
 
 def servers(folder: Path, threads: int, device: str, dtype: str, python: Path) -> list[Server]:
-    # This checkout first on the path, the caller's own entries kept (packages installed with --target).
-    path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
-    environment = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": path,
-                   "DO_NOT_TRACK": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0", "HF_HUB_OFFLINE": "1"}
+    environment = checkout_environment(OMP_NUM_THREADS=str(threads), DO_NOT_TRACK="1",
+                                       INFINITY_ANONYMOUS_USAGE_STATS="0", HF_HUB_OFFLINE="1")
     # --auto-truncate: infinity cuts texts past the model's 256 tokens silently; bertforge, as TEI, answers
     # 413 unless asked to cut (a tenth of the Persuasion paragraphs are longer).
     bertforge = [sys.executable, "-m", "bertforge.cli", "serve", "--model", str(folder), "--threads", str(threads),
@@ -200,7 +200,10 @@ def main() -> None:
     args = parser.parse_args()
     from sentence_transformers import SentenceTransformer
 
-    device = args.device if args.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = device_from_option(args.device).type
+    except UsageError as error:
+        parser.error(str(error))
     if args.dtype == "fp16" and device == "cpu":
         parser.error("--dtype fp16 is for a GPU (on the CPU both servers would run fp16 kernels torch barely has)")
     python = args.infinity_python or infinity_python(args.venv)

@@ -41,11 +41,13 @@ import numpy as np
 import psutil
 import torch
 
-from bench_inference import load_texts, minilm_dir
+from bench_inference import checkout_environment, load_texts, minilm_dir
 from http_clients import connect
 
 from bertforge import __version__
 from bertforge.embeddings.embed import Embedder
+from bertforge.engine.devices import device_from_option
+from bertforge.errors import UsageError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,11 +56,7 @@ class ServerProcess:
     """`bertforge serve` in a child process; the base URL once it listens, its RSS sampled in a thread."""
 
     def __init__(self, threads: int, max_batch_tokens: int, device: str, cuda_graphs: bool):
-        # This checkout first on the path, the caller's own entries kept (packages installed with --target).
-        path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
-        environment = {**os.environ, "PYTHONPATH": path}
-        if threads:
-            environment["OMP_NUM_THREADS"] = str(threads)
+        environment = checkout_environment(**({"OMP_NUM_THREADS": str(threads)} if threads else {}))
         self.process = subprocess.Popen(
             [sys.executable, "-m", "bertforge.cli", "serve", "--model", str(minilm_dir()), "--port", "0",
              "--max-batch-tokens", str(max_batch_tokens), "--device", device,
@@ -150,7 +148,10 @@ def main() -> None:
                         help="on a GPU, both sides launch every kernel from Python (default: passes replayed from "
                              "CUDA graphs)")
     args = parser.parse_args()
-    device = args.device if args.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = device_from_option(args.device).type
+    except UsageError as error:
+        parser.error(str(error))
     if args.threads:
         torch.set_num_threads(args.threads)
     texts = load_texts(args.n)

@@ -31,9 +31,9 @@ from bertforge.cli.parser import main
 from bertforge.models.folder import read_model_folder
 from bertforge.tasks.retrieval.hybrid import WEIGHTS
 from bertforge.tokenization.tokenizer import BertTokenizer
+from cli_run import checkout_environment
 
 pytest.importorskip("faiss")
-REPOSITORY = Path(__file__).resolve().parents[1]
 
 
 def prose(count: int, seed: int = 0) -> list[str]:
@@ -416,8 +416,7 @@ def adapt_process(corpus: Path, output: Path, base: Path) -> tuple[list[str], di
     """The command line and environment of `bertforge adapt` in a process of its own (to kill)."""
     command = [sys.executable, "-m", "bertforge.cli", "adapt", str(corpus), "--output", str(output),
                "--base", str(base), "--device", "cpu"]
-    path = os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))  # the caller's entries kept
-    return command, {**os.environ, "PYTHONPATH": path}
+    return command, checkout_environment()
 
 
 @pytest.mark.slow

@@ -2,7 +2,6 @@
 
 Bounded by request counts and timeouts: each test stops by itself within a minute.
 """
-import os
 import re
 import signal
 import socket
@@ -25,6 +24,7 @@ from bertforge.serve.app import create_app  # noqa: E402
 from bertforge.serve.background import serving  # noqa: E402
 from bertforge.serve.models import load_models  # noqa: E402
 from bertforge.serve.settings import ServeSettings  # noqa: E402
+from cli_run import checkout_environment  # noqa: E402
 from serve_support import review_sentences  # noqa: E402
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -200,8 +200,7 @@ def test_a_client_that_disconnects_is_dropped_from_the_queue(models, long_texts,
 
 
 def test_sigterm_finishes_queued_requests_and_exits_zero(minilm_dir, long_texts):
-    path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))  # the caller's entries kept
-    environment = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+    environment = checkout_environment(OMP_NUM_THREADS="1")
     process = subprocess.Popen([sys.executable, "-m", "bertforge.cli", "serve", "--model", str(minilm_dir),
                                 "--port", "0", "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=environment, cwd=PROJECT_ROOT)

@@ -45,7 +45,9 @@ class EmbeddingModel:
         self.word_embedders = {}
         for layers in WORD_LAYER_CHOICES:
             try:
-                self.word_embedders[layers] = Embedder(encoder, worker_tokenizer, layers=layers, max_length=max_length)
+                # word vectors are read from a plain forward pass, never from the graphed sentence passes
+                self.word_embedders[layers] = Embedder(encoder, worker_tokenizer, layers=layers, max_length=max_length,
+                                                       cuda_graphs=False)
             except ValueError:  # e.g. last_four_mean on a 2-layer model
                 continue
 
