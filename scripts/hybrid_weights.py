@@ -24,23 +24,35 @@ from bertforge.tasks.retrieval.hybrid import WEIGHTS, hybrid_scorer, remembered
 from bertforge.tokenization.tokenizer import BertTokenizer
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def corpus_arguments(description: str) -> argparse.ArgumentParser:
+    """The command line of a script that scores models on a corpus's held-out queries as adapt draws them."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("corpus", nargs="+")
     parser.add_argument("--text-column", default="text")
     parser.add_argument("--eval", default=None, help="a BEIR folder")
-    parser.add_argument("--model", default="minilm", help="a sentence-transformers folder or packaged name")
     parser.add_argument("--seed", type=int, default=0, help="adapt's --seed: the same held-out queries")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
+    return parser
+
+
+def held_out_evaluator(args: argparse.Namespace) -> Evaluator:
+    """adapt's Evaluator for args.corpus (its quick preset's held-out ICT queries) and args.eval; prints their sizes."""
     corpus = read_corpus(args.corpus, text_column=args.text_column, max_words=MAX_WORDS)
     held_out = held_out_queries(corpus.passages, query_count("quick", len(corpus.passages)),
                                 np.random.default_rng(args.seed))
-    folder = resolve_model(args.model)
-    evaluator = Evaluator(held_out, BertTokenizer.from_pretrained(folder),
-                          read_beir_folder(args.eval) if args.eval else None)
-    dense = remembered(evaluator.scorer(BiEncoder.from_pretrained(folder)))
     print(f"{len(corpus.passages):,} passages, queries {({k: len(v) for k, v in held_out.queries.items()})}")
+    return Evaluator(held_out, BertTokenizer.from_pretrained(resolve_model("minilm")),
+                     read_beir_folder(args.eval) if args.eval else None)
+
+
+def main() -> None:
+    parser = corpus_arguments(__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="minilm", help="a sentence-transformers folder or packaged name")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    evaluator = held_out_evaluator(args)
+    folder = resolve_model(args.model)
+    tokenizer = BertTokenizer.from_pretrained(folder)
+    dense = remembered(evaluator.with_tokenizer(tokenizer).scorer(BiEncoder.from_pretrained(folder)))
     for weight in WEIGHTS:
         results = evaluator.everything(hybrid_scorer(dense, evaluator.lexical, weight))
         print(f"dense weight {weight:.1f}: " + "  ".join(f"{split} {m['ndcg@10']:.3f}" for split, m in results.items()),

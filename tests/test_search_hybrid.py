@@ -93,6 +93,14 @@ def test_weight_zero_is_the_bm25_ranking(index, sentences):
         assert hits[0].score == 1.0  # BM25 min-max normalised: the best row is 1
 
 
+def test_bm25_matches_a_word_s_other_forms_and_not_its_stop_words():
+    documents = ["She walked to Randalls every morning.", "The carriage was ordered for the evening.",
+                 "Of all the parties, this was the one."]
+    scores = bm25_scores(["walking to Randalls", "carriages", "of the"], documents)
+    assert scores[0].argmax() == 0 and scores[1].argmax() == 1  # walking ~ walked, carriages ~ carriage: stems
+    assert not scores[2].any()  # only stop words: no score anywhere
+
+
 def test_a_large_index_fuses_over_the_dense_and_bm25_pool(index, embedder, sentences, monkeypatch):
     """Past EXACT_HYBRID_UP_TO: pool = dense top-K joined with BM25's top-K (positive scores), K = 100 here."""
     monkeypatch.setattr(hybrid, "EXACT_HYBRID_UP_TO", 0)

@@ -23,6 +23,7 @@ from ..models.folder import read_model_folder
 from ..resources import resolve_model
 from ..search.encoder import model_fingerprint
 from ..tokenization.tokenizer import BertTokenizer
+from ..tasks.retrieval.baselines import BM25_ANALYZER
 from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
@@ -140,7 +141,8 @@ def open_run(options: AdaptOptions) -> Run:
     rng = np.random.default_rng(options.seed)
     held_out = held_out_queries(corpus.passages, query_count(options.preset, len(corpus.passages)), rng)
     beir = read_beir_folder(options.eval) if options.eval else None
-    corpus_key = stage_key([asdict(p) for p in corpus.passages], options.seed, options.preset)
+    # BM25 scores every stage (the baseline, each stage's fused dev pick, mined negatives): a new analyzer reruns them
+    corpus_key = stage_key([asdict(p) for p in corpus.passages], options.seed, options.preset, BM25_ANALYZER)
     return Run(options, output, corpus, held_out, Evaluator(held_out, tokenizer, beir), tokenizer, base_folder,
                select_device(options.device), corpus_key, model_fingerprint(base_folder)[:12], vocabulary,
                min(base.max_seq_length, read_model_folder(mlm).max_seq_length) if mlm else base.max_seq_length,
