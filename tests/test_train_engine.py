@@ -107,7 +107,11 @@ def test_the_run_log_shows_data_wait_and_reads_statistics_only_at_log_steps(tmp_
 def test_auto_precision_and_device(monkeypatch):
     config = TrainConfig()
     assert (config.precision, config.device) == ("auto", "auto")
-    assert precision_of(config, torch.device("cpu")) == "fp32"
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert precision_of(config, torch.device("cpu")) == "fp32"  # bf16 without AMX is emulated: slower
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert precision_of(config, torch.device("cpu")) == "bf16"
+    assert precision_of(TrainConfig(precision="fp32"), torch.device("cpu")) == "fp32"
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     assert precision_of(config, torch.device("cuda")) == "bf16"
     assert precision_of(TrainConfig(precision="fp32"), torch.device("cuda")) == "fp32"

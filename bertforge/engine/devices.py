@@ -53,6 +53,12 @@ def device_from_option(value: str | None, option: str = "--device") -> torch.dev
     return device
 
 
+def cpu_has_amx() -> bool:
+    """Whether this CPU has AMX tiles (Xeon since Sapphire Rapids): bf16 matrix products in hardware. torch's
+    check is private, hence the fallback."""
+    return getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+
+
 def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
     """Every tensor (and Packing) of a batch on `device`; other values as they are. Asynchronous on CUDA,
     so a batch in page-locked memory is copied while the device still works on the previous one."""

@@ -282,9 +282,10 @@ def train_bilstm(train_texts: Sequence[str], train_labels, *, dev_texts: Sequenc
 
 def bilstm_training(run_dir: Path, lr: float, seed: int, device: Device) -> FinetuningConfig:
     """The original's optimisation as the loop's settings: Adam at a constant lr (no weight decay, no warm-up,
-    no clipping), counted in epochs, one checkpoint kept."""
+    no clipping), in float32 (as the original; AMX's bf16 speeds matrix products, and an LSTM this small is not
+    bound by them), counted in epochs, one checkpoint kept."""
     return FinetuningConfig(output_dir=str(run_dir), learning_rate=lr, weight_decay=0.0, warmup=0,
-                            schedule="constant", max_grad_norm=math.inf, seed=seed, device=device)
+                            schedule="constant", max_grad_norm=math.inf, seed=seed, device=device, precision="fp32")
 
 
 def accuracy(batch: dict[str, torch.Tensor], output: ClassifierOutput) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:

@@ -26,7 +26,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
-from ..engine.devices import to_device
+from ..engine.devices import cpu_has_amx, to_device
 from ..validation import STEPS_TO_RUN, check_bound
 from .best import BestModel, best_model_folder
 from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_state, save_checkpoint
@@ -211,10 +211,14 @@ def finished_records(log: RunLog | None, run_dir: Path, plot: bool) -> list[dict
 
 
 def precision_of(config: TrainConfig, device: torch.device) -> str:
-    """config.precision with `auto` resolved: bf16 on a GPU that has it (every one since Ampere), else fp32."""
+    """config.precision with `auto` resolved: bf16 autocast on a GPU that has it (every one since Ampere) and on a
+    CPU with AMX (bf16 matrix units: on a 2-core Xeon a MiniLM step of 32 x 160 tokens took 1.3 s against 2.0 in
+    fp32), else fp32 (without AMX, bf16 on the CPU is emulated and slower)."""
     if config.precision != "auto":
         return config.precision
-    return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if device.type == "cpu" and cpu_has_amx() else "fp32"
 
 
 def accumulate_gradients(forward_model, stream: Prefetcher, config: TrainConfig, topology: Topology,
