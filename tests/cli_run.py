@@ -6,20 +6,11 @@ import dataclasses
 import functools
 import inspect
 import io
-import os
 import typing
-from pathlib import Path
 from unittest import mock
 
 from bertforge.cli import parser
 from bertforge.cli.parser import COMMANDS, main
-
-
-def checkout_environment(**variables: str) -> dict[str, str]:
-    """The environment of a `bertforge` child process: this checkout first on PYTHONPATH, the caller's own
-    entries kept (packages installed with --target, as on the GPU machines), plus `variables`."""
-    path = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path, **variables}
 
 
 @functools.cache

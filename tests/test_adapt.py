@@ -29,9 +29,9 @@ from bertforge.adapt.presets import MLM_MIN_STEPS, MLM_STEPS, mlm_settings
 from bertforge.adapt.stages import Stage, stage_key
 from bertforge.cli.parser import main
 from bertforge.models.folder import read_model_folder
+from bertforge.resources import checkout_environment
 from bertforge.tasks.retrieval.hybrid import WEIGHTS
 from bertforge.tokenization.tokenizer import BertTokenizer
-from cli_run import checkout_environment
 
 pytest.importorskip("faiss")
 

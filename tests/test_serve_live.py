@@ -20,11 +20,11 @@ import httpx  # noqa: E402
 import psutil  # noqa: E402
 
 from bertforge.embeddings.embed import Embedder  # noqa: E402
+from bertforge.resources import checkout_environment  # noqa: E402
 from bertforge.serve.app import create_app  # noqa: E402
 from bertforge.serve.background import serving  # noqa: E402
 from bertforge.serve.models import load_models  # noqa: E402
 from bertforge.serve.settings import ServeSettings  # noqa: E402
-from cli_run import checkout_environment  # noqa: E402
 from serve_support import review_sentences  # noqa: E402
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
