@@ -235,7 +235,7 @@ def test_batch_metrics_count_inputs_tokens_and_batches():
 
 # --- gathering: a short queue after a large batch waits a moment for the rest ----------------
 
-def test_after_a_large_batch_a_short_queue_waits_for_company():
+def test_after_a_batch_the_queue_waits_for_as_many_inputs_as_it_held():
     model = HeldModel()
 
     async def scenario():
@@ -243,14 +243,72 @@ def test_after_a_large_batch_a_short_queue_waits_for_company():
         await batcher.submit([f"first-{i}" for i in range(8)], [2] * 8)  # one batch of 8
         straggler = asyncio.create_task(batcher.submit(["straggler"], [2]))
         await asyncio.sleep(0.1)
-        assert len(model.batches) == 1  # 1 < 8 / 2: it waits
-        rest = [asyncio.create_task(batcher.submit([f"late-{i}"], [2])) for i in range(3)]
+        assert len(model.batches) == 1  # 1 < 8: it waits
+        rest = [asyncio.create_task(batcher.submit([f"late-{i}"], [2])) for i in range(7)]
         answers = await asyncio.gather(straggler, *rest)
         await batcher.close()
         return answers
 
-    assert run(scenario()) == [["answer to straggler"]] + [[f"answer to late-{i}"] for i in range(3)]
-    assert model.batches[1] == ["straggler", "late-0", "late-1", "late-2"]  # half of 8 arrived: one pass
+    assert run(scenario()) == [["answer to straggler"]] + [[f"answer to late-{i}"] for i in range(7)]
+    assert model.batches[1] == ["straggler"] + [f"late-{i}" for i in range(7)]  # as many as before: one pass
+
+
+def test_inputs_queued_while_a_batch_ran_wait_for_that_batchs_callers():
+    """Clients do not split into two cohorts: what queued during a batch is joined by the callers that batch
+    answers, when they come back within quiet_seconds."""
+    model = HeldModel()
+
+    async def scenario():
+        batcher = await started(model, gather_share=1e6, quiet_seconds=0.5)
+        model.hold.clear()
+        first = asyncio.create_task(batcher.submit(["a0", "a1", "a2"], [2, 2, 2]))
+        await until(lambda: len(model.batches) == 1)  # nothing ran before it: no wait
+        queued_meanwhile = [asyncio.create_task(batcher.submit([f"b{i}"], [2])) for i in range(3)]
+        await until(lambda: len(batcher.queue) == 3)
+        model.hold.set()
+        await first
+        returning = [asyncio.create_task(batcher.submit([f"c{i}"], [2])) for i in range(3)]  # the answered caller
+        await asyncio.gather(*queued_meanwhile, *returning)
+        await batcher.close()
+
+    run(scenario())
+    assert model.batches == [["a0", "a1", "a2"], ["b0", "b1", "b2", "c0", "c1", "c2"]]
+
+
+def test_a_queue_that_fills_half_the_token_budget_does_not_wait():
+    model = HeldModel()
+
+    async def scenario():
+        batcher = await started(model, gather_share=1e6)  # without the rule it would wait (3 < 8) for ever
+        await batcher.submit([f"first-{i}" for i in range(8)], [2] * 8)
+        answer = await batcher.submit(["long-0", "long-1", "long-2"], [200, 200, 200])  # 600 of 1,000 tokens
+        await batcher.close()
+        return answer
+
+    assert run(scenario()) == [f"answer to long-{i}" for i in range(3)]
+    assert model.batches[1] == ["long-0", "long-1", "long-2"]
+
+
+def test_under_heavy_load_the_next_batch_is_handed_over_while_one_runs():
+    model = HeldModel()
+
+    async def scenario():
+        batcher = await started(model, max_batch_tokens=4)  # two inputs of 2 tokens a batch
+        model.hold.clear()
+        running = asyncio.create_task(batcher.submit(["running"], [2]))
+        await until(lambda: len(model.batches) == 1)
+        one = asyncio.create_task(batcher.submit(["x0"], [2]))
+        await asyncio.sleep(0.05)
+        handed_over_with_one = len(batcher.in_flight)  # less than a batch queued: it waits for the running one
+        more = asyncio.create_task(batcher.submit(["x1", "x2"], [2, 2]))
+        await until(lambda: len(batcher.in_flight) == 2)  # more than a batch queued: the next is handed over
+        model.hold.set()
+        await asyncio.gather(running, one, more)
+        await batcher.close()
+        return handed_over_with_one
+
+    assert run(scenario()) == 1
+    assert model.batches == [["running"], ["x0", "x1"], ["x2"]]
 
 
 def test_the_wait_ends_at_a_share_of_the_last_batchs_time():

@@ -12,21 +12,23 @@ cutting it into packed passes with the engine's planner, see `passes.py`). The c
 pure function, `next_batch_size`.
 
 A forward pass has a fixed cost whatever it holds (on the CPU, streaming the weights from
-memory: a 3-token pass of all-MiniLM-L6-v2 took 5 ms, 8 texts 46 ms), so a batch of one text
-started the instant the model freed up costs nearly what eight would. When the last batch was
-large (concurrent clients) and few inputs are queued, the loop waits a moment for the rest,
-at most GATHER_SHARE of the last batch's time; a lone client, whose last batch held one
-input, never waits. 16 clients sending one text each (1 thread, a shared 2-core machine, two
-pairs of runs): batches of one text fell from 13 and 21 of ~170 to 1 and 7, and the served
-rate rose from 49 and 59 to 55 and 68 texts/s.
+memory: a 3-token pass of all-MiniLM-L6-v2 took 5 ms, 8 texts 46 ms), so concurrent clients are
+best served in one batch together. When a batch of several inputs ends, its callers answer and
+send their next inputs within a few milliseconds; the loop waits for them: until the queue holds
+as many inputs as that batch did and none has arrived for QUIET_SECONDS, at most GATHER_SHARE of
+the last batch's time (counted from when it ended, or from the oldest queued input if later), and
+not at all once the queue fills half the token budget (a pass that large costs no more a token
+than a fuller one). A lone client, whose last batch held one input, never waits.
 
-While a batch runs, the next one is formed and handed to the model thread just before the running
-one is expected to end (its real tokens times the last batch's model time per token, LEAD_SHARE
-early), or at once when a full batch is already queued; it then starts the moment the model thread
-is free. Before, the model thread waited for the event loop to answer the batch it had finished
-and form the next: 16 one-text clients on the quiet 2-core machine left it idle 17% of the time
-(gaps between batches: median 2.5 ms, mean 9 ms). With the next batch waiting its turn, served
-texts/s rose 115-122 -> 124-125 and p99 fell 363-411 -> 334-352 ms (two pairs, raw clients, 1 thread).
+While a batch runs, the next one is handed to the model thread at once only when more than a
+batch is already queued (heavy load: the model never waits for the event loop). Otherwise the
+loop waits for the running batch to end, so clients do not split into two cohorts that alternate
+in half-size batches. That is what the loop did before 2026-11-26, when it handed over whatever
+was queued just before the running batch ended: 16 one-text clients (raw clients, 1 thread, the
+quiet 2-core Xeon) ran in batches of 7.9 at 6.5 ms of model time a text against direct `embed`'s
+5.4, efficiency 0.80-0.82; waiting for the cohort, batches of 15.8 at 5.3-5.55 ms a text (as
+direct), the model idle 11-14% of the run between batches (its callers' round trip), efficiency
+0.85-0.88. At 4 clients x 32 texts, 0.93-0.98 (before: 0.99 in one run; earlier days 0.94-1.02).
 """
 from __future__ import annotations
 
@@ -42,15 +44,15 @@ from typing import Any, Callable, Sequence
 from ..engine.governor import ThreadGovernor
 
 logger = logging.getLogger("bertforge.serve")
-# How long a short queue may wait for company, as a share of the last batch's time (see above).
+# How long the queue may wait for the last batch's callers, as a share of that batch's time (see above).
 GATHER_SHARE = 0.1
-# Batches handed to the model thread at once: the one it runs and the next, formed while it runs.
+# The queue is complete once it holds as many inputs as the last batch and none came for this long.
+QUIET_SECONDS = 0.002
+# ... unless the queue already fills this share of --max-batch-tokens: a pass that large costs no more a token
+# than a fuller one (4 clients x 32 texts waited for company without this rule: the model idle 2% of the run).
+GATHER_UNTIL_FULL = 0.5
+# Batches handed to the model thread at once: the one it runs and, under heavy load, the next.
 MAX_IN_FLIGHT = 2
-# The next batch is formed this share of the running one's expected time before it ends (at least
-# MIN_LEAD_SECONDS): early enough that the model thread never waits for the event loop, late enough
-# that it holds the inputs that arrived meanwhile.
-LEAD_SHARE = 0.1
-MIN_LEAD_SECONDS = 0.002
 
 
 def next_batch_size(lengths: Sequence[int], max_batch_tokens: int, max_batch_requests: int | None = None) -> int:
@@ -94,12 +96,10 @@ class Pending:
 
 @dataclass
 class InFlight:
-    """A batch handed to the model thread: its inputs, the executor's future, its real tokens, its expected model time."""
+    """A batch handed to the model thread: its inputs and the executor's future."""
 
     batch: list[Pending]
     future: asyncio.Future
-    tokens: int
-    expected_seconds: float  # 0 until a batch has been timed
     dispatched: float = field(default_factory=time.perf_counter)
 
 
@@ -115,7 +115,7 @@ class Batcher:
 
     def __init__(self, name: str, run_batch: Callable[[list], list], executor: Executor, *, max_batch_tokens: int,
                  max_batch_requests: int | None = None, metrics=None, gather_share: float = GATHER_SHARE,
-                 governor: ThreadGovernor | None = None):
+                 governor: ThreadGovernor | None = None, quiet_seconds: float = QUIET_SECONDS):
         self.name = name
         self.governor = governor  # picks each batch's CPU thread count, when the server has one
         self.run_batch = run_batch
@@ -127,11 +127,10 @@ class Batcher:
         self.wakeup = asyncio.Event()
         self.closing = False
         self.loop_task: asyncio.Task | None = None
-        self.gather_share = gather_share
+        self.gather_share, self.quiet_seconds = gather_share, quiet_seconds
         self.last_size, self.last_seconds = 0, 0.0  # the last batch's inputs and model time
-        self.seconds_per_token: float | None = None  # the last batch's model time per real token
+        self.last_finished = 0.0  # when the last batch's callers were answered
         self.in_flight: deque[InFlight] = deque()  # batches handed to the executor, oldest (running) first
-        self.running_since = 0.0  # when the model thread began the batch it runs now (set on that thread)
 
     def start(self) -> None:
         self.loop_task = asyncio.get_running_loop().create_task(self.run(), name=f"batcher-{self.name}")
@@ -179,7 +178,7 @@ class Batcher:
                 await asyncio.wait([self.in_flight[0].future])
                 continue
             if self.in_flight:
-                await self.until_model_nearly_free()
+                await self.until_model_free()
             if not self.in_flight:
                 await self.gathered()
             self.drop_abandoned()
@@ -194,9 +193,13 @@ class Batcher:
         tokens = sum(p.length for p in batch)
         future = asyncio.get_running_loop().run_in_executor(self.executor, self.run_timed,
                                                             [p.payload for p in batch], tokens)
-        flight = InFlight(batch, future, tokens, tokens * (self.seconds_per_token or 0.0))
+        flight = InFlight(batch, future)
         self.in_flight.append(flight)
         future.add_done_callback(lambda _: self.finish(flight))
+
+    def padded_tokens(self) -> int:
+        """What the whole queue would cost as one padded batch (inputs x longest), next_batch_size's measure."""
+        return len(self.queue) * max((p.length for p in self.queue), default=0)
 
     def next_count(self) -> int:
         """How many inputs from the front of the queue the next batch takes (`next_batch_size`)."""
@@ -212,7 +215,6 @@ class Batcher:
             results, seconds = [BatchFailure(error)] * len(batch), 0.0
         if seconds > 0:
             self.last_size, self.last_seconds = len(batch), seconds
-            self.seconds_per_token = seconds / max(flight.tokens, 1)
         self.observe_batch(batch, flight.dispatched, seconds)
         for pending, result in zip(batch, results):
             if pending.future.done():  # cancelled while the batch ran
@@ -221,34 +223,33 @@ class Batcher:
                 pending.future.set_exception(result.error)
             else:
                 pending.future.set_result(result)
+        self.last_finished = time.perf_counter()
         self.wakeup.set()
 
-    async def until_model_nearly_free(self) -> None:
-        """While a batch runs: return just before it is expected to end (LEAD_SHARE of its time early), when it
-        ends, or as soon as a full batch is queued. No estimate yet (the first batch): when it ends."""
+    async def until_model_free(self) -> None:
+        """While a batch runs: return when it ends, or at once when more than a batch is queued (then the next one
+        is handed over to start the moment the model thread is free)."""
         running = self.in_flight[0]
         while not running.future.done() and not self.closing:
             if self.next_count() < len(self.queue):
-                return  # more than a batch is waiting: nothing is gained by waiting for more
-            left = None
-            if running.expected_seconds > 0:
-                lead = max(MIN_LEAD_SECONDS, LEAD_SHARE * running.expected_seconds)
-                started = self.running_since if self.running_since >= running.dispatched else time.perf_counter()
-                left = started + running.expected_seconds - lead - time.perf_counter()
-                if left <= 0:
-                    return
+                return
             self.wakeup.clear()
             woken = asyncio.ensure_future(self.wakeup.wait())
-            await asyncio.wait([running.future, woken], timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([running.future, woken], return_when=asyncio.FIRST_COMPLETED)
             woken.cancel()
 
     async def gathered(self) -> None:
-        """Return when half as many inputs as the last batch held are queued, or the oldest has waited
-        gather_share of the last batch's time, or at once when that many are already there."""
-        wanted = self.last_size // 2
-        deadline = self.queue[0].queued_at + self.gather_share * self.last_seconds
-        while len(self.queue) < wanted and not self.closing:
-            left = deadline - time.perf_counter()
+        """After a batch of several inputs, wait for its callers' next ones (see the module docstring): return once
+        the queue holds as many inputs as that batch and none came for quiet_seconds, or half a batch's tokens, or at the
+        deadline, gather_share of the last batch's time after it ended (or after the oldest input came)."""
+        if self.last_size <= 1:
+            return
+        deadline = max(self.queue[0].queued_at, self.last_finished) + self.gather_share * self.last_seconds
+        while not self.closing and self.padded_tokens() < GATHER_UNTIL_FULL * self.max_batch_tokens:
+            complete_at = deadline
+            if len(self.queue) >= self.last_size:
+                complete_at = min(deadline, max(self.queue[-1].queued_at, self.last_finished) + self.quiet_seconds)
+            left = complete_at - time.perf_counter()
             if left <= 0:
                 return
             self.wakeup.clear()
@@ -261,8 +262,8 @@ class Batcher:
                 return
 
     def run_timed(self, payloads: list, tokens: int) -> tuple[list, float]:
-        """run_isolated and its seconds (worker thread); marks when the model began, for the next batch's timing."""
-        self.running_since = started = time.perf_counter()
+        """run_isolated and its seconds (worker thread)."""
+        started = time.perf_counter()
         with self.governor.run(tokens) if self.governor else contextlib.nullcontext():
             results = self.run_isolated(payloads)
         return results, time.perf_counter() - started
