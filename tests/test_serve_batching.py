@@ -240,53 +240,97 @@ def test_after_a_batch_the_queue_waits_for_as_many_inputs_as_it_held():
 
     async def scenario():
         batcher = await started(model, gather_share=1e6)  # a deadline far away: only company ends the wait
-        await batcher.submit([f"first-{i}" for i in range(8)], [2] * 8)  # one batch of 8
+        await eight_callers_answered_in_one_batch(batcher, model)
         straggler = asyncio.create_task(batcher.submit(["straggler"], [2]))
         await asyncio.sleep(0.1)
-        assert len(model.batches) == 1  # 1 < 8: it waits
+        assert len(model.batches) == 2  # 1 request of the 8: it waits
         rest = [asyncio.create_task(batcher.submit([f"late-{i}"], [2])) for i in range(7)]
         answers = await asyncio.gather(straggler, *rest)
         await batcher.close()
         return answers
 
     assert run(scenario()) == [["answer to straggler"]] + [[f"answer to late-{i}"] for i in range(7)]
-    assert model.batches[1] == ["straggler"] + [f"late-{i}" for i in range(7)]  # as many as before: one pass
+    assert model.batches[2] == ["straggler"] + [f"late-{i}" for i in range(7)]  # 8 callers back: one pass
 
 
-def test_inputs_queued_while_a_batch_ran_wait_for_that_batchs_callers():
-    """Clients do not split into two cohorts: what queued during a batch is joined by the callers that batch
-    answers, when they come back within quiet_seconds."""
+async def eight_callers_answered_in_one_batch(batcher, model) -> None:
+    """An opening batch (alone: nothing ran before it), then 8 one-input requests that queued meanwhile, together."""
+    model.hold.clear()
+    opener = asyncio.create_task(batcher.submit(["opener"], [2]))
+    await until(lambda: len(model.batches) == 1)
+    callers = [asyncio.create_task(batcher.submit([f"first-{i}"], [2])) for i in range(8)]
+    await until(lambda: len(batcher.queue) == 8)
+    model.hold.set()
+    await asyncio.gather(opener, *callers)
+    assert model.batches[1] == [f"first-{i}" for i in range(8)]
+
+
+def test_a_request_of_many_inputs_is_one_caller():
+    """A lone client sending 8 texts a request is answered by each batch and sends the next: nothing to wait for."""
     model = HeldModel()
 
     async def scenario():
-        batcher = await started(model, gather_share=1e6, quiet_seconds=0.5)
-        model.hold.clear()
-        first = asyncio.create_task(batcher.submit(["a0", "a1", "a2"], [2, 2, 2]))
-        await until(lambda: len(model.batches) == 1)  # nothing ran before it: no wait
+        batcher = await started(model, gather_share=1e6)
+        for request in range(3):
+            await asyncio.wait_for(batcher.submit([f"r{request}-{i}" for i in range(8)], [2] * 8), timeout=2)
+        await batcher.close()
+
+    run(scenario())
+    assert model.batches == [[f"r{request}-{i}" for i in range(8)] for request in range(3)]
+
+
+def test_inputs_queued_while_a_batch_ran_wait_for_that_batchs_callers():
+    """Clients do not split into two cohorts: what queued during a batch waits for the callers that batch answered."""
+    model = GatedModel()
+
+    async def scenario():
+        batcher = await started(model, gather_share=1e6)
+        opener = asyncio.create_task(batcher.submit(["opener"], [2]))
+        await until(lambda: len(model.batches) == 1)
+        cohort = [asyncio.create_task(batcher.submit([f"a{i}"], [2])) for i in range(3)]
+        await until(lambda: len(batcher.queue) == 3)
+        model.permits.release()  # the opener's batch ends; it answered one caller, so a0-a2 start at once
+        await opener
+        await until(lambda: len(model.batches) == 2)
         queued_meanwhile = [asyncio.create_task(batcher.submit([f"b{i}"], [2])) for i in range(3)]
         await until(lambda: len(batcher.queue) == 3)
-        model.hold.set()
-        await first
-        returning = [asyncio.create_task(batcher.submit([f"c{i}"], [2])) for i in range(3)]  # the answered caller
+        model.permits.release()  # a0-a2 end: b0-b2 wait for their 3 callers
+        await asyncio.gather(*cohort)
+        returning = [asyncio.create_task(batcher.submit([f"c{i}"], [2])) for i in range(3)]
+        await until(lambda: len(model.batches) == 3)
+        model.permits.release()
         await asyncio.gather(*queued_meanwhile, *returning)
         await batcher.close()
 
     run(scenario())
-    assert model.batches == [["a0", "a1", "a2"], ["b0", "b1", "b2", "c0", "c1", "c2"]]
+    assert model.batches == [["opener"], ["a0", "a1", "a2"], ["b0", "b1", "b2", "c0", "c1", "c2"]]
+
+
+class GatedModel(HeldModel):
+    """A run_batch whose every batch waits for a permit the test gives (`permits.release()`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.permits = threading.Semaphore(0)
+
+    def __call__(self, payloads: list) -> list:
+        self.batches.append(list(payloads))
+        self.permits.acquire(timeout=10)
+        return [f"answer to {p}" for p in payloads]
 
 
 def test_a_queue_that_fills_half_the_token_budget_does_not_wait():
     model = HeldModel()
 
     async def scenario():
-        batcher = await started(model, gather_share=1e6)  # without the rule it would wait (3 < 8) for ever
-        await batcher.submit([f"first-{i}" for i in range(8)], [2] * 8)
+        batcher = await started(model, gather_share=1e6)  # without the rule it would wait (1 < 8) for ever
+        await eight_callers_answered_in_one_batch(batcher, model)
         answer = await batcher.submit(["long-0", "long-1", "long-2"], [200, 200, 200])  # 600 of 1,000 tokens
         await batcher.close()
         return answer
 
     assert run(scenario()) == [f"answer to long-{i}" for i in range(3)]
-    assert model.batches[1] == ["long-0", "long-1", "long-2"]
+    assert model.batches[2] == ["long-0", "long-1", "long-2"]
 
 
 def test_under_heavy_load_the_next_batch_is_handed_over_while_one_runs():
@@ -316,7 +360,7 @@ def test_the_wait_ends_at_a_share_of_the_last_batchs_time():
 
     async def scenario():
         batcher = await started(model, gather_share=1.0)
-        batcher.last_size, batcher.last_seconds = 8, 0.2  # as if 8 inputs had just taken 0.2 s
+        batcher.last_callers, batcher.last_seconds = 8, 0.2  # as if a batch answering 8 requests had just taken 0.2 s
         started_at = time.perf_counter()
         answer = await batcher.submit(["alone"], [2])
         waited = time.perf_counter() - started_at

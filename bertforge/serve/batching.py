@@ -13,12 +13,13 @@ pure function, `next_batch_size`.
 
 A forward pass has a fixed cost whatever it holds (on the CPU, streaming the weights from
 memory: a 3-token pass of all-MiniLM-L6-v2 took 5 ms, 8 texts 46 ms), so concurrent clients are
-best served in one batch together. When a batch of several inputs ends, its callers answer and
-send their next inputs within a few milliseconds; the loop waits for them: until the queue holds
-as many inputs as that batch did and none has arrived for QUIET_SECONDS, at most GATHER_SHARE of
-the last batch's time (counted from when it ended, or from the oldest queued input if later), and
-not at all once the queue fills half the token budget (a pass that large costs no more a token
-than a fuller one). A lone client, whose last batch held one input, never waits.
+best served in one batch together. When a batch that answered several requests ends, its callers
+send their next ones a few milliseconds later (8 ms for 16 one-text clients on these 2 cores);
+the loop waits for them: until as many requests came since the batch ended as it answered, at
+most GATHER_SHARE of its time (counted from when it ended, or from the oldest queued input if
+later), and not at all once the queue fills GATHER_UNTIL_FULL of the token budget (a pass that
+large costs hardly more a token than a fuller one). A lone client, answered one request a batch,
+never waits, whatever its requests hold.
 
 While a batch runs, the next one is handed to the model thread at once only when more than a
 batch is already queued (heavy load: the model never waits for the event loop). Otherwise the
@@ -26,9 +27,9 @@ loop waits for the running batch to end, so clients do not split into two cohort
 in half-size batches. That is what the loop did before 2026-11-26, when it handed over whatever
 was queued just before the running batch ended: 16 one-text clients (raw clients, 1 thread, the
 quiet 2-core Xeon) ran in batches of 7.9 at 6.5 ms of model time a text against direct `embed`'s
-5.4, efficiency 0.80-0.82; waiting for the cohort, batches of 15.8 at 5.3-5.55 ms a text (as
-direct), the model idle 11-14% of the run between batches (its callers' round trip), efficiency
-0.85-0.88. At 4 clients x 32 texts, 0.93-0.98 (before: 0.99 in one run; earlier days 0.94-1.02).
+5.4, efficiency 0.80-0.82. Now: batches of 15.3 at 5.0-5.1 ms a text (direct's), the model idle
+10% of the run (its callers' round trip), efficiency 0.87-0.89; 4 clients x 32 texts 0.93-0.97
+(before: 0.99 in one run, 0.94-1.02 on earlier days).
 """
 from __future__ import annotations
 
@@ -44,13 +45,12 @@ from typing import Any, Callable, Sequence
 from ..engine.governor import ThreadGovernor
 
 logger = logging.getLogger("bertforge.serve")
-# How long the queue may wait for the last batch's callers, as a share of that batch's time (see above).
-GATHER_SHARE = 0.1
-# The queue is complete once it holds as many inputs as the last batch and none came for this long.
-QUIET_SECONDS = 0.002
-# ... unless the queue already fills this share of --max-batch-tokens: a pass that large costs no more a token
-# than a fuller one (4 clients x 32 texts waited for company without this rule: the model idle 2% of the run).
-GATHER_UNTIL_FULL = 0.5
+# How long the queue may wait for the last batch's callers, as a share of that batch's time (see above): a
+# quarter, as 16 clients split into two cohorts of 8 come back 8 ms after a 45 ms batch and must be waited for.
+GATHER_SHARE = 0.25
+# ... unless the queue already fills this share of --max-batch-tokens (4,096 of TEI's 16,384): 4 clients x 32
+# texts waited for company at half, and the model stood idle 4% of the run for batches no cheaper a text.
+GATHER_UNTIL_FULL = 0.25
 # Batches handed to the model thread at once: the one it runs and, under heavy load, the next.
 MAX_IN_FLIGHT = 2
 
@@ -91,6 +91,7 @@ class Pending:
     payload: Any
     length: int
     future: asyncio.Future
+    ends_request: bool = True  # the last input of its request: the batch that runs it answers a caller
     queued_at: float = field(default_factory=time.perf_counter)
 
 
@@ -115,7 +116,7 @@ class Batcher:
 
     def __init__(self, name: str, run_batch: Callable[[list], list], executor: Executor, *, max_batch_tokens: int,
                  max_batch_requests: int | None = None, metrics=None, gather_share: float = GATHER_SHARE,
-                 governor: ThreadGovernor | None = None, quiet_seconds: float = QUIET_SECONDS):
+                 governor: ThreadGovernor | None = None):
         self.name = name
         self.governor = governor  # picks each batch's CPU thread count, when the server has one
         self.run_batch = run_batch
@@ -127,8 +128,8 @@ class Batcher:
         self.wakeup = asyncio.Event()
         self.closing = False
         self.loop_task: asyncio.Task | None = None
-        self.gather_share, self.quiet_seconds = gather_share, quiet_seconds
-        self.last_size, self.last_seconds = 0, 0.0  # the last batch's inputs and model time
+        self.gather_share = gather_share
+        self.last_callers, self.last_seconds = 0, 0.0  # the requests the last batch answered, its model time
         self.last_finished = 0.0  # when the last batch's callers were answered
         self.in_flight: deque[InFlight] = deque()  # batches handed to the executor, oldest (running) first
 
@@ -151,7 +152,8 @@ class Batcher:
         if self.closing:
             raise ShuttingDown("the server is shutting down")
         loop = asyncio.get_running_loop()
-        pendings = [Pending(payload, length, loop.create_future()) for payload, length in zip(payloads, lengths)]
+        pendings = [Pending(payload, length, loop.create_future(), ends_request=index == len(payloads) - 1)
+                    for index, (payload, length) in enumerate(zip(payloads, lengths))]
         self.queue.extend(pendings)
         self.observe_queue()
         self.wakeup.set()
@@ -214,7 +216,7 @@ class Batcher:
         except Exception as error:  # the executor itself failed: answer these callers, keep the loop alive
             results, seconds = [BatchFailure(error)] * len(batch), 0.0
         if seconds > 0:
-            self.last_size, self.last_seconds = len(batch), seconds
+            self.last_callers, self.last_seconds = sum(p.ends_request for p in batch), seconds
         self.observe_batch(batch, flight.dispatched, seconds)
         for pending, result in zip(batch, results):
             if pending.future.done():  # cancelled while the batch ran
@@ -239,17 +241,16 @@ class Batcher:
             woken.cancel()
 
     async def gathered(self) -> None:
-        """After a batch of several inputs, wait for its callers' next ones (see the module docstring): return once
-        the queue holds as many inputs as that batch and none came for quiet_seconds, or half a batch's tokens, or at the
-        deadline, gather_share of the last batch's time after it ended (or after the oldest input came)."""
-        if self.last_size <= 1:
+        """After a batch that answered several requests, wait for its callers' next ones (see the module docstring):
+        return once as many requests came since it ended, or the queue fills half a batch's tokens, or at the deadline,
+        gather_share of the last batch's time after it ended (or after the oldest input came, if later)."""
+        if self.last_callers <= 1:
             return
         deadline = max(self.queue[0].queued_at, self.last_finished) + self.gather_share * self.last_seconds
         while not self.closing and self.padded_tokens() < GATHER_UNTIL_FULL * self.max_batch_tokens:
-            complete_at = deadline
-            if len(self.queue) >= self.last_size:
-                complete_at = min(deadline, max(self.queue[-1].queued_at, self.last_finished) + self.quiet_seconds)
-            left = complete_at - time.perf_counter()
+            if sum(p.ends_request and p.queued_at > self.last_finished for p in self.queue) >= self.last_callers:
+                return  # as many requests came since the batch ended as it answered: its callers are back
+            left = deadline - time.perf_counter()
             if left <= 0:
                 return
             self.wakeup.clear()
