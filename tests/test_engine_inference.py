@@ -197,17 +197,31 @@ def test_int8_self_attention_uses_the_fused_projection_and_matches_the_three(tin
 
 
 def test_int8_feed_forward_in_pieces_equals_it_all_at_once(tiny_model, monkeypatch):
-    """Pieces of INT8_FEED_FORWARD_ROWS tokens (kept in cache): the same states where no channel is an outlier."""
-    import bertforge.models.model as model_module
+    """Pieces of int8_feed_forward_rows() tokens (kept in cache): the same states where no channel is an outlier."""
+    import bertforge.engine.precision as precision
 
     quantized = in_dtype(tiny_model, torch.qint8, inplace=False)
     batch = random_batch(3, [9, 4, 7])
     outputs = {}
-    for rows in (5, 10 ** 6):  # 20 tokens in pieces of 5, then at once
-        monkeypatch.setattr(model_module, "INT8_FEED_FORWARD_ROWS", rows)
+    for rows in (5, 10 ** 6):  # 20 tokens in pieces of 5 a thread, then at once
+        monkeypatch.setattr(precision, "INT8_FEED_FORWARD_ROWS_PER_THREAD", rows)
         with torch.inference_mode():
             outputs[rows] = packed_forward(quantized, batch).last_hidden_state
     torch.testing.assert_close(outputs[5], outputs[10 ** 6], rtol=1e-5, atol=1e-5)
+
+
+def test_int8_feed_forward_pieces_grow_with_the_threads():
+    from bertforge.engine.precision import INT8_FEED_FORWARD_ROWS_PER_THREAD, int8_feed_forward_rows
+
+    before = torch.get_num_threads()
+    try:
+        sizes = {}
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            sizes[threads] = int8_feed_forward_rows()
+    finally:
+        torch.set_num_threads(before)
+    assert sizes == {1: INT8_FEED_FORWARD_ROWS_PER_THREAD, 2: 2 * INT8_FEED_FORWARD_ROWS_PER_THREAD}
 
 
 def test_packing_pays_past_the_share_of_padding_its_device_and_dtype_need():

@@ -17,10 +17,13 @@ INFERENCE_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bf
 # Input channels whose largest |activation| in a batch passes this stay in float (LLM.int8()'s 6.0;
 # 10 left MiniLM's lowest cosine at 0.993, 4 gained 0.0006 for 3x the float channels).
 OUTLIER_THRESHOLD = 6.0
-# Tokens the int8 feed-forward runs on at a time (models.model.Layer): at 384 rows a piece's (rows, 1536)
-# intermediate states (2.4 MB) stay near the L2 cache through rescale, GELU and quantisation; all-MiniLM-L6-v2,
-# 500 real texts, 1 thread, Xeon with AMX: +12% at 256 rows, +15% at 384, +14% at 512; float32 gained nothing.
-INT8_FEED_FORWARD_ROWS = 384
+# Tokens per thread the int8 feed-forward runs on at a time (models.model.Layer, `int8_feed_forward_rows`): at
+# 384 rows a thread's share of a piece's (rows, 1536) intermediate states (2.4 MB) stays near its core's L2 cache
+# through rescale, GELU and quantisation. all-MiniLM-L6-v2, 1 thread, Xeon with AMX: +12% at 256 rows, +15% at
+# 384, +14% at 512 (500 real texts); float32 gained nothing. At 2 threads (1,000 texts, in-process interleaved
+# runs, 2026-11-26) pieces of 768 rows ran 617-620 texts/s against 584 for 384 and 611 for 512, and 453 for
+# pieces as large as a batch; at 1 thread 768 ran 367 against 375 for 384: the size goes with the threads.
+INT8_FEED_FORWARD_ROWS_PER_THREAD = 384
 # The command line's names (engine.DtypeName) and the long ones the Python API also takes, as it takes torch dtypes.
 DTYPE_NAMES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16,
                "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "int8": torch.qint8, "qint8": torch.qint8}
@@ -106,6 +109,11 @@ class Int8Linear(nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"kernel={self.kernel}")
+
+
+def int8_feed_forward_rows() -> int:
+    """How many tokens the int8 feed-forward takes at a time: INT8_FEED_FORWARD_ROWS_PER_THREAD per torch thread."""
+    return INT8_FEED_FORWARD_ROWS_PER_THREAD * torch.get_num_threads()
 
 
 def quantize_per_token(states: Tensor, to_int8: bool = True) -> tuple[Tensor, Tensor, Tensor]:

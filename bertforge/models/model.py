@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from ..engine.attention import attention
-from ..engine.precision import INT8_FEED_FORWARD_ROWS, Int8Linear
+from ..engine.precision import Int8Linear, int8_feed_forward_rows
 from ..engine.unpadding import Packing, pad, unpad
 from .checkpoint import BertPreTrainedModel
 from .config import BertConfig
@@ -150,10 +150,11 @@ class Layer(nn.Module):
     def feed_forward(self, attended: Tensor) -> Tensor:
         """The position-wise half of the block (a decoder runs its cross-attention between the two halves)."""
         rows = attended.reshape(-1, attended.size(-1))  # (tokens, hidden)
-        if isinstance(self.intermediate.dense, Int8Linear) and len(rows) > INT8_FEED_FORWARD_ROWS:
-            # int8: a piece's (rows, intermediate) states stay in the L2 cache from the product through the
+        piece_rows = int8_feed_forward_rows() if isinstance(self.intermediate.dense, Int8Linear) else 0
+        if piece_rows and len(rows) > piece_rows:
+            # int8: a piece's (rows, intermediate) states stay in the L2 caches from the product through the
             # rescale, GELU and the next quantisation. Outlier channels are then found piece by piece.
-            pieces = [self.output(self.intermediate(piece), piece) for piece in rows.split(INT8_FEED_FORWARD_ROWS)]
+            pieces = [self.output(self.intermediate(piece), piece) for piece in rows.split(piece_rows)]
             return torch.cat(pieces).view_as(attended)
         return self.output(self.intermediate(attended), attended)
 
