@@ -50,11 +50,12 @@ def create_app(models: ServedModels, settings: ServeSettings | None = None) -> F
                        timeout=server.settings.body_timeout_seconds)
     app.add_middleware(RequestMetricsMiddleware, metrics=server.metrics)
 
-    authorized = Depends(api_key_check(server.settings.api_key))
+    # Without --api-key there is nothing to check: no dependency at all (each one costs the event loop per request).
+    authorized = [Depends(api_key_check(server.settings.api_key))] if server.settings.api_key else []
     admitted = Depends(concurrency_limit(server.settings.max_concurrent_requests, server.metrics))
     for router in (embed_routes.router, routes.router, explorer_routes.router):
-        app.include_router(router, dependencies=[authorized, admitted])
-    app.include_router(explorer_routes.info_router, dependencies=[authorized])
+        app.include_router(router, dependencies=[*authorized, admitted])
+    app.include_router(explorer_routes.info_router, dependencies=authorized)
 
     @app.get("/health", tags=["server"], summary="200 while the server can answer")
     async def health():
@@ -62,7 +63,7 @@ def create_app(models: ServedModels, settings: ServeSettings | None = None) -> F
             raise ApiError(503, "unhealthy", "a model's batch loop has stopped; restart the server")
         return {"status": "ok"}
 
-    @app.get("/metrics", tags=["server"], summary="Prometheus metrics", dependencies=[authorized])
+    @app.get("/metrics", tags=["server"], summary="Prometheus metrics", dependencies=authorized)
     async def metrics():
         return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
