@@ -8,8 +8,10 @@ through POST /embed under each load of --loads: CLIENTSxTEXTS is CLIENTS concurr
 server rate / direct rate, request latency p50/p99, errors, the server's RSS at start and its
 peak, the mean batch the server formed, the share of the run its model thread was busy and its
 model time per text (from its /metrics: busy near 1 with a model time per text above direct's
-means the model runs slower under the server's load, not that it waits for work). The clients run on the same
-machine, so on a small CPU they take cycles from the server: the efficiency is a lower bound
+means the model runs slower under the server's load, not that it waits for work), and the CPU its
+event loop's thread spent per request (HTTP, validation, JSON; from the kernel's per-thread counts).
+The clients run on the same machine, so on a small CPU they take cycles from the server: the
+efficiency is a lower bound
 for clients elsewhere (`--client raw`, HTTP/1.1 written on asyncio streams, takes a fraction of
 httpx's CPU per request and so comes closer to that). The server runs in its own session, as a service would: where the
 kernel shares the CPU between sessions (Linux's autogroup), a loaded machine then gives the
@@ -86,6 +88,11 @@ class ServerProcess:
         text = httpx.get(f"{self.base}/metrics").text
         match = re.search(rf"^{re.escape(name)} (\S+)$", text, flags=re.MULTILINE)
         return float(match.group(1)) if match else 0.0
+
+    def loop_cpu_seconds(self) -> float:
+        """CPU time so far of the server's main thread, which runs uvicorn's event loop (HTTP, validation, JSON)."""
+        main = next(t for t in psutil.Process(self.process.pid).threads() if t.id == self.process.pid)
+        return main.user_time + main.system_time
 
     def stop(self) -> int:
         self.sampling = False
@@ -173,8 +180,10 @@ def main() -> None:
         direct, rate_before = direct_run()
         server = ServerProcess(args.threads, args.max_batch_tokens, device, args.cuda_graphs)
         try:
+            loop_before = server.loop_cpu_seconds()
             vectors, latencies, errors, seconds = asyncio.run(
                 load(server.base, texts, clients, per_request, args.timeout, args.client))
+            loop_seconds = server.loop_cpu_seconds() - loop_before
             batches = server.metric('bertforge_batch_size_count{model="embed"}')
             batched = server.metric('bertforge_batch_size_sum{model="embed"}')
             model_seconds = server.metric('bertforge_inference_seconds_sum{model="embed"}')
@@ -189,13 +198,14 @@ def main() -> None:
                      f"{1000 * percentile(latencies, 99):,.0f}", str(len(errors)),
                      f"{server.rss / 2**20:,.0f} / {server.peak_rss / 2**20:,.0f}",
                      f"{batched / max(batches, 1):.1f}", f"{model_seconds / seconds:.2f}",
-                     f"{1000 * model_seconds / max(batched, 1):.2f}", f"{difference:.1e}", str(exit_code)])
+                     f"{1000 * model_seconds / max(batched, 1):.2f}",
+                     f"{1000 * loop_seconds / -(-len(texts) // per_request):.2f}", f"{difference:.1e}", str(exit_code)])
         for error in errors[:3]:
             print("error:", error, file=sys.stderr)
 
     header = ["clients x texts/request", "texts", "server texts/s", "direct embed texts/s", "efficiency",
               "p50 ms", "p99 ms", "errors", "server RSS MB start / peak", "mean batch", "model busy",
-              "model ms/text", "max |server - direct|",
+              "model ms/text", "event loop CPU ms/request", "max |server - direct|",
               "exit code (SIGTERM)"]
     print(f"bertforge {__version__} serve vs direct embed, all-MiniLM-L6-v2, {len(texts)} real texts; "
           f"{datetime.date.today()}; {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
