@@ -1,5 +1,6 @@
 """The server's batcher: which queued inputs form a batch, and that each caller gets its own answers."""
 import asyncio
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -432,3 +433,51 @@ def test_the_start_line_says_how_many_cuda_graphs_were_captured(buckets, said):
         listening.bind(("127.0.0.1", 0))
         line = banner(SimpleNamespace(state=SimpleNamespace(server=server)), listening, "fp16")
     assert f"minilm ({embedder.device.type}, fp16, 4 threads{said}) on http://127.0.0.1:" in line
+
+
+# --- the concurrency limit: model routes only, refused before the body is read ------------------
+
+def test_the_concurrency_limit_refuses_model_requests_past_it_and_lets_the_rest_pass():
+    from bertforge.serve.guards import ConcurrencyLimitMiddleware
+
+    metrics = ServerMetrics()
+    release = asyncio.Event()
+
+    async def app(scope, receive, send):  # a model route that answers when released
+        if (scope["method"], scope["path"]) == ("POST", "/embed"):
+            await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    limited = ConcurrencyLimitMiddleware(app, limit=1, metrics=metrics, limited={("POST", "/embed")})
+
+    async def call(method, path):
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": b"{}", "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        await limited({"type": "http", "method": method, "path": path}, receive, send)
+        start = sent[0]
+        return start["status"], dict(start["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
+
+    async def scenario():
+        first = asyncio.create_task(call("POST", "/embed"))
+        await until(lambda: limited.active == 1)
+        refused = await call("POST", "/embed")
+        health = await call("GET", "/health")  # not a model route: never counted
+        page = await call("GET", "/embed")  # another method on the same path is another route
+        release.set()
+        return await first, refused, health, page
+
+    first, refused, health, page = run(scenario())
+    assert first[0] == 200 and health[0] == 200 and page[0] == 200
+    status, headers, body = refused
+    assert status == 429 and headers[b"retry-after"] == b"1"
+    assert json.loads(body)["error_type"] == "overloaded" and "--max-concurrent-requests" in json.loads(body)["error"]
+    sample = metrics.registry.get_sample_value
+    assert sample("bertforge_requests_rejected_total") == 1 and sample("bertforge_requests_in_flight") == 0
+    assert limited.active == 0

@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from .. import __version__
 from . import embed_routes, explorer_routes, routes
 from .errors import ApiError, install_error_handlers
-from .guards import BodyLimitMiddleware, api_key_check, concurrency_limit
+from .guards import BodyLimitMiddleware, ConcurrencyLimitMiddleware, api_key_check
 from .metrics import RequestMetricsMiddleware
 from .models import ServedModels
 from .server import Server
@@ -46,15 +46,19 @@ def create_app(models: ServedModels, settings: ServeSettings | None = None) -> F
                                      "tokenize, fill-mask, classify, search, and the explorer page at /.")
     app.state.server = server
     install_error_handlers(app)
+    model_routers = (embed_routes.router, routes.router, explorer_routes.router)
+    # The last added runs first: metrics see every request, 429s included; then the concurrency limit; then the body.
     app.add_middleware(BodyLimitMiddleware, max_bytes=server.settings.payload_limit,
                        timeout=server.settings.body_timeout_seconds)
+    app.add_middleware(ConcurrencyLimitMiddleware, limit=server.settings.max_concurrent_requests, metrics=server.metrics,
+                       limited={(method, route.path) for router in model_routers for route in router.routes
+                                for method in getattr(route, "methods", ())})
     app.add_middleware(RequestMetricsMiddleware, metrics=server.metrics)
 
     # Without --api-key there is nothing to check: no dependency at all (each one costs the event loop per request).
     authorized = [Depends(api_key_check(server.settings.api_key))] if server.settings.api_key else []
-    admitted = Depends(concurrency_limit(server.settings.max_concurrent_requests, server.metrics))
-    for router in (embed_routes.router, routes.router, explorer_routes.router):
-        app.include_router(router, dependencies=[*authorized, admitted])
+    for router in model_routers:
+        app.include_router(router, dependencies=authorized)
     app.include_router(explorer_routes.info_router, dependencies=authorized)
 
     @app.get("/health", tags=["server"], summary="200 while the server can answer")
