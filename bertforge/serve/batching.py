@@ -29,7 +29,8 @@ was queued just before the running batch ended: 16 one-text clients (raw clients
 quiet 2-core Xeon) ran in batches of 7.9 at 6.5 ms of model time a text against direct `embed`'s
 5.4, efficiency 0.80-0.82. Now: batches of 15.3 at 5.0-5.1 ms a text (direct's), the model idle
 10% of the run (its callers' round trip), efficiency 0.87-0.89; 4 clients x 32 texts 0.93-0.97
-(before: 0.99 in one run, 0.94-1.02 on earlier days).
+(before: 0.99 in one run, 0.94-1.02 on earlier days). With less event-loop work per request since
+(docs/serve.md), 0.90-0.91 at 16 x 1.
 """
 from __future__ import annotations
 
@@ -242,8 +243,8 @@ class Batcher:
 
     async def gathered(self) -> None:
         """After a batch that answered several requests, wait for its callers' next ones (see the module docstring):
-        return once as many requests came since it ended, or the queue fills half a batch's tokens, or at the deadline,
-        gather_share of the last batch's time after it ended (or after the oldest input came, if later)."""
+        return once as many requests came since it ended, or the queue fills GATHER_UNTIL_FULL of a batch's tokens, or
+        at the deadline, gather_share of the last batch's time after it ended (or after the oldest input came)."""
         if self.last_callers <= 1:
             return
         deadline = max(self.queue[0].queued_at, self.last_finished) + self.gather_share * self.last_seconds
