@@ -3,7 +3,9 @@
 # speed against sentence-transformers (batch 128 and 32, CUDA graphs on and off), pretraining steps against
 # transformers (BERT-mini, -small, -medium and -base: which precision pays at which size), `adapt --preset full`
 # on the drug reviews with their real queries (bf16 and fp32), the server against direct embedding (CUDA graphs on and off),
-# and the server against infinity-emb in fp32 and fp16.
+# and the server against infinity-emb in fp32 and fp16. Since 2026-11-26 the server's batcher waits for a finished
+# batch's callers instead of handing over the next batch early (serve/batching.py): unmeasured on a GPU, so compare
+# serve.log's mean batch, model busy and event-loop columns with docs/serve.md's H200 runs.
 #
 #     scripts/gpu_check.sh [OUTPUT_DIR]        # default gpu-check/; each part's log is kept there
 #
