@@ -320,7 +320,7 @@ class GatedModel(HeldModel):
         return [f"answer to {p}" for p in payloads]
 
 
-def test_a_queue_that_fills_half_the_token_budget_does_not_wait():
+def test_a_queue_that_fills_a_quarter_of_the_token_budget_does_not_wait():
     model = HeldModel()
 
     async def scenario():
@@ -338,22 +338,22 @@ def test_under_heavy_load_the_next_batch_is_handed_over_while_one_runs():
     model = HeldModel()
 
     async def scenario():
-        batcher = await started(model, max_batch_tokens=4)  # two inputs of 2 tokens a batch
+        batcher = await started(model, max_batch_tokens=40)  # a quarter of the budget: 5 inputs of 2 tokens
         model.hold.clear()
         running = asyncio.create_task(batcher.submit(["running"], [2]))
         await until(lambda: len(model.batches) == 1)
         one = asyncio.create_task(batcher.submit(["x0"], [2]))
         await asyncio.sleep(0.05)
-        handed_over_with_one = len(batcher.in_flight)  # less than a batch queued: it waits for the running one
-        more = asyncio.create_task(batcher.submit(["x1", "x2"], [2, 2]))
-        await until(lambda: len(batcher.in_flight) == 2)  # more than a batch queued: the next is handed over
+        handed_over_with_one = len(batcher.in_flight)  # a short queue: it waits for the running batch
+        more = asyncio.create_task(batcher.submit([f"x{i}" for i in range(1, 5)], [2] * 4))
+        await until(lambda: len(batcher.in_flight) == 2)  # a quarter of the budget queued: handed over
         model.hold.set()
         await asyncio.gather(running, one, more)
         await batcher.close()
         return handed_over_with_one
 
     assert run(scenario()) == 1
-    assert model.batches == [["running"], ["x0", "x1"], ["x2"]]
+    assert model.batches == [["running"], [f"x{i}" for i in range(5)]]
 
 
 def test_the_wait_ends_at_a_share_of_the_last_batchs_time():
