@@ -449,7 +449,8 @@ def test_the_concurrency_limit_refuses_model_requests_past_it_and_lets_the_rest_
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    limited = ConcurrencyLimitMiddleware(app, limit=1, metrics=metrics, limited={("POST", "/embed")})
+    limited = ConcurrencyLimitMiddleware(app, limit=1, metrics=metrics,
+                                         limited={("POST", "/embed"), ("POST", "/v1/embeddings")})
 
     async def call(method, path):
         sent = []
@@ -468,16 +469,20 @@ def test_the_concurrency_limit_refuses_model_requests_past_it_and_lets_the_rest_
         first = asyncio.create_task(call("POST", "/embed"))
         await until(lambda: limited.active == 1)
         refused = await call("POST", "/embed")
+        refused_openai = await call("POST", "/v1/embeddings")  # OpenAI's route: OpenAI's error shape
         health = await call("GET", "/health")  # not a model route: never counted
         page = await call("GET", "/embed")  # another method on the same path is another route
         release.set()
-        return await first, refused, health, page
+        return await first, refused, refused_openai, health, page
 
-    first, refused, health, page = run(scenario())
+    first, refused, refused_openai, health, page = run(scenario())
     assert first[0] == 200 and health[0] == 200 and page[0] == 200
     status, headers, body = refused
     assert status == 429 and headers[b"retry-after"] == b"1"
     assert json.loads(body)["error_type"] == "overloaded" and "--max-concurrent-requests" in json.loads(body)["error"]
+    status, headers, body = refused_openai
+    assert status == 429 and headers[b"retry-after"] == b"1"
+    assert json.loads(body)["error"]["type"] == "overloaded" and json.loads(body)["error"]["code"] == 429
     sample = metrics.registry.get_sample_value
-    assert sample("bertforge_requests_rejected_total") == 1 and sample("bertforge_requests_in_flight") == 0
+    assert sample("bertforge_requests_rejected_total") == 2 and sample("bertforge_requests_in_flight") == 0
     assert limited.active == 0

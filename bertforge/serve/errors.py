@@ -28,13 +28,18 @@ class ApiError(Exception):
         self.status_code, self.error_type, self.message, self.headers = status_code, error_type, message, headers
 
 
+def error_body(path: str, status_code: int, error_type: str, message: str) -> dict:
+    """An error's body in the shape of the API the path imitates (OpenAI's under /v1, else TEI's); the routes'
+    handlers and the middlewares that refuse before a route runs (guards.py) answer with it."""
+    if path.startswith(OPENAI_PREFIX):
+        return {"error": {"message": message, "type": error_type, "param": None, "code": status_code}}
+    return {"error": message, "error_type": error_type}
+
+
 def error_response(request: Request, status_code: int, error_type: str, message: str,
                    headers: dict[str, str] | None = None) -> JSONResponse:
-    if request.url.path.startswith(OPENAI_PREFIX):
-        body = {"error": {"message": message, "type": error_type, "param": None, "code": status_code}}
-    else:
-        body = {"error": message, "error_type": error_type}
-    return JSONResponse(body, status_code=status_code, headers=headers)
+    return JSONResponse(error_body(request.url.path, status_code, error_type, message), status_code=status_code,
+                        headers=headers)
 
 
 def describe_validation_errors(errors: list[dict]) -> str:

@@ -10,7 +10,7 @@ from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
-from .errors import ApiError
+from .errors import ApiError, error_body
 from .metrics import ServerMetrics
 
 
@@ -30,7 +30,7 @@ class BodyLimitMiddleware:
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers", [])).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            return await self.refuse(send, 413, "validation", self.too_large_message())
+            return await refuse(scope, send, 413, "validation", self.too_large_message())
         received, body_done = 0, False
 
         async def limited_receive():
@@ -55,14 +55,15 @@ class BodyLimitMiddleware:
         return (f"the request body is larger than the server's limit of {self.max_bytes:,} bytes "
                 "(--payload-limit); send fewer or shorter inputs per request")
 
-    @staticmethod
-    async def refuse(send, status: int, error_type: str, message: str, headers: list | None = None) -> None:
-        """The error body every route answers with (errors.py), and the connection closed: the body is unread."""
-        body = json.dumps({"error": message, "error_type": error_type}).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close"), *(headers or [])]})
-        await send({"type": "http.response.body", "body": body})
+
+async def refuse(scope, send, status: int, error_type: str, message: str, headers: list | None = None) -> None:
+    """An answer before the route runs: the error body every route answers with (errors.error_body), and the
+    connection closed, as the request's body is left unread."""
+    body = json.dumps(error_body(scope["path"], status, error_type, message)).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close"), *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
 
 
 class ConcurrencyLimitMiddleware:
@@ -85,8 +86,8 @@ class ConcurrencyLimitMiddleware:
             return await self.app(scope, receive, send)
         if self.active >= self.limit:
             self.metrics.rejected.inc()
-            return await BodyLimitMiddleware.refuse(
-                send, 429, "overloaded", f"the server is answering its limit of {self.limit} concurrent requests "
+            return await refuse(
+                scope, send, 429, "overloaded", f"the server is answering its limit of {self.limit} concurrent requests "
                                          "(--max-concurrent-requests); retry shortly", [(b"retry-after", b"1")])
         self.active += 1
         self.metrics.in_flight.set(self.active)
