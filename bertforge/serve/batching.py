@@ -238,7 +238,7 @@ class Batcher:
         more than a batch (then the next one is handed over to start the moment the model thread is free)."""
         running = self.in_flight[0]
         while not running.future.done() and not self.closing:
-            if self.next_count() < len(self.queue) or self.fills_enough():
+            if self.fills_enough() or self.next_count() < len(self.queue):  # the cheap test first: one pass, no list
                 return
             self.wakeup.clear()
             woken = asyncio.ensure_future(self.wakeup.wait())
