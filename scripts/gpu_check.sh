@@ -3,9 +3,7 @@
 # speed against sentence-transformers (batch 128 and 32, CUDA graphs on and off), pretraining steps against
 # transformers (BERT-mini, -small, -medium and -base: which precision pays at which size), `adapt --preset full`
 # on the drug reviews with their real queries (bf16 and fp32), the server against direct embedding (CUDA graphs on and off),
-# and the server against infinity-emb in fp32 and fp16. Since 2026-11-26 the server's batcher waits for a finished
-# batch's callers instead of handing over the next batch early (serve/batching.py): unmeasured on a GPU, so compare
-# serve.log's mean batch, model busy and event-loop columns with docs/serve.md's H200 runs.
+# and the server against infinity-emb in fp32 and fp16 (the last run of each: scripts/results/gpu_h200_2026-11-26c.md).
 #
 #     scripts/gpu_check.sh [OUTPUT_DIR]        # default gpu-check/; each part's log is kept there
 #
@@ -49,9 +47,9 @@ fi
 data=$("$python" -c "from bertforge.resources import demo_data; print(demo_data('drug-reviews'))")
 part adapt-full "$python" -m bertforge.cli adapt "$data/train.tsv" "$data/test.tsv" --text-column review \
     --eval runs/retrieval/drug-reviews/test --preset full --output "$out/adapt-drug-reviews"
-# The same in fp32: below BERT-base width bf16 autocast made every pretraining step slower than fp32 on an H200
-part adapt-full-fp32 "$python" -m bertforge.cli adapt "$data/train.tsv" "$data/test.tsv" --text-column review \
-    --eval runs/retrieval/drug-reviews/test --preset full --precision fp32 --output "$out/adapt-drug-reviews-fp32"
+# The same in bf16, which auto picks on a GPU only from BERT-base width (MiniLM's ICT: 14 s fp32, 33 s bf16, H200)
+part adapt-full-bf16 "$python" -m bertforge.cli adapt "$data/train.tsv" "$data/test.tsv" --text-column review \
+    --eval runs/retrieval/drug-reviews/test --preset full --precision bf16 --output "$out/adapt-drug-reviews-bf16"
 part serve "$python" benchmarks/bench_serve.py --n 1000 --client raw --threads 4
 part serve-no-graphs "$python" benchmarks/bench_serve.py --n 1000 --client raw --threads 4 --no-cuda-graphs
 infinity=(); [ -n "${INFINITY_PYTHON:-}" ] && infinity=(--infinity-python "$INFINITY_PYTHON")

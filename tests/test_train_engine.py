@@ -6,12 +6,13 @@ import pytest
 import torch
 
 import bertforge
-from bertforge import BertConfig
+from bertforge import BertConfig, BertForMaskedLM, BertModel
 from bertforge.errors import BertforgeError
 from bertforge.engine import devices
 from bertforge.train import loop
 from bertforge.train.batches import ShuffledBatches
 from bertforge.train.config import TrainConfig
+from bertforge.tasks.retrieval.bi_encoder import BiEncoder
 from bertforge.train.loop import precision_of, train
 from bertforge.train.optim import build_optimizer
 from bertforge.train.prefetch import Prefetcher, accepts_packing
@@ -104,6 +105,11 @@ def test_the_run_log_shows_data_wait_and_reads_statistics_only_at_log_steps(tmp_
     assert [read for read in reads if read[:2] == ("cpu", (2, 2))] == [("cpu", (2, 2), False)] * 2  # one per log
 
 
+def one_layer(hidden_size: int) -> BertConfig:
+    return BertConfig(vocab_size=99, hidden_size=hidden_size, num_hidden_layers=1, num_attention_heads=4,
+                      intermediate_size=37, max_position_embeddings=16)
+
+
 def test_auto_precision_and_device(monkeypatch):
     config = TrainConfig()
     assert (config.precision, config.device) == ("auto", "auto")
@@ -114,6 +120,11 @@ def test_auto_precision_and_device(monkeypatch):
     assert precision_of(TrainConfig(precision="fp32"), torch.device("cpu")) == "fp32"
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     assert precision_of(config, torch.device("cuda")) == "bf16"
+    # on a GPU bf16 pays from BERT-base width; below it a step is host-bound and autocast's casts cost more
+    assert precision_of(config, torch.device("cuda"), BertForMaskedLM(one_layer(256))) == "fp32"
+    assert precision_of(config, torch.device("cuda"), BertForMaskedLM(one_layer(768))) == "bf16"
+    assert precision_of(config, torch.device("cuda"), BiEncoder(BertModel(one_layer(384)))) == "fp32"
+    assert precision_of(TrainConfig(precision="bf16"), torch.device("cuda"), BiEncoder(BertModel(one_layer(64)))) == "bf16"
     assert precision_of(TrainConfig(precision="fp32"), torch.device("cuda")) == "fp32"
     with pytest.raises(ValueError, match="device='tpu'"):
         TrainConfig(device="tpu")

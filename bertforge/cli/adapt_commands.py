@@ -22,8 +22,8 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
         text_column: the column of a .csv/.tsv corpus that holds the text
         seed: seed for the held-out queries and the training order
         device: where to train: auto (the GPU when there is one), cpu or cuda
-        precision: training's number format: auto (bf16 autocast on a GPU and on a CPU with AMX, else fp32), fp32
-            or bf16. Like --device, it does not make finished stages run again
+        precision: training's number format: auto (bf16 autocast on a CPU with AMX and on a GPU for models of
+            BERT-base width and up, else fp32), fp32 or bf16. Like --device, it does not make finished stages run again
         mlm: a BERT checkpoint with an MLM head to continue-pretrain on the corpus first; the later stages train
             its encoder (pooled as --base pools). Without it, a --base with an MLM head is continue-pretrained;
             off skips continued MLM

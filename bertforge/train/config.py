@@ -29,7 +29,8 @@ class TrainConfig:
         schedule: after warm-up: linear (decay to 0 at max_steps, BERT's) or constant
         grad_accumulation: micro-batches per optimizer step
         max_grad_norm: gradients are clipped to this norm
-        precision: auto (bf16 autocast on a GPU and on a CPU with AMX, else fp32), fp32 or bf16
+        precision: auto (bf16 autocast on a GPU for models of BERT-base width and up and on a CPU with AMX, else
+            fp32), fp32 or bf16
         device: auto (the GPU when there is one), cuda or cpu
         compile: torch.compile the model
         log_every: steps between log records

@@ -69,7 +69,7 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
                                                         topology)
     forward_model = wrap_for_training(model, config, topology, device)
     log = RunLog(run_dir, resume_step=step, tensorboard=config.tensorboard) if topology.is_main else None
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision_of(config, device) == "bf16")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision_of(config, device, model) == "bf16")
     progress = tqdm(total=config.max_steps, initial=step, desc="train", disable=not topology.is_main, dynamic_ncols=True)
     if evaluate is not None and step == 0 and config.eval_at_start:
         run_evaluation(model, evaluate, 0, log, progress, topology)
@@ -210,15 +210,31 @@ def finished_records(log: RunLog | None, run_dir: Path, plot: bool) -> list[dict
     return log.records()
 
 
-def precision_of(config: TrainConfig, device: torch.device) -> str:
-    """config.precision with `auto` resolved: bf16 autocast on a GPU that has it (every one since Ampere) and on a
-    CPU with AMX (bf16 matrix units: on a 2-core Xeon a MiniLM step of 32 x 160 tokens took 1.3 s against 2.0 in
-    fp32), else fp32 (without AMX, bf16 on the CPU is emulated and slower)."""
+def precision_of(config: TrainConfig, device: torch.device, model: torch.nn.Module | None = None) -> str:
+    """config.precision with `auto` resolved. On a GPU with bf16 (every one since Ampere): bf16 autocast for models
+    of BERT-base width and up, fp32 below it, where a step is host-bound and autocast's casts are more launches (H200,
+    2026-11-26: `adapt --preset full`'s MiniLM ICT stage 14 s in fp32 against 33 s in bf16; BERT-base pretraining
+    steps 0.035 s in bf16 against 0.052). On a CPU with AMX (bf16 matrix units): bf16 (a 2-core Xeon's MiniLM step of
+    32 x 160 tokens took 1.3 s against 2.0 in fp32). Else fp32: without AMX, bf16 on the CPU is emulated and slower."""
     if config.precision != "auto":
         return config.precision
     if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+        width = hidden_width(model) if model is not None else None
+        wide_enough = width is None or width >= BF16_PAYS_FROM_WIDTH_ON_GPU
+        return "bf16" if wide_enough and torch.cuda.is_bf16_supported() else "fp32"
     return "bf16" if device.type == "cpu" and cpu_has_amx() else "fp32"
+
+
+BF16_PAYS_FROM_WIDTH_ON_GPU = 768  # BERT-base; at 512 (BERT-medium) bf16 steps were still slower on an H200
+
+
+def hidden_width(model: torch.nn.Module) -> int | None:
+    """The hidden size in the config of the model or of the BERT it wraps (a head's or an encoder's `bert`)."""
+    for candidate in (model, getattr(model, "bert", None)):
+        width = getattr(getattr(candidate, "config", None), "hidden_size", None)
+        if isinstance(width, int):
+            return width
+    return None
 
 
 def accumulate_gradients(forward_model, stream: Prefetcher, config: TrainConfig, topology: Topology,
