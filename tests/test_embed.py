@@ -12,7 +12,9 @@ import torch
 import transformers
 
 from bertforge import BertModel
-from bertforge.embeddings.embed import Embedder, embed, token_vectors, word_vector
+from bertforge.embeddings import embed as embed_module
+from bertforge.embeddings.embed import (FIRST_TOKENIZE_WINDOW, TOKENIZE_WINDOW, Embedder, embed, token_vectors,
+                                       tokenize_windows, word_vector)
 from bertforge.models.heads import BertForSequenceClassification
 from bertforge.tokenization.tokenizer import BertTokenizer
 
@@ -126,6 +128,22 @@ def test_order_is_restored_and_batch_size_does_not_change_vectors(ours, mixed_te
         assert np.abs(batched - one_at_a_time).max() < 1e-5
     reversed_order = embed(model, mixed_texts[::-1], tokenizer=tokenizer, batch_size=7)
     assert np.abs(reversed_order[::-1] - one_at_a_time).max() < 1e-5
+
+
+def test_tokenize_windows_start_small_then_cover_the_rest():
+    assert tokenize_windows(0) == []
+    assert tokenize_windows(100) == [(0, 100)]
+    assert tokenize_windows(FIRST_TOKENIZE_WINDOW) == [(0, FIRST_TOKENIZE_WINDOW)]
+    assert tokenize_windows(5_000) == [(0, 256), (256, 256 + TOKENIZE_WINDOW), (256 + TOKENIZE_WINDOW, 5_000)]
+
+
+def test_rows_land_in_place_across_tokenize_windows(ours, mixed_texts, monkeypatch):
+    model, tokenizer = ours
+    whole = embed(model, mixed_texts, tokenizer=tokenizer, batch_size=4)
+    monkeypatch.setattr(embed_module, "FIRST_TOKENIZE_WINDOW", 3)  # each window sorted and batched on its own
+    monkeypatch.setattr(embed_module, "TOKENIZE_WINDOW", 5)
+    assert len(tokenize_windows(len(mixed_texts))) > 2
+    assert np.abs(embed(model, mixed_texts, tokenizer=tokenizer, batch_size=4) - whole).max() < 1e-5
 
 
 def test_a_checkpoint_path_a_model_and_a_head_give_the_same_vectors(ours, minilm_dir, mixed_texts):
