@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from .. import __version__
 from . import embed_routes, explorer_routes, routes
 from .errors import ApiError, install_error_handlers
+from .fast_lane import FastLane, lanes_for
 from .guards import BodyLimitMiddleware, ConcurrencyLimitMiddleware, api_key_check
 from .metrics import RequestMetricsMiddleware
 from .models import ServedModels
@@ -26,6 +27,7 @@ from .server import Server
 from .settings import ServeSettings
 
 STATIC_DIR = Path(__file__).parent / "static"
+FAST_LANE_PATHS = ("/embed", "/", "/v1/embeddings")  # the routes one-text clients call most
 
 
 def create_app(models: ServedModels, settings: ServeSettings | None = None) -> FastAPI:
@@ -47,7 +49,10 @@ def create_app(models: ServedModels, settings: ServeSettings | None = None) -> F
     app.state.server = server
     install_error_handlers(app)
     model_routers = (embed_routes.router, routes.router, explorer_routes.router)
-    # The last added runs first: metrics see every request, 429s included; then the concurrency limit; then the body.
+    # The last added runs first: metrics see every request, 429s included; then the concurrency limit; then the body;
+    # then the embedding routes' fast lane (not with an API key, which FastAPI's dependency checks).
+    if not server.settings.api_key:
+        app.add_middleware(FastLane, server=server, lanes=lanes_for(embed_routes.router.routes, FAST_LANE_PATHS))
     app.add_middleware(BodyLimitMiddleware, max_bytes=server.settings.payload_limit,
                        timeout=server.settings.body_timeout_seconds)
     app.add_middleware(ConcurrencyLimitMiddleware, limit=server.settings.max_concurrent_requests, metrics=server.metrics,

@@ -42,6 +42,23 @@ def error_response(request: Request, status_code: int, error_type: str, message:
                         headers=headers)
 
 
+def error_response_for(request: Request, error: Exception) -> JSONResponse:
+    """An exception raised while answering -> its answer: an ApiError's own, an HTTPException's (Starlette's, and
+    the body guard's 408 / 413) in our shape, anything else a logged 500."""
+    if isinstance(error, ApiError):
+        return error_response(request, error.status_code, error.error_type, error.message, error.headers)
+    if isinstance(error, HTTPException):
+        cause = error.__cause__
+        if isinstance(cause, UnicodeDecodeError):  # FastAPI says only "There was an error parsing the body"
+            return error_response(request, 400, "validation", f"the request body is not valid UTF-8 (byte "
+                                                              f"0x{cause.object[cause.start]:02x} at offset {cause.start});"
+                                                              " send JSON encoded as UTF-8")
+        error_type = HTTP_ERROR_TYPES.get(error.status_code, "http")
+        return error_response(request, error.status_code, error_type, str(error.detail), getattr(error, "headers", None))
+    logger.error("unexpected error on %s", request.url.path, exc_info=error)
+    return error_response(request, 500, "backend", f"internal error ({type(error).__name__}); the server logged it")
+
+
 def describe_validation_errors(errors: list[dict]) -> str:
     """pydantic's error list -> one line: `inputs: Input should be a valid string (got 3)`; ..."""
     parts = []
@@ -56,7 +73,7 @@ def describe_validation_errors(errors: list[dict]) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError):
-        return error_response(request, error.status_code, error.error_type, error.message, error.headers)
+        return error_response_for(request, error)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, error: RequestValidationError):
@@ -69,15 +86,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException):
-        cause = error.__cause__
-        if isinstance(cause, UnicodeDecodeError):  # FastAPI says only "There was an error parsing the body"
-            return error_response(request, 400, "validation", f"the request body is not valid UTF-8 (byte "
-                                                              f"0x{cause.object[cause.start]:02x} at offset {cause.start});"
-                                                              " send JSON encoded as UTF-8")
-        error_type = HTTP_ERROR_TYPES.get(error.status_code, "http")
-        return error_response(request, error.status_code, error_type, str(error.detail), getattr(error, "headers", None))
+        return error_response_for(request, error)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, error: Exception):
-        logger.exception("unexpected error on %s", request.url.path)
-        return error_response(request, 500, "backend", f"internal error ({type(error).__name__}); the server logged it")
+        return error_response_for(request, error)
