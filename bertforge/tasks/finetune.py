@@ -12,7 +12,6 @@ import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..train.batches import ShuffledBatches
 from ..tokenization.tokenizer import BertTokenizer
 from ..train.config import FinetuningConfig
 from ..train.runner import RecipeRun, run_recipe
@@ -66,7 +65,7 @@ def finetune_in(recipe: FinetuneRecipe, run: RecipeRun) -> dict:
     task = load_task(recipe.task, recipe.data, run.tokenizer)
     model = run.build(task.model_class, **task.config_overrides(), **recipe.model_overrides)
     rows = task.training_rows()
-    batches = ShuffledBatches(len(rows), recipe.batch_size, rows.collate, seed=recipe.training.seed)
+    batches = run.batches(len(rows), recipe.batch_size, rows.collate)
     config = run.schedule(batches, recipe.epochs, has_dev=bool(recipe.data.dev), default_metric=task.default_metric)
     logger.warning("fine-tuning %s from %s on %s: %d training rows, %d steps (%g epochs of %d batches)",
                    task.model_class.__name__, run.init_from, run.device, len(rows), config.max_steps, recipe.epochs,

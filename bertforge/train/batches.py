@@ -21,26 +21,40 @@ class ShuffledBatches:
 
     The last batch of an epoch may be short (no example is dropped). state_dict() holds the
     epoch and the number of batches already given out in it.
+
+    Under torchrun (world_size > 1) each optimizer step takes world_size x batch_size examples of the one
+    permutation, and this process (`rank`) gets its own batch_size of them: an epoch is the examples once
+    over all processes, in fewer steps. Every process gets a full batch at every step (the processes step
+    together): the last step of an epoch fills up from the permutation's start.
     """
 
-    def __init__(self, size: int, batch_size: int, collate: Collate, seed: int = 0):
+    def __init__(self, size: int, batch_size: int, collate: Collate, seed: int = 0, rank: int = 0,
+                 world_size: int = 1):
         if size < 1:
             raise ValueError("no training examples: check the data file and its columns")
         self.size, self.batch_size, self.collate, self.seed = size, batch_size, collate, seed
+        self.rank, self.world_size = rank, world_size
         self.epoch, self.batches_done = 0, 0
 
     @property
     def batches_per_epoch(self) -> int:
-        return -(-self.size // self.batch_size)
+        return -(-self.size // (self.batch_size * self.world_size))
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         while True:
             order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed * 10_007 + self.epoch))
             while self.batches_done < self.batches_per_epoch:
-                start = self.batches_done * self.batch_size
+                indices = self.batch_indices(order, self.batches_done)
                 self.batches_done += 1
-                yield self.collate(order[start:start + self.batch_size].tolist())
+                yield self.collate(indices)
             self.epoch, self.batches_done = self.epoch + 1, 0
+
+    def batch_indices(self, order: torch.Tensor, step: int) -> list[int]:
+        """This process's examples at `step` of the epoch whose permutation is `order`."""
+        start = (step * self.world_size + self.rank) * self.batch_size
+        if self.world_size == 1:
+            return order[start:start + self.batch_size].tolist()
+        return order[torch.arange(start, start + self.batch_size) % self.size].tolist()
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "batches_done": self.batches_done}

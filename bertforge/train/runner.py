@@ -9,7 +9,7 @@ the same steps around its own data, model class and metrics; they are written on
 
     def my_recipe_in(recipe, run: RecipeRun) -> dict:
         model = run.build(MyModel, **options)                 # from run.init_from; fresh heads from the seed
-        batches = ShuffledBatches(len(rows), recipe.batch_size, collate, seed=recipe.training.seed)
+        batches = run.batches(len(rows), recipe.batch_size, collate)   # this process's share under torchrun
         config = run.schedule(batches, recipe.epochs, has_dev=..., default_metric="accuracy")
         final = run.fit(model, batches, config, evaluate=dev_metrics_or_None)   # the best (or last) model
         return {"steps": config.max_steps, "test": score(final)}               # -> output_dir/results.json
@@ -21,6 +21,11 @@ marks a finished run. `RecipeRun.fit` is the loop (`train.loop.train`) followed 
 model: with an `evaluate` the best one by the dev metric (train/best.py), without one the last
 one, saved to output_dir/best (HF or sentence-transformers layout, tokenizer included) and
 loaded back from there, so what the body scores is exactly what ships.
+
+Under torchrun every process runs the body: `run.batches` gives each its share of every step, the loop
+keeps the copies in step (DistributedDataParallel: gloo on the CPU, NCCL on GPUs) and evaluates and saves
+on rank 0. After training, what a recipe does next (scoring the test split, writing files) is rank 0's
+alone: `fit` ends the body on the other processes, whose `run_recipe` returns {}.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+import torch.distributed as dist
 
 from ..atomic import write_text
 from ..engine.devices import select_device
@@ -37,6 +43,7 @@ from ..resources import resolve_model
 from ..tokenization.tokenizer import BertTokenizer
 from .batches import ShuffledBatches
 from .best import best_model_folder
+from .distributed import Topology, barrier, init_distributed, shutdown
 from .loop import TrainConfig, train
 from .optim import epoch_schedule
 from .run_folder import claim_run_folder
@@ -56,11 +63,12 @@ class RecipeRun:
     training: TrainConfig
     init_from: str | None = None
     resume: bool = False
-    device: torch.device = field(init=False)
+    device: torch.device | None = None  # None: training.device's (`engine.devices.select_device`)
+    topology: Topology = field(default_factory=Topology)
     tokenizer: BertTokenizer | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        self.device = select_device(self.training.device)
+        self.device = self.device or select_device(self.training.device)
         if self.init_from:
             self.init_from = str(resolve_model(self.init_from))
             self.tokenizer = BertTokenizer.from_pretrained(self.init_from)
@@ -79,6 +87,11 @@ class RecipeRun:
         torch.manual_seed(self.training.seed)
         return model_class.from_pretrained(self.init_from, **options)
 
+    def batches(self, size: int, batch_size: int, collate, seed: int | None = None) -> ShuffledBatches:
+        """Shuffled batches of `size` examples (seed: training.seed), this process's share under torchrun."""
+        return ShuffledBatches(size, batch_size, collate, seed=self.training.seed if seed is None else seed,
+                               rank=self.topology.rank, world_size=self.topology.world_size)
+
     def schedule(self, batches: ShuffledBatches, epochs: float, *, has_dev: bool, default_metric: str) -> TrainConfig:
         """The recipe's training settings counted in epochs of `batches` (`train.optim.epoch_schedule`)."""
         return epoch_schedule(self.training, epochs, batches.batches_per_epoch, has_dev=has_dev,
@@ -93,10 +106,17 @@ class RecipeRun:
         over any earlier run's. loop_options go to `train` (statistics, forward_kwargs).
         """
         train(model, batches, config, evaluate=evaluate, tokenizer=self.tokenizer, device=self.device,
-              resume=self.resume, **loop_options)
-        if evaluate is None or not self.best_folder.is_dir():  # the loop kept no best (model of any kind: a folder)
-            model.save_pretrained(self.best_folder, tokenizer=self.tokenizer)
+              resume=self.resume, topology=self.topology, **loop_options)
+        if self.topology.is_main and (evaluate is None or not self.best_folder.is_dir()):
+            model.save_pretrained(self.best_folder, tokenizer=self.tokenizer)  # the loop kept no best: the last
+        barrier(self.topology)
+        if not self.topology.is_main:
+            raise TrainedOnAnotherRank
         return type(model).from_pretrained(self.best_folder).to(self.device)
+
+
+class TrainedOnAnotherRank(Exception):
+    """Raised by `fit` on every torchrun process but rank 0 once training is over; `run_recipe` takes it."""
 
 
 def run_recipe(training: TrainConfig, body: Callable[[RecipeRun], dict], *, init_from: str | None = None,
@@ -106,10 +126,20 @@ def run_recipe(training: TrainConfig, body: Callable[[RecipeRun], dict], *, init
     Raises UsageError / BertforgeError from the claim (`train.run_folder.claim_run_folder`) before
     anything is loaded; whatever `body` raises leaves no results file (the run did not finish).
     """
-    with claim_run_folder(training.output_dir, resume=resume, overwrite=overwrite):
-        results = body(RecipeRun(training, init_from, resume))
-        write_results(training.output_dir, results)
-        return results
+    device = select_device(training.device)
+    joined = not dist.is_initialized()  # a pipeline of recipes (adapt) may have joined the process group already
+    topology = init_distributed(device)
+    try:
+        with claim_run_folder(training.output_dir, resume=resume, overwrite=overwrite, enabled=topology.is_main):
+            try:
+                results = body(RecipeRun(training, init_from, resume, device, topology))
+            except TrainedOnAnotherRank:
+                return {}
+            write_results(training.output_dir, results)
+            return results
+    finally:
+        if joined:
+            shutdown(topology)
 
 
 def write_results(folder: str | Path, results: dict) -> None:

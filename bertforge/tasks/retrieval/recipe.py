@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 
 from ...settings import CHECKPOINT, PATH, load_recipe, recipe_from_values
-from ...train.batches import ShuffledBatches
 from ...train.config import FinetuningConfig
 from ...train.runner import RecipeRun, run_recipe
 from .bi_encoder import BiEncoder, Objective
@@ -81,8 +80,7 @@ def train_sbert_in(recipe: SbertRecipe, run: RecipeRun) -> dict:
     held_out = {split: load_held_out(path) for split in ("dev", "test") if (path := getattr(recipe.data, split))}
     model = run.build(BiEncoder, pooling=recipe.pooling or None, normalize=recipe.normalize,
                       max_seq_length=recipe.max_length or None, objective=recipe.loss)
-    batches = ShuffledBatches(len(pairs), recipe.batch_size, PairCollator(pairs, run.tokenizer, model.max_seq_length),
-                              seed=recipe.training.seed)
+    batches = run.batches(len(pairs), recipe.batch_size, PairCollator(pairs, run.tokenizer, model.max_seq_length))
     default_metric = "spearman" if isinstance(held_out.get("dev"), SentencePairs) else "ndcg@10"
     config = run.schedule(batches, recipe.epochs, has_dev="dev" in held_out, default_metric=default_metric)
     logger.warning("training a %s-pooled bi-encoder from %s on %s: %d rows, loss %s, %d steps", model.pooling,
