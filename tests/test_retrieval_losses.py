@@ -1,4 +1,10 @@
 """Sentence-encoder losses equal sentence-transformers' on the same vectors; the gradient cache equals no cache."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -230,3 +236,43 @@ def test_bi_encoder_adds_the_weighted_distillation_term_with_and_without_the_gra
         torch.testing.assert_close(model(**batch, **teacher).loss, task + 0.5 * with_documents)
     with pytest.raises(ValueError, match="needs the teacher's vectors"):
         distilled(**batch)
+
+
+def test_gradient_cache_under_torchrun_steps_with_the_mean_of_the_ranks_gradients(tmp_path):
+    """DistributedDataParallel refuses the cache's several backward passes a step, so the loop averages the gradients
+    itself: each of 2 gloo processes steps with the mean of what each one's batch gives alone."""
+    script = tmp_path / "ranked.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys
+        import torch
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_retrieval_losses import tiny_batch, tiny_bi_encoder
+        import bertforge.train.loop as loop
+        from bertforge.tasks.retrieval.bi_encoder import Objective
+        from bertforge.train.batches import ShuffledBatches
+        from bertforge.train.config import TrainConfig
+        from bertforge.train.distributed import init_distributed
+        rank = int(os.environ["RANK"])
+        stepped = loop.optimizer_step
+        def captured(model, *rest):
+            torch.save({{n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}},
+                       {str(tmp_path)!r} + f"/grad{{rank}}.pt")
+            return stepped(model, *rest)
+        loop.optimizer_step = captured
+        model = tiny_bi_encoder(Objective(mini_batch_size=4))
+        batches = ShuffledBatches(8, 8, lambda indices: tiny_batch(seed=100 + rank))
+        config = TrainConfig(output_dir={str(tmp_path / "run")!r}, max_steps=1, precision="fp32", device="cpu",
+                             tensorboard=False, plot=False)
+        loop.train(model, batches, config, topology=init_distributed(torch.device("cpu")))
+    """))
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                             str(script)], capture_output=True, text=True, timeout=240,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [torch.load(tmp_path / f"grad{rank}.pt") for rank in (0, 1)]
+    alone = [parameter_gradients(tiny_bi_encoder(Objective()), tiny_batch(seed=100 + rank)) for rank in (0, 1)]
+    assert ranks[0].keys() == alone[0].keys()
+    for name in alone[0]:
+        mean = (alone[0][name] + alone[1][name]) / 2
+        torch.testing.assert_close(ranks[0][name], mean, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(ranks[1][name], mean, rtol=1e-4, atol=1e-6)

@@ -62,3 +62,21 @@ def barrier(topology: Topology) -> None:
 def shutdown(topology: Topology) -> None:
     if topology.distributed and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def broadcast_parameters(model: torch.nn.Module, topology: Topology) -> None:
+    """Every rank starts from rank 0's weights, as DistributedDataParallel's constructor makes them."""
+    if topology.distributed:
+        for parameter in model.parameters():
+            dist.broadcast(parameter.data, src=0)
+
+
+def average_gradients(model: torch.nn.Module, topology: Topology) -> None:
+    """Each gradient averaged over the ranks, as DistributedDataParallel's reducer leaves it: one all-reduce of them
+    all flattened. For a model whose backward is several passes (the gradient cache), which DDP's hooks refuse."""
+    if not topology.distributed:
+        return
+    gradients = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = all_reduce_sum(torch._utils._flatten_dense_tensors(gradients), topology).div_(topology.world_size)
+    for gradient, synced in zip(gradients, torch._utils._unflatten_dense_tensors(flat, gradients)):
+        gradient.copy_(synced)

@@ -31,7 +31,7 @@ from ..validation import STEPS_TO_RUN, check_bound
 from .best import BestModel, best_model_folder
 from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_state, save_checkpoint
 from .config import TrainConfig
-from .distributed import Topology, all_reduce_sum, barrier
+from .distributed import Topology, all_reduce_sum, average_gradients, barrier, broadcast_parameters
 from .interrupt import StopRequests
 from .memory import TRIM_EVERY, release_freed_memory
 from .optim import build_optimizer, learning_rate_schedule, warmup_steps_from
@@ -241,16 +241,26 @@ def accumulate_gradients(forward_model, stream: Prefetcher, config: TrainConfig,
                          device: torch.device, autocast, running: RunningMetrics, statistics: Statistics | None,
                          forward_kwargs: dict) -> None:
     """Forward and backward over grad_accumulation micro-batches; DDP all-reduces on the last one only."""
+    by_hand = topology.distributed and syncs_by_hand(forward_model)
     for micro_step in range(config.grad_accumulation):
         batch = to_device(stream.next_batch(), device)
         last = micro_step == config.grad_accumulation - 1
-        sync = contextlib.nullcontext() if last or not topology.distributed else forward_model.no_sync()
+        sync = contextlib.nullcontext() if last or not topology.distributed or by_hand else forward_model.no_sync()
         with sync:
             with autocast:
                 output = forward_model(**batch, **forward_kwargs)
             (output.loss / config.grad_accumulation).backward()
         running.add(batch, output, statistics)
+    if by_hand:
+        average_gradients(forward_model, topology)
     running.end_step()
+
+
+def syncs_by_hand(model: torch.nn.Module) -> bool:
+    """Whether the model's backward is several passes (`several_backward_passes`: the gradient cache's), which
+    DistributedDataParallel's hooks refuse (a parameter marked ready twice in one step): the loop then averages
+    the gradients over the ranks itself after the step's backward passes."""
+    return getattr(model, "several_backward_passes", False)
 
 
 def run_evaluation(model, evaluate, step: int, log: RunLog | None, progress, topology: Topology) -> dict[str, float]:
@@ -289,7 +299,9 @@ def keep_if_best(best: BestModel, scores: dict[str, float], step: int, model, ru
 
 def wrap_for_training(model: torch.nn.Module, config: TrainConfig, topology: Topology, device: torch.device):
     forward_model = model
-    if topology.distributed:
+    if topology.distributed and syncs_by_hand(model):
+        broadcast_parameters(model, topology)  # accumulate_gradients averages the gradients itself
+    elif topology.distributed:
         forward_model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None
         )

@@ -124,6 +124,11 @@ class BiEncoder(nn.Module):
     def config(self):
         return self.bert.config
 
+    @property
+    def several_backward_passes(self) -> bool:
+        """True with the gradient cache, whose backward embeds each mini-batch again (the training loop reads it)."""
+        return self.objective.mini_batch_size > 0
+
     def sentence_vectors(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """(batch, seq) ids and mask -> (batch, hidden) pooled vectors."""
         states = self.bert(input_ids, attention_mask=attention_mask).last_hidden_state
