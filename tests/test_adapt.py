@@ -513,3 +513,20 @@ def test_precision_reaches_the_mlm_and_the_sentence_encoder_stages(corpus_folder
         methods_module.train_method(cassette_dir, [], [], MethodSettings(), tmp_path / "run", lambda model: {},
                                     device="cpu", precision="bf16")
     assert caught.value.args == ("recipe", "bf16")  # the loop's training.precision
+
+
+def test_two_processes_under_torchrun_adapt_as_one(corpus_folder, cassette_dir, tmp_path):
+    """gloo on the CPU: continued MLM and ICT train data-parallel, rank 0 alone scores, records, writes the model,
+    index and report, and prints (the steps of 2 x the batch: tests/test_finetune.py)."""
+    output = tmp_path / "ranked"
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                             "-m", "bertforge.cli", "adapt", str(corpus_folder), "--output", str(output),
+                             "--base", str(cassette_dir), "--device", "cpu"],
+                            capture_output=True, text=True, timeout=400, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("stage ict:") == 1  # rank 0 alone prints
+    report = json.loads((output / "report.json").read_text())
+    assert [s["name"] for s in report["systems"]] == ["bm25", "base", "mlm", "ict"]
+    assert all(np.isfinite(s["metrics"]["test"]["ndcg@10"]) for s in report["systems"])
+    for name in ("report.md", "model/README.md", "index/meta.json"):
+        assert (output / name).is_file()

@@ -70,12 +70,13 @@ class MethodSettings:
 
 def train_method(init: Path, corpus: list[Passage], texts: list[str], settings: MethodSettings, run_dir: Path,
                  evaluate: Callable[[BiEncoder], dict[str, float]], device: str = "auto", resume: bool = False,
-                 precision: str = "auto") -> tuple[BiEncoder, list[dict]]:
+                 precision: str = "auto") -> tuple[BiEncoder | None, list[dict]]:
     """Train the encoder at `init` with settings.method on the corpus, with the recipe runner (the one loop).
 
     corpus / texts: the passages as indexed (held-out ones without their cut sentence).
     Returns the best model on the dev queries (loaded from run_dir/best) and the loop's records,
-    evaluations included (from run_dir's metrics log, so those before a kill count too).
+    evaluations included (from run_dir's metrics log, so those before a kill count too); (None, []) on the
+    other processes under torchrun.
     """
     config = FinetuningConfig(output_dir=str(run_dir), learning_rate=settings.learning_rate, warmup=settings.warmup,
                               seed=settings.seed, tensorboard=False, plot=False, device=device, precision=precision)
@@ -98,7 +99,8 @@ def train_method(init: Path, corpus: list[Passage], texts: list[str], settings: 
         run.fit(model, batches, schedule, evaluate=evaluate)
         return {"steps": schedule.max_steps}
 
-    run_recipe(config, body, init_from=str(init), resume=resume)
+    if not run_recipe(config, body, init_from=str(init), resume=resume):
+        return None, []  # another process under torchrun (train/runner.py): rank 0 has the model
     best = BiEncoder.from_pretrained(best_model_folder(run_dir))
     return best, read_records(run_dir)
 

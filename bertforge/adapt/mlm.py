@@ -31,6 +31,7 @@ from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..tokenization.tokenizer import BertTokenizer
 from ..train.checkpointing import latest_checkpoint, list_checkpoints
 from ..train.config import TrainConfig
+from ..train.distributed import barrier
 from .domain_vocabulary import corpus_pieces, grow_checkpoint, vocabulary_change
 from .ict import passage_text
 
@@ -94,7 +95,7 @@ def mlm_source(mlm: str | None, base: ModelFolder, vocab: str, vocab_size: int |
     return None
 
 
-def run_mlm_stage(run, stage, settings: MlmSettings) -> dict:
+def run_mlm_stage(run, stage, settings: MlmSettings) -> dict | None:
     """Continue pretraining run.mlm_source on the corpus (resuming after a kill); the stage's record, finished.
 
     run: the pipeline's Run; stage: its Stage (folder, model). Leaves stage.model (a sentence-transformers
@@ -104,12 +105,19 @@ def run_mlm_stage(run, stage, settings: MlmSettings) -> dict:
     print(f"stage {stage.name}: continued MLM pretraining of {source}, {settings.steps} steps, batch "
           f"{settings.batch_size}, lr {settings.learning_rate}" + (", a domain vocabulary" if settings.vocab == "new"
                                                                     else ""), flush=True)
-    write_texts(stage.folder, run.held_out)
-    init, vocabulary = starting_checkpoint(run.mlm_source, stage.folder, settings)
+    main = run.topology.is_main  # under torchrun rank 0 writes the inputs; every process pretrains
+    if main:
+        write_texts(stage.folder, run.held_out)
+        init, vocabulary = starting_checkpoint(run.mlm_source, stage.folder, settings)
+    barrier(run.topology)
+    if not main:  # reads what rank 0 wrote
+        init, vocabulary = starting_checkpoint(run.mlm_source, stage.folder, settings)
     resume = latest_checkpoint(stage.run) is not None if stage.run.is_dir() else False
-    if stage.run.is_dir() and not resume:
+    if stage.run.is_dir() and not resume and main:
         shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
     records = continue_pretraining(init, stage.folder, settings, run.options.device, resume, run.options.precision)
+    if not main:
+        return None
     encoder, tokenizer = keep_models(list_checkpoints(stage.run)[-1] / "model", stage, run)
     evaluator = run.evaluator.with_tokenizer(tokenizer)
     scored = evaluator.encoder(encoder.to(run.device))

@@ -7,12 +7,15 @@ with a model card) -> DIR/index -> DIR/report.*.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import shutil
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -27,6 +30,7 @@ from ..tasks.retrieval.baselines import BM25_ANALYZER
 from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
+from ..train.distributed import Topology, barrier, init_distributed, shutdown
 from .card import write_card
 from .corpus import MAX_WORDS, Corpus, read_corpus
 from .evaluation import Evaluator, read_beir_folder
@@ -77,31 +81,50 @@ class Run:
     architecture: str
     pooling: str  # the base's, which every stage keeps
     mlm_source: Path | None = None  # the checkpoint continued MLM trains; None: no MLM stage
+    topology: Topology = Topology()  # under torchrun: this process's rank (train.distributed)
 
 
 def run_adapt(options: AdaptOptions) -> dict:
-    """Run (or resume) every stage; returns the report (also DIR/report.json). See the module docstring."""
+    """Run (or resume) every stage; returns the report (also DIR/report.json). See the module docstring.
+
+    Under torchrun every process runs it: the training stages data-parallel (the recipe runner, the pretraining
+    recipe), and everything else (baselines, scoring, the stage records, model, index and report) on rank 0,
+    the other processes waiting for it at each stage, printing nothing and returning {}.
+    """
     if options.preset not in PRESETS:
         raise UsageError(f"--preset {options.preset!r} is not one of {', '.join(PRESETS)}")
+    topology = init_distributed(select_device(options.device))
+    try:
+        quiet = contextlib.nullcontext() if topology.is_main else contextlib.redirect_stdout(io.StringIO())
+        with quiet:  # rank 0 tells the story
+            return adapt_in(options, topology)
+    finally:
+        shutdown(topology)
+
+
+def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
     started = time.time()
-    run = open_run(options)
+    run = open_run(options, topology)
     baseline = Stage.of(run.output, "baseline", run.corpus_key, run.base_key, options.eval)
-    systems = (baseline.done or baseline.finish({"systems": baseline_systems(run)}))["systems"]
+    systems = finished(run, baseline, lambda: baseline.finish({"systems": baseline_systems(run)}))
+    systems = systems["systems"] if systems else []
     stages, key, init = [], stage_key(run.corpus_key, run.base_key), run.base_folder
     if run.mlm_source is not None:  # the stages after it train the MLM-trained encoder, with its vocabulary
         settings = mlm_settings(options.preset, round(run.corpus.words * run.vocabulary.pieces_per_word),
                                 options.vocab, options.seed, options.vocab_size)
         stage = Stage.of(run.output, "mlm", key, model_fingerprint(run.mlm_source)[:12], settings)
         stages.append(stage)
-        systems.append(stage.done or run_mlm_stage(run, stage, settings))
+        systems.append(finished(run, stage, lambda: run_mlm_stage(run, stage, settings)))
         key, init = stage.key, stage.model
         run = replace(run, evaluator=run.evaluator.with_tokenizer(BertTokenizer.from_pretrained(init)))
     for name, settings in stage_settings(options.preset, len(training_passages(run.held_out.corpus)), options.seed):
         settings = replace(settings, max_length=min(settings.max_length, run.max_seq_length))
         stage = Stage.of(run.output, name, key, settings)
         stages.append(stage)
-        systems.append(stage.done or run_stage(run, stage, settings, init))
+        systems.append(finished(run, stage, lambda: run_stage(run, stage, settings, init)))
         key, init = stage.key, stage.model
+    if not topology.is_main:
+        return {}
     final = pick_final(systems)
     dense_weight = engine(final)["dense_weight"]
     index_stage = Stage.of(run.output, "index", run.corpus_key, final.get("key", run.base_key), dense_weight)
@@ -123,8 +146,17 @@ def run_adapt(options: AdaptOptions) -> dict:
     return report
 
 
-def open_run(options: AdaptOptions) -> Run:
-    """Read and check the corpus, claim the output folder, draw the held-out queries, print the corpus."""
+def finished(run: Run, stage: Stage, make: Callable[[], dict | None]) -> dict | None:
+    """The stage's record, cached or made now (`make`: every rank trains, rank 0 scores and records); None on the
+    other ranks under torchrun. Every rank sees the same stages finished, and leaves once rank 0 has recorded it."""
+    barrier(run.topology)
+    record = stage.done or make()
+    barrier(run.topology)
+    return record if run.topology.is_main else None
+
+
+def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
+    """Read and check the corpus, claim the output folder (rank 0), draw the held-out queries, print the corpus."""
     base = read_model_folder(resolve_model(options.base))  # one line for a folder it cannot reproduce
     if base.pooling not in ("mean", "cls") or base.transformer != base.root:
         raise UsageError(f"--base {options.base}: adapt trains mean- or cls-pooled encoders stored at the folder's "
@@ -134,8 +166,9 @@ def open_run(options: AdaptOptions) -> Run:
     corpus = read_corpus(options.corpus, text_column=options.text_column, max_words=MAX_WORDS)
     check_corpus(corpus, options)
     output = Path(options.output)
-    claim_output(output, {"command": "adapt", "corpus": [str(Path(p).resolve()) for p in options.corpus],
-                          "base": str(options.base), "preset": options.preset})
+    if topology.is_main:
+        claim_output(output, {"command": "adapt", "corpus": [str(Path(p).resolve()) for p in options.corpus],
+                              "base": str(options.base), "preset": options.preset})
     tokenizer = BertTokenizer.from_pretrained(base_folder)
     vocabulary = print_corpus(corpus, tokenizer)
     rng = np.random.default_rng(options.seed)
@@ -146,7 +179,7 @@ def open_run(options: AdaptOptions) -> Run:
     return Run(options, output, corpus, held_out, Evaluator(held_out, tokenizer, beir), tokenizer, base_folder,
                select_device(options.device), corpus_key, model_fingerprint(base_folder)[:12], vocabulary,
                min(base.max_seq_length, read_model_folder(mlm).max_seq_length) if mlm else base.max_seq_length,
-               base.architecture, base.pooling, mlm)
+               base.architecture, base.pooling, mlm, topology)
 
 
 def check_corpus(corpus: Corpus, options: AdaptOptions) -> None:
@@ -187,17 +220,19 @@ def baseline_systems(run: Run) -> list[dict]:
     return [bm25, base]
 
 
-def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path) -> dict:
+def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path) -> dict | None:
     """Train one stage from `init` (resuming its checkpoints after a kill); its record, finished."""
     started = time.time()
     print(f"stage {stage.name}: {settings.method}, {settings.epochs} epoch(s), batch {settings.batch_size}, "
           f"lr {settings.learning_rate}" + (", BM25 hard negatives" if settings.hard_negatives else ""), flush=True)
     resume = stage.run.is_dir() and latest_checkpoint(stage.run) is not None
-    if stage.run.is_dir() and not resume:
+    if stage.run.is_dir() and not resume and run.topology.is_main:
         shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
     best_model, records = train_method(init, run.held_out.corpus, run.held_out.texts(), settings, stage.run,
                                        run.evaluator.during_training, run.options.device, resume=resume,
                                        precision=run.options.precision)
+    if best_model is None:  # another process under torchrun: rank 0 scores and records the stage
+        return None
     evaluations = [r for r in records if "eval_ndcg@10" in r]
     best = max(evaluations, key=lambda r: r["eval_ndcg@10"])  # the first of equals, as the loop keeps it
     shutil.rmtree(stage.model, ignore_errors=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from ...models.config import BertConfig
@@ -164,11 +165,19 @@ def stale_cache(folder: Path, change: str, resume: bool, recorded: bool) -> str 
 
 def build_model(recipe: PretrainRecipe, tokenizer: BertTokenizer) -> BertForPreTraining:
     if recipe.model.init_from:
-        return BertForPreTraining.from_pretrained(recipe.model.init_from, **recipe.model.overrides)
-    config = BertConfig.from_preset(recipe.model.preset, vocab_size=tokenizer.vocab_size,
-                                    max_position_embeddings=max(512, recipe.data.instances.max_seq_length),
-                                    **recipe.model.overrides)
-    return BertForPreTraining(config)
+        model = BertForPreTraining.from_pretrained(recipe.model.init_from, **recipe.model.overrides)
+    else:
+        config = BertConfig.from_preset(recipe.model.preset, vocab_size=tokenizer.vocab_size,
+                                        max_position_embeddings=max(512, recipe.data.instances.max_seq_length),
+                                        **recipe.model.overrides)
+        model = BertForPreTraining(config)
+    if not recipe.data.instances.nsp:
+        # Without sentence pairs no loss reaches the NSP head or the pooler it reads: frozen, they stay as they are,
+        # as they did untrained, and DistributedDataParallel (which waits for every trainable weight's gradient)
+        # does not wait for them under torchrun.
+        model.bert.pooler.requires_grad_(False)
+        model.cls.seq_relationship.requires_grad_(False)
+    return model
 
 
 class EndlessBatches:
@@ -246,13 +255,15 @@ def run_pretraining(recipe: PretrainRecipe, resume: bool = False, overwrite: boo
     if not recipe.data.train:
         raise ValueError("the recipe has no data.train files; list the text files to pretrain on")
     device = select_device(recipe.training.device)
+    joined = not dist.is_initialized()  # a pipeline (adapt's continued MLM) may have joined the process group
     topology = init_distributed(device)
     run_dir = Path(recipe.training.output_dir)
     try:
         with claim_run_folder(run_dir, resume=resume, overwrite=overwrite, enabled=topology.is_main):
             return pretrain_in(run_dir, recipe, resume, topology, device)
     finally:
-        shutdown(topology)
+        if joined:
+            shutdown(topology)
 
 
 def pretrain_in(run_dir: Path, recipe: PretrainRecipe, resume: bool, topology: Topology,

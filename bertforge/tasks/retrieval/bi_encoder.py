@@ -113,6 +113,8 @@ class BiEncoder(nn.Module):
         super().__init__()
         pooling_modes(pooling)  # ValueError naming the valid modes
         self.bert = bert
+        if bert.pooler is not None:  # the sentence vector pools token states: no loss reaches the [CLS] pooler, so it
+            bert.pooler.requires_grad_(False)  # stays as loaded, and DDP (torchrun) does not wait for its gradient
         self.pooling, self.normalize, self.max_seq_length = pooling, normalize, max_seq_length
         self.objective = objective or Objective()
         too_wide = [d for d in self.objective.matryoshka_dims if d > bert.config.hidden_size]
