@@ -268,10 +268,16 @@ def test_the_int8_kernel_is_onednn_with_vnni_and_fbgemm_without(monkeypatch):
     """_int_mm is a plain loop without VNNI (36x slower than float32 on AVX2): FBGEMM there."""
     from bertforge.engine.precision import int8_kernel
 
+    fbgemm = "fbgemm" if "fbgemm" in torch.backends.quantized.supported_engines else "int_mm"
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: True, raising=False)
     assert int8_kernel() == ("onednn" if torch.backends.mkldnn.is_available() else "int_mm")
     monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: False, raising=False)
-    assert int8_kernel() == ("fbgemm" if "fbgemm" in torch.backends.quantized.supported_engines else "int_mm")
+    assert int8_kernel() == fbgemm
+    # torch held to its AVX2 kernels (ATEN_CPU_CAPABILITY=avx2, standing in for an AVX2 CPU): an AVX2 machine's choice
+    monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: True, raising=False)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert int8_kernel() == fbgemm
 
 
 def test_in_dtype_copies_unless_inplace_and_refuses_to_undo_int8(tiny_model):

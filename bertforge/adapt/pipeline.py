@@ -30,7 +30,7 @@ from ..tasks.retrieval.baselines import BM25_ANALYZER
 from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
-from ..train.distributed import Topology, barrier, init_distributed, shutdown
+from ..train.distributed import Topology, barrier, process_group
 from .card import write_card
 from .corpus import MAX_WORDS, Corpus, read_corpus
 from .evaluation import Evaluator, read_beir_folder
@@ -93,13 +93,10 @@ def run_adapt(options: AdaptOptions) -> dict:
     """
     if options.preset not in PRESETS:
         raise UsageError(f"--preset {options.preset!r} is not one of {', '.join(PRESETS)}")
-    topology = init_distributed(select_device(options.device))
-    try:
+    with process_group(select_device(options.device)) as topology:
         quiet = contextlib.nullcontext() if topology.is_main else contextlib.redirect_stdout(io.StringIO())
         with quiet:  # rank 0 tells the story
             return adapt_in(options, topology)
-    finally:
-        shutdown(topology)
 
 
 def adapt_in(options: AdaptOptions, topology: Topology) -> dict:

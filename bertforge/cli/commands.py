@@ -92,7 +92,7 @@ def embed_texts(input: str, output: str, model: str = "minilm", layers: str = "-
     from ..embeddings.files import embed_file, vector_settings
     from ..models.folder import read_model_folder
     from ..engine.devices import device_from_option
-    from ..train.distributed import init_distributed, shutdown
+    from ..train.distributed import process_group
 
     use_threads(threads)
     source = Path(input)
@@ -100,8 +100,7 @@ def embed_texts(input: str, output: str, model: str = "minilm", layers: str = "-
     chosen = device_from_option(device)
     if chosen.type == "cuda":
         torch.cuda.set_device(chosen)  # NCCL's barrier runs on the current device
-    topology = init_distributed(chosen)
-    try:
+    with process_group(chosen) as topology:
         folder = read_model_folder(resolve_model(model))
         if topology.is_main:
             say_overrides(folder, {"pooling": pooling, "normalize": normalize})
@@ -111,8 +110,6 @@ def embed_texts(input: str, output: str, model: str = "minilm", layers: str = "-
                                             device=chosen, progress=False)
         settings = vector_settings(source, text_field, folder.root, embedder)
         written, reused = embed_file(texts, output, embedder, settings, topology)
-    finally:
-        shutdown(topology)
     if topology.is_main:
         resumed = f" (resumed: {reused} part(s) were already done)" if reused else ""
         print(f"wrote {len(texts)} vectors of size {embedder.dim} to {written}{resumed}")

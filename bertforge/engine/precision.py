@@ -138,8 +138,13 @@ def quantize_per_token(states: Tensor, to_int8: bool = True) -> tuple[Tensor, Te
 
 
 def int8_kernel() -> str:
-    """"onednn" where the CPU has VNNI, else "fbgemm"; "int_mm" where neither kernel is built (see Int8Linear)."""
-    has_vnni = getattr(torch.cpu, "_is_vnni_supported", lambda: False)()  # private, hence the fallback
+    """"onednn" where the CPU has VNNI, else "fbgemm"; "int_mm" where neither kernel is built (see Int8Linear).
+
+    VNNI counts only while torch runs its kernels past AVX2: with ATEN_CPU_CAPABILITY=avx2 (an AVX2 CPU stood in
+    for, as `benchmarks/bench_cpu_peers.py --isa avx2` does) the choice is an AVX2 machine's.
+    """
+    capable = torch.backends.cpu.get_cpu_capability() not in ("DEFAULT", "AVX2")
+    has_vnni = capable and getattr(torch.cpu, "_is_vnni_supported", lambda: False)()  # private, hence the fallback
     if has_vnni and torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise"):
         return "onednn"
     return "fbgemm" if not has_vnni and "fbgemm" in torch.backends.quantized.supported_engines else "int_mm"

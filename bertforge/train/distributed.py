@@ -4,7 +4,9 @@ Everything here is a no-op in a single process, so the loop reads the same eithe
 """
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +26,19 @@ class Topology:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
+
+
+@contextlib.contextmanager
+def process_group(device: torch.device) -> Iterator[Topology]:
+    """This process's Topology for the block: under torchrun the process group is joined on entry and left on exit,
+    unless it was joined already (a pipeline of recipes, adapt's, keeps one group through all of them)."""
+    joined_before = dist.is_available() and dist.is_initialized()
+    topology = init_distributed(device)
+    try:
+        yield topology
+    finally:
+        if not joined_before:
+            shutdown(topology)
 
 
 def init_distributed(device: torch.device) -> Topology:

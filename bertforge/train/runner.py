@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-import torch.distributed as dist
 
 from ..atomic import write_text
 from ..engine.devices import select_device
@@ -43,7 +42,7 @@ from ..resources import resolve_model
 from ..tokenization.tokenizer import BertTokenizer
 from .batches import ShuffledBatches
 from .best import best_model_folder
-from .distributed import Topology, barrier, init_distributed, shutdown
+from .distributed import Topology, barrier, process_group
 from .loop import TrainConfig, train
 from .optim import epoch_schedule
 from .run_folder import claim_run_folder
@@ -127,19 +126,14 @@ def run_recipe(training: TrainConfig, body: Callable[[RecipeRun], dict], *, init
     anything is loaded; whatever `body` raises leaves no results file (the run did not finish).
     """
     device = select_device(training.device)
-    joined = not dist.is_initialized()  # a pipeline of recipes (adapt) may have joined the process group already
-    topology = init_distributed(device)
-    try:
-        with claim_run_folder(training.output_dir, resume=resume, overwrite=overwrite, enabled=topology.is_main):
-            try:
-                results = body(RecipeRun(training, init_from, resume, device, topology))
-            except TrainedOnAnotherRank:
-                return {}
-            write_results(training.output_dir, results)
-            return results
-    finally:
-        if joined:
-            shutdown(topology)
+    with process_group(device) as topology, \
+            claim_run_folder(training.output_dir, resume=resume, overwrite=overwrite, enabled=topology.is_main):
+        try:
+            results = body(RecipeRun(training, init_from, resume, device, topology))
+        except TrainedOnAnotherRank:
+            return {}
+        write_results(training.output_dir, results)
+        return results
 
 
 def write_results(folder: str | Path, results: dict) -> None:

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from ...models.config import BertConfig
@@ -28,7 +27,7 @@ from .shards import TokenizedCorpus, prepare_corpus
 from ...models.heads import BertForPreTraining, masked_positions_from
 from ...tokenization.tokenizer import BertTokenizer
 from ...engine.devices import select_device, to_device
-from ...train.distributed import Topology, barrier, init_distributed, shutdown
+from ...train.distributed import Topology, barrier, process_group
 from ...train.config import TrainConfig
 from ...train.loop import train
 from ...settings import CHECKPOINT, KEYS_OF, PATH, load_recipe
@@ -255,15 +254,10 @@ def run_pretraining(recipe: PretrainRecipe, resume: bool = False, overwrite: boo
     if not recipe.data.train:
         raise ValueError("the recipe has no data.train files; list the text files to pretrain on")
     device = select_device(recipe.training.device)
-    joined = not dist.is_initialized()  # a pipeline (adapt's continued MLM) may have joined the process group
-    topology = init_distributed(device)
     run_dir = Path(recipe.training.output_dir)
-    try:
-        with claim_run_folder(run_dir, resume=resume, overwrite=overwrite, enabled=topology.is_main):
-            return pretrain_in(run_dir, recipe, resume, topology, device)
-    finally:
-        if joined:
-            shutdown(topology)
+    with process_group(device) as topology, \
+            claim_run_folder(run_dir, resume=resume, overwrite=overwrite, enabled=topology.is_main):
+        return pretrain_in(run_dir, recipe, resume, topology, device)
 
 
 def pretrain_in(run_dir: Path, recipe: PretrainRecipe, resume: bool, topology: Topology,
