@@ -23,7 +23,7 @@ Peers that are not test dependencies (ctranslate2) are installed into benchmarks
 `pip install --target`, so the project's own environment stays as it is.
 
     python benchmarks/bench_cpu_peers.py [--n 1000] [--batch-size 32] [--threads 1,2] [--repeats 3]
-                                         [--long] [--contention] [--engines st,ours,ort,ct2]
+                                         [--long] [--contention] [--engines st,ours,ort,ct2] [--isa avx2]
 """
 from __future__ import annotations
 
@@ -34,6 +34,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bertforge.engine.threads import spin_briefly  # noqa: E402 (imports no torch)
 
 spin_briefly()  # before torch: OpenMP as `bertforge` commands start it (a short spin; OMP_WAIT_POLICY wins)
+
+# --isa avx2: an AVX2 machine stood in for on a newer x86 CPU. The libraries read these before their first use,
+# so the bench starts itself again with them set. ONNX Runtime has no such switch: its rows keep the CPU's own ISA.
+AVX2_ONLY = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
+             "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2", "CT2_FORCE_CPU_ISA": "AVX2"}
+wants_avx2 = "--isa=avx2" in sys.argv or any(a == "--isa" and sys.argv[i + 1:i + 2] == ["avx2"]
+                                             for i, a in enumerate(sys.argv))
+if wants_avx2 and any(os.environ.get(k) != v for k, v in AVX2_ONLY.items()):
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ONLY})
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
@@ -339,6 +348,9 @@ def main() -> None:
     parser.add_argument("--contention", action="store_true",
                         help="also rows with a competing process spinning on the last core")
     parser.add_argument("--engines", default="st,ours,ort,ct2", help="subset of st,ours,ort,ct2")
+    parser.add_argument("--isa", choices=("native", "avx2"), default="native",
+                        help="avx2: limit torch (MKL, oneDNN, FBGEMM, ATen) and CTranslate2 to AVX2, to stand in for "
+                             "an AVX2 CPU (ONNX Runtime keeps the CPU's own ISA)")
     args = parser.parse_args()
     thread_counts = [int(t) for t in args.threads.split(",")]
     if args.n < 10 or args.batch_size < 1 or args.repeats < 1 or min(thread_counts) < 1:
@@ -364,6 +376,9 @@ def main() -> None:
           f"{onnxruntime.__version__}, ctranslate2 {ctranslate2.__version__}, Python {platform.python_version()}; "
           f"{datetime.datetime.now().isoformat(timespec='minutes')}; median of {args.repeats}; "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}")
+    if args.isa == "avx2":
+        print(f"AVX2 stood in for: torch's kernels at {torch.backends.cpu.get_cpu_capability()}, MKL, oneDNN, FBGEMM "
+              "and CTranslate2 limited to AVX2 (ONNX Runtime's rows use the CPU's own ISA)")
 
     sets = [("mixed", load_texts(args.n))] + ([("long", long_texts(args.n // 4))] if args.long else [])
     for threads in thread_counts:
