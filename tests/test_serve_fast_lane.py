@@ -30,9 +30,10 @@ class Route:
     path = "/embed"
 
 
-def run_asgi(app, path, body: bytes, method="POST", content_type=b"application/json", chunks=1, leave=False):
+def run_asgi(app, path, body: bytes, method="POST", content_type=b"application/json", chunks=1, leave=False,
+             headers=()):
     """One request through `app`: (status, headers, body) sent back."""
-    scope = {"type": "http", "method": method, "path": path, "headers": [(b"content-type", content_type)],
+    scope = {"type": "http", "method": method, "path": path, "headers": [(b"content-type", content_type), *headers],
              "query_string": b"", "root_path": "", "scheme": "http", "server": ("testserver", 80)}
     size = -(-len(body) // chunks) or 1
     parts = [body[i:i + size] for i in range(0, len(body), size)] or [b""]
@@ -91,6 +92,16 @@ def test_everything_else_goes_on_with_its_body(lane, path, body, method, content
     app, downstream = lane
     status, _, answer = run_asgi(app, path, body, method=method, content_type=content_type)
     assert (status, answer) == (422, b'{"downstream":true}') and downstream.calls == [(path, body)]
+
+
+@pytest.mark.parametrize("authorization, answered", [(b"Bearer s3cret", True), (b"bearer  s3cret ", True),
+                                                     (b"Bearer nope", False), (b"Basic s3cret", False), (None, False)])
+def test_with_an_api_key_only_requests_carrying_it_take_the_lane(authorization, answered):
+    downstream = Downstream()
+    app = FastLane(downstream, server="the server", lanes={"/embed": Lane(Route(), Body, handler)}, api_key=b"s3cret")
+    headers = [(b"authorization", authorization)] if authorization else []
+    status, _, _ = run_asgi(app, "/embed", b'{"inputs": "hello"}', headers=headers)
+    assert (status == 200, bool(downstream.calls)) == (answered, not answered)
 
 
 def test_a_client_that_leaves_before_the_body_ends_gets_nothing(lane):

@@ -50,9 +50,9 @@ def create_app(models: ServedModels, settings: ServeSettings | None = None) -> F
     install_error_handlers(app)
     model_routers = (embed_routes.router, routes.router, explorer_routes.router)
     # The last added runs first: metrics see every request, 429s included; then the concurrency limit; then the body;
-    # then the embedding routes' fast lane (not with an API key, which FastAPI's dependency checks).
-    if not server.settings.api_key:
-        app.add_middleware(FastLane, server=server, lanes=lanes_for(embed_routes.router.routes, FAST_LANE_PATHS))
+    # then the embedding routes' fast lane.
+    app.add_middleware(FastLane, server=server, lanes=lanes_for(embed_routes.router.routes, FAST_LANE_PATHS),
+                       api_key=server.settings.api_key.encode() if server.settings.api_key else None)
     app.add_middleware(BodyLimitMiddleware, max_bytes=server.settings.payload_limit,
                        timeout=server.settings.body_timeout_seconds)
     app.add_middleware(ConcurrencyLimitMiddleware, limit=server.settings.max_concurrent_requests, metrics=server.metrics,

@@ -7,7 +7,7 @@ validation, the exception middleware and exit stack) around a handler that needs
 `FastLane`, innermost of the server's middlewares, answers POST /embed, / (TEI's dispatch) and
 /v1/embeddings itself: the body validated by the route's own pydantic schema in one step from its
 bytes, the route's own handler called, its response sent. Anything else goes on to FastAPI
-unchanged, and so does a body the schema refuses (its bytes handed on): FastAPI's answer, in the
+unchanged (a request without the server's --api-key too), and so does a body the schema refuses (its bytes handed on): FastAPI's answer, in the
 error shapes of errors.py, stays the only rule for a bad request. Errors the handler raises are
 answered by the same functions FastAPI's handlers call (errors.error_response_for).
 """
@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
 from .errors import error_response_for
+from .guards import authorized
 from .server import Server
 
 Handler = Callable[[BaseModel, Request, Server], Awaitable]
@@ -45,14 +46,15 @@ def lanes_for(routes, paths: tuple[str, ...]) -> dict[str, Lane]:
 
 
 class FastLane:
-    """Pure ASGI middleware: the lanes' requests with a JSON body their schema accepts, answered here."""
+    """Pure ASGI middleware: the lanes' requests with a JSON body their schema accepts, answered here (with the
+    server's key, when it has one: a request without it goes on, and the routes' dependency answers 401 / 403)."""
 
-    def __init__(self, app, server: Server, lanes: dict[str, Lane]):
-        self.app, self.server, self.lanes = app, server, lanes
+    def __init__(self, app, server: Server, lanes: dict[str, Lane], api_key: bytes | None = None):
+        self.app, self.server, self.lanes, self.api_key = app, server, lanes, api_key
 
     async def __call__(self, scope, receive, send):
         lane = self.lanes.get(scope.get("path")) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if lane is None or not sends_json(scope):
+        if lane is None or not sends_json(scope) or (self.api_key is not None and not authorized(scope, self.api_key)):
             return await self.app(scope, receive, send)
         try:
             body = await read_body(receive)

@@ -7,6 +7,7 @@ import hmac
 import json
 
 from fastapi import Depends
+from fastapi.security.utils import get_authorization_scheme_param
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
@@ -109,7 +110,19 @@ def api_key_check(api_key: str | None):
         if credentials is None:
             raise ApiError(401, "unauthorized", "this server wants an API key: send the header "
                                                 "'Authorization: Bearer <key>'", {"WWW-Authenticate": "Bearer"})
-        if not hmac.compare_digest(credentials.credentials.encode(), expected):  # constant time: no timing oracle
+        if not key_matches(credentials.credentials, expected):
             raise ApiError(403, "forbidden", "the API key is not this server's; check the key you were given")
 
     return check
+
+
+def key_matches(token: str, expected: bytes) -> bool:
+    return hmac.compare_digest(token.encode(), expected)  # constant time: no timing oracle
+
+
+def authorized(scope, expected: bytes) -> bool:
+    """Whether an ASGI request carries `Authorization: Bearer <the key>`, read as HTTPBearer reads it (the fast
+    lane's check; a request that fails it goes on to the routes, whose dependency answers 401 or 403)."""
+    header = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
+    scheme, token = get_authorization_scheme_param(header.decode("latin-1"))
+    return scheme.lower() == "bearer" and bool(token) and key_matches(token, expected)
