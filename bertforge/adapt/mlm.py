@@ -106,12 +106,11 @@ def run_mlm_stage(run, stage, settings: MlmSettings) -> dict | None:
           f"{settings.batch_size}, lr {settings.learning_rate}" + (", a domain vocabulary" if settings.vocab == "new"
                                                                     else ""), flush=True)
     main = run.topology.is_main  # under torchrun rank 0 writes the inputs; every process pretrains
+    init, vocabulary = pretraining_start(run.mlm_source, stage.folder, settings), None
     if main:
         write_texts(stage.folder, run.held_out)
-        init, vocabulary = starting_checkpoint(run.mlm_source, stage.folder, settings)
+        vocabulary = prepare_start(run.mlm_source, stage.folder, settings)
     barrier(run.topology)
-    if not main:  # reads what rank 0 wrote
-        init, vocabulary = starting_checkpoint(run.mlm_source, stage.folder, settings)
     resume = latest_checkpoint(stage.run) is not None if stage.run.is_dir() else False
     if stage.run.is_dir() and not resume and main:
         shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
@@ -159,12 +158,17 @@ def write_texts(folder: Path, held_out) -> None:
             write_text(folder / name, "\n\n".join(blocks) + "\n")
 
 
-def starting_checkpoint(source: Path, folder: Path, settings: MlmSettings) -> tuple[Path, dict | None]:
-    """The checkpoint to pretrain: `source`, or (vocab new) source grown by the corpus's pieces, written once
-    to folder/init; with the vocabulary's change on the corpus (None for vocab base)."""
+def pretraining_start(source: Path, folder: Path, settings: MlmSettings) -> Path:
+    """The checkpoint continued MLM pretrains: `source`, or (vocab new) folder/init, which `prepare_start` writes."""
+    return source if settings.vocab == "base" else folder / "init"
+
+
+def prepare_start(source: Path, folder: Path, settings: MlmSettings) -> dict | None:
+    """With vocab new, write source grown by the corpus's pieces to folder/init (once) and return the vocabulary's
+    change on the corpus; None for vocab base."""
     if settings.vocab == "base":
-        return source, None
-    init = folder / "init"
+        return None
+    init = pretraining_start(source, folder, settings)
     if not (init / "config.json").is_file():
         pieces = corpus_pieces(folder / TRAIN_TEXT, BertTokenizer.from_pretrained(source), settings.vocab_size)
         grow_checkpoint(source, init, pieces)
@@ -174,7 +178,7 @@ def starting_checkpoint(source: Path, folder: Path, settings: MlmSettings) -> tu
     print(f"domain vocabulary: {change['added']:,} pieces added ({before['vocab_size']:,} -> {after['vocab_size']:,});"
           f" word pieces per word {before['pieces_per_word']:.3f} -> {after['pieces_per_word']:.3f}, words split "
           f"{before['split_share']:.1%} -> {after['split_share']:.1%}", flush=True)
-    return init, change
+    return change
 
 
 def continue_pretraining(init: Path, folder: Path, settings: MlmSettings, device: str, resume: bool,
