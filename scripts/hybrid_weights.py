@@ -17,7 +17,7 @@ import torch
 from bertforge.adapt.corpus import MAX_WORDS, read_corpus
 from bertforge.adapt.evaluation import Evaluator, read_beir_folder
 from bertforge.adapt.ict import held_out_queries
-from bertforge.adapt.presets import query_count
+from bertforge.adapt.presets import query_count, scored_passages
 from bertforge.resources import resolve_model
 from bertforge.tasks.retrieval.bi_encoder import BiEncoder
 from bertforge.tasks.retrieval.hybrid import WEIGHTS, hybrid_scorer, remembered
@@ -38,7 +38,7 @@ def held_out_evaluator(args: argparse.Namespace) -> Evaluator:
     """adapt's Evaluator for args.corpus (its quick preset's held-out ICT queries) and args.eval; prints their sizes."""
     corpus = read_corpus(args.corpus, text_column=args.text_column, max_words=MAX_WORDS)
     held_out = held_out_queries(corpus.passages, query_count("quick", len(corpus.passages)),
-                                np.random.default_rng(args.seed))
+                                np.random.default_rng(args.seed), max_scored=scored_passages("quick"))
     print(f"{len(corpus.passages):,} passages, queries {({k: len(v) for k, v in held_out.queries.items()})}")
     return Evaluator(held_out, BertTokenizer.from_pretrained(resolve_model("minilm")),
                      read_beir_folder(args.eval) if args.eval else None)

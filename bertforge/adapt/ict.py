@@ -26,13 +26,23 @@ KEEP_PROBABILITY = 0.1
 
 @dataclass
 class HeldOut:
-    """The indexed corpus (held-out passages without their cut sentence) and the ICT queries."""
+    """The indexed corpus (held-out passages without their cut sentence), the ICT queries, and the passages
+    the queries are scored against (`scored`: all of them, or on a big corpus the queries' own passages and
+    a seeded sample of the others; see held_out_queries)."""
 
     corpus: list[Passage]
     queries: dict[str, list[tuple[str, int]]]  # split -> [(query text, index of its passage in corpus)]
+    scored: list[int] | None = None  # indices into corpus, ascending; None: every passage
 
     def texts(self) -> list[str]:
         return [passage_text(p) for p in self.corpus]
+
+    def scored_indices(self) -> list[int]:
+        return list(range(len(self.corpus))) if self.scored is None else self.scored
+
+    def scored_texts(self) -> list[str]:
+        """What each evaluation embeds and ranks: the scored passages, in corpus order."""
+        return [passage_text(self.corpus[i]) for i in self.scored_indices()]
 
 
 def passage_text(passage: Passage) -> str:
@@ -45,11 +55,14 @@ def query_candidates(passage: Passage) -> list[int]:
 
 
 def held_out_queries(passages: list[Passage], count: int, rng: np.random.Generator,
-                     dev_share: float = 0.5) -> HeldOut:
+                     dev_share: float = 0.5, max_scored: int | None = None) -> HeldOut:
     """Cut one sentence from each of `count` passages (those with >= MIN_SENTENCES sentences) drawn by rng.
 
     Returns the corpus in the passages' order with those sentences removed, and the queries
     split into "dev" and "test" (dev_share of them in dev). Fewer passages qualify: fewer queries.
+    max_scored: when the corpus has more passages, the queries are scored against their own passages and
+    others drawn by rng up to this many (every evaluation embeds them all: on a big corpus that would cost
+    more than the training it measures); the base and every stage are scored against the same ones.
     """
     eligible = [i for i, p in enumerate(passages) if len(p.sentences) >= MIN_SENTENCES and query_candidates(p)]
     chosen = sorted(rng.choice(eligible, size=min(count, len(eligible)), replace=False).tolist()) if eligible else []
@@ -64,7 +77,18 @@ def held_out_queries(passages: list[Passage], count: int, rng: np.random.Generat
     order = rng.permutation(len(queries))
     dev_size = int(round(len(queries) * dev_share))
     return HeldOut(corpus, {"dev": [queries[i] for i in order[:dev_size]],
-                            "test": [queries[i] for i in order[dev_size:]]})
+                            "test": [queries[i] for i in order[dev_size:]]},
+                   scored_passages(len(corpus), chosen, max_scored, rng))
+
+
+def scored_passages(size: int, queried: list[int], max_scored: int | None, rng: np.random.Generator
+                    ) -> list[int] | None:
+    """None (every passage) up to max_scored; else the queried passages and a sample of the rest, ascending."""
+    if max_scored is None or size <= max_scored:
+        return None
+    others = np.setdiff1d(np.arange(size), queried)
+    drawn = rng.choice(others, size=max(0, max_scored - len(queried)), replace=False)
+    return sorted({*queried, *drawn.tolist()})
 
 
 def training_passages(corpus: list[Passage]) -> list[int]:

@@ -37,7 +37,7 @@ from .evaluation import Evaluator, read_beir_folder
 from .ict import HeldOut, held_out_queries, passage_text, training_passages
 from .methods import MethodSettings, train_method
 from .mlm import MLM_OFF, mlm_source, run_mlm_stage
-from .presets import PRESETS, mlm_settings, query_count, stage_settings
+from .presets import PRESETS, mlm_settings, query_count, scored_passages, stage_settings
 from .report import engine, engine_name, metrics_table, report_rows, write_report
 from .stages import Stage, claim_output, remove_stale, stage_key
 from .vocabulary import Fragmentation, fragmentation, fragmentation_table
@@ -169,10 +169,13 @@ def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
     tokenizer = BertTokenizer.from_pretrained(base_folder)
     vocabulary = print_corpus(corpus, tokenizer)
     rng = np.random.default_rng(options.seed)
-    held_out = held_out_queries(corpus.passages, query_count(options.preset, len(corpus.passages)), rng)
+    held_out = held_out_queries(corpus.passages, query_count(options.preset, len(corpus.passages)), rng,
+                                max_scored=scored_passages(options.preset))
     beir = read_beir_folder(options.eval) if options.eval else None
     # BM25 scores every stage (the baseline, each stage's fused dev pick, mined negatives): a new analyzer reruns them
-    corpus_key = stage_key([asdict(p) for p in corpus.passages], options.seed, options.preset, BM25_ANALYZER)
+    # A sampled corpus's sample is part of what every row was scored on (a whole corpus's key stays as it was)
+    sample = [held_out.scored] if held_out.scored is not None else []
+    corpus_key = stage_key([asdict(p) for p in corpus.passages], options.seed, options.preset, BM25_ANALYZER, *sample)
     return Run(options, output, corpus, held_out, Evaluator(held_out, tokenizer, beir), tokenizer, base_folder,
                select_device(options.device), corpus_key, model_fingerprint(base_folder)[:12], vocabulary,
                min(base.max_seq_length, read_model_folder(mlm).max_seq_length) if mlm else base.max_seq_length,
@@ -204,7 +207,9 @@ def print_corpus(corpus: Corpus, tokenizer) -> Fragmentation:
 def baseline_systems(run: Run) -> list[dict]:
     """BM25 and the base model zero-shot on every evaluation set."""
     queries = sum(len(q) for q in run.held_out.queries.values())
-    print(f"scoring BM25 and the base model: {queries} held-out ICT queries over {len(run.held_out.corpus):,} passages"
+    scored = len(run.held_out.scored_indices())
+    sample = "" if scored == len(run.held_out.corpus) else " (their own and others drawn from the corpus)"
+    print(f"scoring BM25 and the base model: {queries} held-out ICT queries over {scored:,} passages{sample}"
           + (f", and the --eval set's {len(run.evaluator.beir.queries)} queries" if run.evaluator.beir else ""),
           flush=True)
     started = time.time()
@@ -290,6 +295,7 @@ def build_report(run: Run, systems: list[dict], final: dict, seconds: float) -> 
                        "words": corpus.words, "duplicates": corpus.duplicates, "split": corpus.split},
             "vocabulary": run.vocabulary.to_json(), "vocabulary_table": fragmentation_table(run.vocabulary),
             "queries": {split: len(q) for split, q in run.held_out.queries.items()},
+            "scored_passages": len(run.held_out.scored_indices()),
             "max_seq_length": settings.get("max_length") or run.max_seq_length,
             "systems": systems, "seconds": round(seconds, 1),
             "skipped": skipped_methods(run, {s.get("settings", {}).get("method") for s in systems})}

@@ -59,11 +59,18 @@ def write_report(output: Path, report: dict) -> None:
     plot(output / "report.png", report_rows(report["systems"]))
 
 
+def ranked_against(report: dict) -> str:
+    """', ranked against N of the passages' when the queries were scored against a sample of a big corpus."""
+    scored = report.get("scored_passages")
+    return "" if scored in (None, report["corpus"]["passages"]) else f", ranked against {scored:,} of the passages"
+
+
 def report_markdown(report: dict) -> str:
     corpus = report["corpus"]
     lines = [f"# adapt: {report['base']} on {corpus['passages']:,} passages ({corpus['words']:,} words)", "",
              f"Preset {report['preset']}; held-out ICT queries: {report['queries']['dev']} dev (pick the final "
-             f"model), {report['queries']['test']} test (reported). Final model: **{report['final']}**; "
+             f"model), {report['queries']['test']} test (reported){ranked_against(report)}. Final model: "
+             f"**{report['final']}**; "
              f"the index ranks with **{report['final_engine']}**.", ""]
     if report.get("note"):
         lines += [report["note"], ""]
