@@ -77,6 +77,7 @@ BOUNDS: dict[str, Bound] = {
     "max_concurrent_requests": POSITIVE, "max_input_length": POSITIVE, "max_client_batch_size": POSITIVE,
     "payload_limit": Bound(1024, meaning="room for one JSON request"), "max_batch_requests": POSITIVE,
     "body_timeout_seconds": Bound(0, above=True), "threads": POSITIVE,
+    "minutes": Bound(0, above=True, meaning="adapt's time budget"),
     # rates and amounts
     "epochs": Bound(0, above=True), "learning_rate": Bound(0, 1, above=True), "weight_decay": Bound(0, 1),
     "warmup": Bound(0, meaning="a fraction of max_steps below 1, else a number of steps"),

