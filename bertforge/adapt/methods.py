@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -106,11 +107,10 @@ def train_method(init: Path, corpus: list[Passage], texts: list[str], settings: 
         if settings.distillation:
             # The starting model, frozen, before its copy trains: the same weights without reading `init` again.
             collate = TeacherVectors(collate, copy.deepcopy(model).to(run.device))
-        batches = run.batches(len(collate), settings.batch_size, collate, seed=settings.seed)
-        epochs = settings.epochs
-        if seconds is not None:
-            epochs = budgeted_epochs(run, model, lambda: run.batches(len(collate), settings.batch_size, collate,
-                                                                     seed=settings.seed), settings.epochs, seconds)
+        fresh_batches = functools.partial(run.batches, len(collate), settings.batch_size, collate, seed=settings.seed)
+        batches = fresh_batches()
+        epochs = settings.epochs if seconds is None else budgeted_epochs(run, model, fresh_batches, settings.epochs,
+                                                                         seconds)
         every = max(1, batches.batches_per_epoch // settings.evaluations_per_epoch)
         schedule = dataclasses.replace(run.schedule(batches, epochs, has_dev=True, default_metric="ndcg@10"),
                                        eval_every=every, save_every=every)
@@ -133,21 +133,27 @@ def budgeted_epochs(run: RecipeRun, model: BiEncoder, fresh_batches: Callable, e
     training will do; `timed_step_seconds`), in scratch folders; under torchrun the processes agree on their mean.
     At least MIN_BUDGET_STEPS steps. A resumed run reads the choice from run.folder/BUDGET_FILE.
     """
-    kept = run.folder / BUDGET_FILE
-    if run.resume and kept.is_file():
-        return json.loads(kept.read_text(encoding="utf-8"))["epochs"]
+    kept = read_budget(run.folder)
+    if run.resume and kept is not None:
+        return kept["epochs"]
     per_epoch = fresh_batches().batches_per_epoch
     step = timed_step_seconds(run, model, fresh_batches)
     steps = max(MIN_BUDGET_STEPS, math.floor(BUDGET_SHARE * max(0.0, seconds) / step))
     chosen = min(epochs, round(steps / per_epoch, 2))
     if run.topology.is_main:
-        write_text(kept, json.dumps({"epochs": chosen, "epochs_without_budget": epochs, "step_seconds": step,
+        write_text(run.folder / BUDGET_FILE, json.dumps({"epochs": chosen, "epochs_without_budget": epochs, "step_seconds": step,
                                      "seconds": seconds}) + "\n")
         fits = ("the preset's steps fit" if chosen == epochs else
                 f"{max(1, round(chosen * per_epoch))} steps ({chosen:g} epochs) instead of the preset's "
                 f"{round(epochs * per_epoch)} ({epochs:g})")
         print(f"time budget: {max(0.0, seconds):.0f} s left for training, {step:.1f} s a step here: {fits}", flush=True)
     return chosen
+
+
+def read_budget(run_dir: Path) -> dict | None:
+    """What `budgeted_epochs` chose for the stage trained in run_dir (None: it trained without a budget)."""
+    path = run_dir / BUDGET_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def timed_step_seconds(run: RecipeRun, model: BiEncoder, fresh_batches: Callable) -> float:

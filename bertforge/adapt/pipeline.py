@@ -36,7 +36,7 @@ from .card import write_card
 from .corpus import MAX_WORDS, Corpus, read_corpus
 from .evaluation import Evaluator, read_beir_folder
 from .ict import HeldOut, held_out_queries, passage_text, training_passages
-from .methods import BUDGET_FILE, MethodSettings, train_method
+from .methods import MethodSettings, read_budget, train_method
 from .mlm import MLM_OFF, mlm_source, run_mlm_stage
 from .presets import (BUDGET_MARGIN_SECONDS, PRESETS, budget_minutes, mlm_settings, query_count, scored_passages,
                       stage_settings)
@@ -266,8 +266,7 @@ def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path, seco
                                        precision=run.options.precision, seconds=seconds)
     if best_model is None:  # another process under torchrun: rank 0 scores and records the stage
         return None
-    budget = stage.run / BUDGET_FILE
-    budget = json.loads(budget.read_text(encoding="utf-8")) if budget.is_file() else None
+    budget = read_budget(stage.run)
     evaluations = [r for r in records if "eval_ndcg@10" in r]
     best = max(evaluations, key=lambda r: r["eval_ndcg@10"])  # the first of equals, as the loop keeps it
     shutil.rmtree(stage.model, ignore_errors=True)

@@ -7,8 +7,9 @@ validation, the exception middleware and exit stack) around a handler that needs
 `FastLane`, innermost of the server's middlewares, answers POST /embed, / (TEI's dispatch) and
 /v1/embeddings itself: the body validated by the route's own pydantic schema in one step from its
 bytes, the route's own handler called, its response sent. Anything else goes on to FastAPI
-unchanged (a request without the server's --api-key too), and so does a body the schema refuses (its bytes handed on): FastAPI's answer, in the
-error shapes of errors.py, stays the only rule for a bad request. Errors the handler raises are
+unchanged (a request without the server's --api-key too), and so does a body the schema refuses
+(its bytes handed on): FastAPI's answer, in the error shapes of errors.py, stays the only rule for
+a bad request. Errors the handler raises are
 answered by the same functions FastAPI's handlers call (errors.error_response_for).
 """
 from __future__ import annotations
