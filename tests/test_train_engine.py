@@ -165,3 +165,13 @@ def test_fused_adamw_takes_the_same_steps_as_the_default():
     # over eps, which the two kernels round differently: ~1e-6.
     for (name, fused), plain in zip(models[1].named_parameters(), models[0].parameters()):
         torch.testing.assert_close(fused, plain, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_a_stop_requested_at_the_last_step_saves_the_end_and_still_stops():
+    config = TrainConfig(max_steps=5, save_every=0, eval_every=0)
+    cpu = torch.device("cpu")
+    last = loop.due_at(5, config, stop_requested=True, can_evaluate=True, device=cpu)
+    assert last.end and last.saving and last.evaluating and last.stopping  # the caller must not carry on
+    assert not loop.due_at(5, config, stop_requested=False, can_evaluate=True, device=cpu).stopping
+    middle = loop.due_at(3, config, stop_requested=True, can_evaluate=True, device=cpu)
+    assert middle.stopping and middle.saving and not middle.end

@@ -124,7 +124,9 @@ class Due:
 
 def due_at(step: int, config: TrainConfig, stop_requested: bool, can_evaluate: bool, device: torch.device) -> Due:
     end = step == config.max_steps
-    stopping = stop_requested and not end
+    # A request at the last step still stops the process once the end is saved: the caller (a recipe's scoring, the
+    # next stage, adapt's timing of a step) would otherwise carry on as if Ctrl-C had never been pressed.
+    stopping = stop_requested
     evaluating = can_evaluate and (end or bool(config.eval_every and step % config.eval_every == 0))
     saving = end or stopping or bool(config.save_every and step % config.save_every == 0)
     logging = step % config.log_every == 0
