@@ -21,4 +21,14 @@ class TrainingDiverged(BertforgeError):
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM stopped training after a checkpoint was saved; the message says how to resume."""
+    """Ctrl-C or SIGTERM stopped training after a checkpoint was saved; the message says how to resume.
+
+    `stopped` says where it stopped and what was saved; `resume` what to run (a command that resumes by itself,
+    adapt, raises it again with its own words).
+    """
+
+    RESUME = "run the same command with --resume to continue"
+
+    def __init__(self, stopped: str, resume: str = RESUME):
+        super().__init__(f"{stopped}: {resume}")
+        self.stopped = stopped

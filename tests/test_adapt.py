@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from bertforge import BertForMaskedLM
-from bertforge.adapt.corpus import Passage, read_corpus, split_long
+from bertforge.adapt.corpus import Passage, PassageStore, read_corpus, split_long
 from bertforge.adapt.domain_vocabulary import corpus_pieces, grow_checkpoint, old_pieces, vocabulary_change
 from bertforge.adapt.ict import IctCollator, held_out_queries, training_passages
 from bertforge.adapt.methods import MethodSettings, TeacherVectors
@@ -82,6 +82,39 @@ def test_jsonl_titles_csv_columns_and_gzip(tmp_path):
     corpus = read_corpus([tmp_path], text_column="review")
     assert [(p.id, p.title, p.sentences) for p in corpus.passages] == [
         ("7", "Aspirin", ["It helps.", "It thins blood."]), ("rows.tsv:2", "", ["Good drug.", "Wouldn't stop."])]  # HTML entities undone
+
+
+def test_passage_store_reads_back_by_position_and_its_digest_is_the_content_in_order():
+    passages = [Passage(f"p{i}", [f"Sentence {i} é.", "Another one."], "Title" if i % 2 else "") for i in range(5)]
+    store = PassageStore(passages)
+    assert len(store) == 5 and list(store) == passages
+    assert store[-1] == passages[-1] and store[1:3] == passages[1:3]
+    with pytest.raises(IndexError):
+        store[5]
+    store.append(Passage("p5", ["Late."]))  # read after an append: the file is mapped again
+    assert store[5] == Passage("p5", ["Late."]) and store[0] == passages[0]
+    assert PassageStore(passages).digest == PassageStore(passages).digest
+    assert PassageStore(passages[::-1]).digest != PassageStore(passages).digest
+
+
+def test_a_read_corpus_holds_offsets_in_memory_not_its_text(tmp_path):
+    """The passages stream to a temporary file: what reading leaves in memory is ~8 bytes a passage (the Passage
+    objects took ~2 KB each), and the held-out corpus edits a few passages without copying the others."""
+    import tracemalloc
+
+    (tmp_path / "a.txt").write_text("\n\n".join(prose(3000, seed=4)) + "\n", encoding="utf-8")
+    read_corpus([tmp_path])  # imports and the sentence splitter's caches, outside the measure
+    tracemalloc.start()
+    try:
+        corpus = read_corpus([tmp_path])
+        held_out = held_out_queries(corpus.passages, 50, np.random.default_rng(0))
+        snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, "*bertforge*adapt*")])
+    finally:
+        tracemalloc.stop()
+    held = sum(stat.size for stat in snapshot.statistics("filename"))
+    assert len(corpus.passages) == 3000 and os.path.getsize(tmp_path / "a.txt") > 500_000
+    assert held < 3000 * 8 + 50 * 1_000, held  # offsets, and the 50 edited passages
+    assert held_out.corpus[3] == corpus.passages[3] and len(held_out.corpus) == 3000
 
 
 def test_long_passages_split_on_sentence_boundaries_into_even_parts():
@@ -159,6 +192,30 @@ def test_ict_pairs_mostly_drop_the_sentence_from_its_context(cassette_dir):
     kept = sum(anchor in context for anchor, context in zip(anchors, contexts))
     assert 0 <= kept <= 10  # ~10% of 40 keep their sentence
     assert collator(list(range(40)))["anchor_input_ids"].equal(batch["anchor_input_ids"])  # same batch, same draw
+
+
+def test_mined_negatives_are_top_bm25_passages_other_than_the_own_and_chunking_changes_no_draw(cassette_dir):
+    from bertforge.adapt.ict import query_candidates
+    from bertforge.adapt.mining import bm25_negatives
+    from bertforge.tasks.retrieval.baselines import bm25_scores
+
+    passages = PassageStore(Passage(str(i), text.split(". ")) for i, text in enumerate(prose(30, seed=2)))
+    texts = [p.text for p in passages]
+    examples = list(range(0, 30, 2))
+    whole = bm25_negatives(passages, texts, examples, np.random.default_rng(0), depth=3)
+    chunked = bm25_negatives(passages, texts, examples, np.random.default_rng(0), depth=3, chunk_sentences=4)
+    for p in examples:
+        for s in query_candidates(passages[p]):
+            negative = whole.of(p, s)
+            assert negative == chunked.of(p, s) and negative != p
+            scores = bm25_scores([passages[p].sentences[s]], texts)[0]
+            scores[p] = -np.inf
+            assert scores[negative] >= np.sort(scores)[-3]  # among the 3 best others
+    with pytest.raises(KeyError):
+        whole.of(1, 0)  # passage 1 is no training example: nothing mined
+    tokenizer = BertTokenizer.from_pretrained(cassette_dir)
+    batch = IctCollator(passages, examples, tokenizer, max_length=128, negatives=whole)(list(range(len(examples))))
+    assert batch["negative_input_ids"].shape[0] == len(examples)
 
 
 def test_teacher_vectors_are_the_starting_models_vectors_of_the_batch(cassette_dir):
@@ -268,6 +325,36 @@ def test_a_time_budget_shortens_training_to_the_steps_a_timed_step_allows_and_a_
     budget["epochs"] = 2.0  # as if the first run had measured room for 20 steps...
     (short / BUDGET_FILE).write_text(json.dumps(budget))
     assert trained_steps(short, seconds=0.0, resume=True) == 20  # ...a resumed run trains what was chosen then
+
+
+def test_an_interrupted_adapt_says_to_run_it_again_since_it_has_no_resume_flag(monkeypatch, capsys, tmp_path):
+    from bertforge.adapt import pipeline
+    from bertforge.errors import TrainingInterrupted
+
+    def stopped(options, topology):
+        raise TrainingInterrupted("interrupted by SIGINT at step 3; saved DIR/step-3")
+
+    monkeypatch.setattr(pipeline, "adapt_in", stopped)
+    code, _, err = run(capsys, "adapt", tmp_path, "--output", tmp_path / "out", "--device", "cpu")
+    assert code == 130 and "saved DIR/step-3: run the same command again to continue" in err
+    assert "--resume" not in err
+
+
+def test_a_stop_while_timing_a_step_names_no_scratch_checkpoint(monkeypatch, tmp_path):
+    from bertforge.adapt import methods
+    from bertforge.errors import TrainingInterrupted
+    from bertforge.train.config import FinetuningConfig
+    from bertforge.train.distributed import Topology
+
+    def stopped(*args, **kwargs):
+        raise TrainingInterrupted(f"interrupted by SIGINT at step 1; saved {tmp_path}/timing-x/step-1")
+
+    monkeypatch.setattr(methods, "train", stopped)
+    run_ = SimpleNamespace(folder=tmp_path, training=FinetuningConfig(output_dir=str(tmp_path)), device="cpu",
+                           topology=Topology())
+    with pytest.raises(TrainingInterrupted) as stop:
+        methods.timed_step_seconds(run_, torch.nn.Linear(1, 1), lambda: [])
+    assert "timing a training step" in stop.value.stopped and "saved" not in str(stop.value)
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,22 @@ Layouts, picked by each file's extension (compressed .gz / .xz read on the fly):
 - .csv / .tsv: one passage per row, its text in `text_column`.
 Whitespace and HTML entities are normalised, exact duplicates are dropped (after normalisation), and a passage
 over `max_words` is split on sentence boundaries into passages of about that many words.
+
+The passages are not held in memory: they are spooled to a temporary file as they are read (`PassageStore`)
+and read back by position, so a corpus larger than memory streams through (the full preset's big corpora).
 """
 from __future__ import annotations
 
 import hashlib
 import html
+import json
+import mmap
+import operator
 import os
 import re
-from collections.abc import Iterable, Iterator
+import tempfile
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,17 +55,59 @@ class Passage:
         return sum(len(sentence.split()) for sentence in self.sentences)
 
 
+class PassageStore(Sequence):
+    """Passages spooled to an unnamed temporary file as they come (a JSON line each) and read back by position.
+
+    Memory holds 8 bytes a passage (its line's offset), not its text: ~16 MB for a million passages where the
+    Passage objects would take ~2 GB. The file is made in the temporary folder (TMPDIR) and is gone with the
+    store. `digest` hashes every line in order: the corpus's content, for the stage cache's keys.
+    """
+
+    def __init__(self, passages: Iterable[Passage] = ()):
+        self._file = tempfile.TemporaryFile(prefix="bertforge-passages-")
+        self._offsets = array("q", [0])
+        self._hash = hashlib.blake2b(digest_size=16)
+        self._mapped: mmap.mmap | None = None
+        for passage in passages:
+            self.append(passage)
+
+    def append(self, passage: Passage) -> None:
+        line = json.dumps([passage.id, passage.sentences, passage.title], ensure_ascii=False).encode() + b"\n"
+        self._file.write(line)
+        self._offsets.append(self._offsets[-1] + len(line))
+        self._hash.update(line)
+        self._mapped = None  # the file grew: map it again on the next read
+
+    @property
+    def digest(self) -> str:
+        return self._hash.hexdigest()
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        index = operator.index(index)
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"passage {index} of {len(self)}")
+        if self._mapped is None:
+            self._file.flush()
+            self._mapped = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        passage_id, sentences, title = json.loads(self._mapped[self._offsets[index]:self._offsets[index + 1]])
+        return Passage(passage_id, sentences, title)
+
+
 @dataclass
 class Corpus:
-    passages: list[Passage]
+    passages: PassageStore
     files: list[Path]
+    words: int = 0
     duplicates: int = 0  # exact duplicate passages dropped
     split: int = 0  # passages that were over max_words and became several
     sources: dict = field(default_factory=dict)  # file -> passages read from it
-
-    @property
-    def words(self) -> int:
-        return sum(passage.words for passage in self.passages)
 
 
 def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", max_words: int = MAX_WORDS) -> Corpus:
@@ -67,7 +117,7 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
     a table without `text_column`, or a malformed JSONL line.
     """
     files = expand_paths(list(paths), suffixes=None, recursive=True)  # a folder: every file under it
-    passages, seen, corpus = [], set(), Corpus([], files)
+    seen, corpus = set(), Corpus(PassageStore(), files)
     for path in files:
         check_text_file(path)
         count = 0
@@ -79,10 +129,11 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
             seen.add(key)
             pieces = split_long(passage, max_words)
             corpus.split += len(pieces) > 1
-            passages.extend(pieces)
+            for piece in pieces:
+                corpus.passages.append(piece)
+                corpus.words += piece.words
             count += len(pieces)
         corpus.sources[str(path)] = count
-    corpus.passages = passages
     return corpus
 
 

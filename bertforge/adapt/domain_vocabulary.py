@@ -12,15 +12,18 @@ MLM moves it from there.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 
+from ..input_files import blank_line_blocks
 from ..models.heads import BertForPreTraining
 from ..models.new_tokens import add_token_embeddings
+from ..search.corpus import chunked
 from ..tokenization.tokenizer import BertTokenizer
 from ..tokenization.vocab_training import SPECIAL_TOKENS
-from .vocabulary import fragmentation
+from .vocabulary import counted_fragmentation, word_counts
 
 CONTINUATION = "##"
 
@@ -37,9 +40,10 @@ def corpus_pieces(text_file: Path, tokenizer: BertTokenizer, vocab_size: int) ->
     known = tokenizer.vocab
     new = [piece for piece in sorted(learnt, key=learnt.get) if piece not in known and piece not in SPECIAL_TOKENS]
     grown = tokenizer.with_pieces(new)
-    texts = [block for block in text_file.read_text(encoding="utf-8").split("\n\n") if block.strip()]
-    used = Counter(i for ids in grown(texts, add_special_tokens=False)["input_ids"] for i in ids
-                   if i >= tokenizer.vocab_size)
+    used = Counter()
+    for texts in chunked(blank_line_blocks(text_file), 1000):  # the file streams: it may be larger than memory
+        used.update(i for ids in grown(texts, add_special_tokens=False)["input_ids"] for i in ids
+                    if i >= tokenizer.vocab_size)
     return [piece for piece, new_id in zip(new, grown.convert_tokens_to_ids(new)) if used[new_id]]
 
 
@@ -77,11 +81,13 @@ def grow_checkpoint(source: Path, target: Path, pieces: list[str]) -> BertTokeni
     return grown
 
 
-def vocabulary_change(texts: list[str], before: BertTokenizer, after: BertTokenizer) -> dict:
-    """The pieces `after` adds to `before`, and what they do to the corpus: pieces per word and share of
-    words split, before and after."""
+def vocabulary_change(texts: Iterable[str], before: BertTokenizer, after: BertTokenizer) -> dict:
+    """The pieces `after` adds to `before`, and what they do to the corpus (`texts`, read once): pieces per word
+    and share of words split, before and after."""
+    counts = word_counts(texts)
+
     def summary(tokenizer: BertTokenizer) -> dict:
-        report = fragmentation(texts, tokenizer)
+        report = counted_fragmentation(counts, tokenizer)
         return {"vocab_size": tokenizer.vocab_size, "pieces_per_word": report.pieces_per_word,
                 "split_share": report.split_share}
 

@@ -12,16 +12,54 @@ Two uses:
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .corpus import Passage
 
+if TYPE_CHECKING:  # mining reads the query candidates from here
+    from .mining import HardNegatives
+
 MIN_QUERY_WORDS = 5  # "Oh!" is not a query anyone could answer
 MIN_SENTENCES = 3  # a held-out passage keeps at least two sentences after the cut
 KEEP_PROBABILITY = 0.1
+
+
+class EditedPassages(Sequence):
+    """`passages` with a few replaced by position, the others read from `passages` as they are (not copied: a big
+    corpus stays in its PassageStore)."""
+
+    def __init__(self, passages: Sequence[Passage], replaced: dict[int, Passage]):
+        self.passages, self.replaced = passages, replaced
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        return self.replaced[index] if index in self.replaced else self.passages[index]
+
+
+class IndexedTexts(Sequence):
+    """What is indexed and encoded for each passage of `passages` (`passage_text`), made when asked for."""
+
+    def __init__(self, passages: Sequence[Passage]):
+        self.passages = passages
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [passage_text(p) for p in self.passages[index]]
+        return passage_text(self.passages[index])
 
 
 @dataclass
@@ -30,12 +68,12 @@ class HeldOut:
     the queries are scored against (`scored`: all of them, or on a big corpus the queries' own passages and
     a seeded sample of the others; see held_out_queries)."""
 
-    corpus: list[Passage]
+    corpus: Sequence[Passage]
     queries: dict[str, list[tuple[str, int]]]  # split -> [(query text, index of its passage in corpus)]
     scored: list[int] | None = None  # indices into corpus, ascending; None: every passage
 
-    def texts(self) -> list[str]:
-        return [passage_text(p) for p in self.corpus]
+    def texts(self) -> IndexedTexts:
+        return IndexedTexts(self.corpus)
 
     def scored_indices(self) -> list[int]:
         return list(range(len(self.corpus))) if self.scored is None else self.scored
@@ -54,7 +92,7 @@ def query_candidates(passage: Passage) -> list[int]:
     return [i for i, s in enumerate(passage.sentences) if len(s.split()) >= MIN_QUERY_WORDS]
 
 
-def held_out_queries(passages: list[Passage], count: int, rng: np.random.Generator,
+def held_out_queries(passages: Sequence[Passage], count: int, rng: np.random.Generator,
                      dev_share: float = 0.5, max_scored: int | None = None) -> HeldOut:
     """Cut one sentence from each of `count` passages (those with >= MIN_SENTENCES sentences) drawn by rng.
 
@@ -66,13 +104,13 @@ def held_out_queries(passages: list[Passage], count: int, rng: np.random.Generat
     """
     eligible = [i for i, p in enumerate(passages) if len(p.sentences) >= MIN_SENTENCES and query_candidates(p)]
     chosen = sorted(rng.choice(eligible, size=min(count, len(eligible)), replace=False).tolist()) if eligible else []
-    corpus = list(passages)
+    corpus = EditedPassages(passages, {})
     queries = []
     for index in chosen:
         passage = passages[index]
         cut = int(rng.choice(query_candidates(passage)))
         rest = passage.sentences[:cut] + passage.sentences[cut + 1:]
-        corpus[index] = Passage(passage.id, rest, passage.title)
+        corpus.replaced[index] = Passage(passage.id, rest, passage.title)
         queries.append((passage.sentences[cut], index))
     order = rng.permutation(len(queries))
     dev_size = int(round(len(queries) * dev_share))
@@ -91,7 +129,7 @@ def scored_passages(size: int, queried: list[int], max_scored: int | None, rng: 
     return sorted({*queried, *drawn.tolist()})
 
 
-def training_passages(corpus: list[Passage]) -> list[int]:
+def training_passages(corpus: Sequence[Passage]) -> list[int]:
     """Indices of the passages ICT can train on: a query sentence and something left beside it."""
     return [i for i, p in enumerate(corpus) if len(p.sentences) >= 2 and query_candidates(p)]
 
@@ -110,12 +148,12 @@ class IctCollator:
     """Passage indices -> the BiEncoder's forward arguments for (sentence, context[, hard negative]).
 
     The sentence drawn from a passage depends on (seed, the batch's indices): a resumed run
-    rebuilds the batch it would have had. negatives[passage][sentence]: the corpus index of a
-    mined hard negative for that sentence (see mining.py), or None for in-batch negatives only.
+    rebuilds the batch it would have had. negatives.of(passage, sentence): the corpus index of a
+    mined hard negative for that sentence (mining.HardNegatives), or None for in-batch negatives only.
     """
 
-    def __init__(self, corpus: list[Passage], examples: list[int], tokenizer, max_length: int,
-                 query_max_length: int = 64, seed: int = 0, negatives: dict | None = None,
+    def __init__(self, corpus: Sequence[Passage], examples: list[int], tokenizer, max_length: int,
+                 query_max_length: int = 64, seed: int = 0, negatives: HardNegatives | None = None,
                  keep_probability: float = KEEP_PROBABILITY):
         self.corpus, self.examples, self.tokenizer = corpus, examples, tokenizer
         self.max_length, self.query_max_length, self.seed = max_length, query_max_length, seed
@@ -133,7 +171,7 @@ class IctCollator:
             anchors.append(sentence)
             positives.append(context)
             if self.negatives is not None:
-                negatives.append(passage_text(self.corpus[self.negatives[passage_index][cut]]))
+                negatives.append(passage_text(self.corpus[self.negatives.of(passage_index, cut)]))
         batch = self.encode("anchor", anchors, self.query_max_length)
         batch.update(self.encode("positive", positives, self.max_length))
         if self.negatives is not None:

@@ -23,13 +23,14 @@ import logging
 import math
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ..errors import TrainingInterrupted
 from ..tasks.retrieval.bi_encoder import BiEncoder, Objective
 from ..tasks.retrieval.denoising import DenoisingAutoEncoder, DenoisingCollator
 from ..atomic import write_text
@@ -82,7 +83,7 @@ class MethodSettings:
             raise ValueError("distillation keeps in-batch rankings of pairs; TSDAE trains on single texts")
 
 
-def train_method(init: Path, corpus: list[Passage], texts: list[str], settings: MethodSettings, run_dir: Path,
+def train_method(init: Path, corpus: Sequence[Passage], texts: Sequence[str], settings: MethodSettings, run_dir: Path,
                  evaluate: Callable[[BiEncoder], dict[str, float]], device: str = "auto", resume: bool = False,
                  precision: str = "auto", seconds: float | None = None) -> tuple[BiEncoder | None, list[dict]]:
     """Train the encoder at `init` with settings.method on the corpus, with the recipe runner (the one loop).
@@ -167,7 +168,11 @@ def timed_step_seconds(run: RecipeRun, model: BiEncoder, fresh_batches: Callable
             config = dataclasses.replace(run.training, output_dir=scratch, max_steps=steps, eval_every=0, save_every=0,
                                          best_metric="", tensorboard=False, plot=False, log_every=steps)
             started = time.perf_counter()
-            train(trainee, fresh_batches(), config, device=run.device, topology=run.topology)
+            try:
+                train(trainee, fresh_batches(), config, device=run.device, topology=run.topology)
+            except TrainingInterrupted:  # its checkpoint is in the scratch folder, about to go: say nothing of it
+                raise TrainingInterrupted("interrupted while timing a training step for the time budget, before "
+                                          "the stage trained") from None
             return time.perf_counter() - started
 
     once = seconds_of(1)
@@ -187,7 +192,7 @@ def model_class(method: str) -> type[BiEncoder]:
     return DenoisingAutoEncoder if method == "tsdae" else BiEncoder
 
 
-def make_collator(settings: MethodSettings, corpus: list[Passage], texts: list[str], tokenizer):
+def make_collator(settings: MethodSettings, corpus: Sequence[Passage], texts: Sequence[str], tokenizer):
     if settings.method == "simcse":
         return SimcseCollator(texts, tokenizer, settings.max_length)
     if settings.method == "tsdae":
@@ -203,7 +208,7 @@ def make_collator(settings: MethodSettings, corpus: list[Passage], texts: list[s
                        seed=settings.seed, negatives=negatives, keep_probability=settings.keep_probability)
 
 
-def tsdae_sentences(corpus: list[Passage]) -> list[str]:
+def tsdae_sentences(corpus: Sequence[Passage]) -> list[str]:
     """TSDAE's texts: the corpus's sentences (the paper trains on sentences; a whole passage is more than one
     vector can spell back), those too short to be a query left out, as the held-out ones are."""
     sentences = [s for passage in corpus for s in passage.sentences if len(s.split()) >= MIN_QUERY_WORDS]
@@ -234,7 +239,7 @@ class TeacherVectors:
 class SimcseCollator:
     """Texts -> (text, the same text) pairs: the two dropout masks of the two encodings are the noise."""
 
-    def __init__(self, texts: list[str], tokenizer, max_length: int):
+    def __init__(self, texts: Sequence[str], tokenizer, max_length: int):
         self.texts, self.tokenizer, self.max_length = texts, tokenizer, max_length
 
     def __len__(self) -> int:

@@ -20,8 +20,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..atomic import published_folder, write_text
+from ..atomic import published_folder, replaced_file
 from ..errors import UsageError
+from ..input_files import blank_line_blocks
 from ..models.checkpoint import weight_names
 from ..models.folder import ModelFolder, read_model_folder
 from ..resources import resolve_model
@@ -33,7 +34,6 @@ from ..train.checkpointing import latest_checkpoint, list_checkpoints
 from ..train.config import TrainConfig
 from ..train.distributed import barrier
 from .domain_vocabulary import corpus_pieces, grow_checkpoint, vocabulary_change
-from .ict import passage_text
 
 VOCABS = ("base", "new")
 TRAIN_TEXT, HELD_OUT_TEXT = "corpus.txt", "heldout.txt"  # a passage (a held-out sentence) per blank-line block
@@ -150,12 +150,14 @@ def keep_models(checkpoint: Path, stage, run) -> tuple[BiEncoder, BertTokenizer]
 def write_texts(folder: Path, held_out) -> None:
     """The pretraining inputs: the indexed passages, and the held-out query sentences (a document each).
     Written once: a resumed run's prepared corpus checks they are the files it was made from."""
-    folder.mkdir(parents=True, exist_ok=True)
-    texts = {TRAIN_TEXT: [passage_text(p) for p in held_out.corpus],
+    texts = {TRAIN_TEXT: held_out.texts(),
              HELD_OUT_TEXT: [query for queries in held_out.queries.values() for query, _ in queries]}
     for name, blocks in texts.items():
         if not (folder / name).is_file():
-            write_text(folder / name, "\n\n".join(blocks) + "\n")
+            with replaced_file(folder / name) as temporary, temporary.open("w", encoding="utf-8") as text:
+                for number, block in enumerate(blocks):  # a block at a time: the corpus is not held in memory
+                    text.write(("\n\n" if number else "") + block)
+                text.write("\n")
 
 
 def pretraining_start(source: Path, folder: Path, settings: MlmSettings) -> Path:
@@ -172,8 +174,7 @@ def prepare_start(source: Path, folder: Path, settings: MlmSettings) -> dict | N
     if not (init / "config.json").is_file():
         pieces = corpus_pieces(folder / TRAIN_TEXT, BertTokenizer.from_pretrained(source), settings.vocab_size)
         grow_checkpoint(source, init, pieces)
-    texts = (folder / TRAIN_TEXT).read_text(encoding="utf-8").split("\n\n")
-    change = vocabulary_change(texts, BertTokenizer.from_pretrained(source), BertTokenizer.from_pretrained(init))
+    change = vocabulary_change(blank_line_blocks(folder / TRAIN_TEXT), BertTokenizer.from_pretrained(source), BertTokenizer.from_pretrained(init))
     before, after = change["before"], change["after"]
     print(f"domain vocabulary: {change['added']:,} pieces added ({before['vocab_size']:,} -> {after['vocab_size']:,});"
           f" word pieces per word {before['pieces_per_word']:.3f} -> {after['pieces_per_word']:.3f}, words split "

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..atomic import published_folder
-from ..errors import UsageError
+from ..errors import TrainingInterrupted, UsageError
 from ..models.folder import read_model_folder
 from ..resources import resolve_model
 from ..search.encoder import model_fingerprint
@@ -45,6 +45,7 @@ from .stages import Stage, claim_output, remove_stale, stage_key
 from .vocabulary import Fragmentation, fragmentation, fragmentation_table
 
 logger = logging.getLogger("bertforge")
+RESUME = "run the same command again to continue: adapt picks up its stages where they stopped"
 MIN_PASSAGES = 20  # fewer and the held-out queries are a handful: the numbers would be noise
 
 
@@ -98,8 +99,11 @@ def run_adapt(options: AdaptOptions) -> dict:
         raise UsageError(f"--preset {options.preset!r} is not one of {', '.join(PRESETS)}")
     with process_group(select_device(options.device)) as topology:
         quiet = contextlib.nullcontext() if topology.is_main else contextlib.redirect_stdout(io.StringIO())
-        with quiet:  # rank 0 tells the story
-            return adapt_in(options, topology)
+        try:
+            with quiet:  # rank 0 tells the story
+                return adapt_in(options, topology)
+        except TrainingInterrupted as stop:  # adapt has no --resume: running it again resumes
+            raise TrainingInterrupted(stop.stopped, RESUME) from None
 
 
 def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
@@ -182,7 +186,7 @@ def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
     # BM25 scores every stage (the baseline, each stage's fused dev pick, mined negatives): a new analyzer reruns them
     # A sampled corpus's sample is part of what every row was scored on (a whole corpus's key stays as it was)
     sample = [held_out.scored] if held_out.scored is not None else []
-    corpus_key = stage_key([asdict(p) for p in corpus.passages], options.seed, options.preset, BM25_ANALYZER, *sample)
+    corpus_key = stage_key(corpus.passages.digest, options.seed, options.preset, BM25_ANALYZER, *sample)
     return Run(options, output, corpus, held_out, Evaluator(held_out, tokenizer, beir), tokenizer, base_folder,
                select_device(options.device), corpus_key, model_fingerprint(base_folder)[:12], vocabulary,
                min(base.max_seq_length, read_model_folder(mlm).max_seq_length) if mlm else base.max_seq_length,
@@ -384,12 +388,13 @@ def write_model(run: Run, final: dict, report: dict) -> None:
 def build_corpus_index(run: Run, dense_weight: float) -> None:
     """DIR/index: every passage (whole, as read) embedded by DIR/model, a `bertforge search` index that ranks
     by the model's cosines fused with BM25 at `dense_weight` (1: the model alone)."""
-    from ..atomic import write_text
+    from ..atomic import replaced_file
     from ..search.build import build_index
 
     passages = run.output / "passages.jsonl"
-    write_text(passages, "".join(json.dumps({"id": p.id, "text": passage_text(p)}, ensure_ascii=False) + "\n"
-                                 for p in run.corpus.passages))
+    with replaced_file(passages) as temporary, temporary.open("w", encoding="utf-8") as lines:  # a line at a time
+        for passage in run.corpus.passages:
+            lines.write(json.dumps({"id": passage.id, "text": passage_text(passage)}, ensure_ascii=False) + "\n")
     index = run.output / "index"
     shutil.rmtree(index, ignore_errors=True)
     shutil.rmtree(index.with_name("index.partial"), ignore_errors=True)

@@ -28,7 +28,16 @@ class Fragmentation:
 def fragmentation(texts: Iterable[str], tokenizer, top: int = 15, min_count: int = 3) -> Fragmentation:
     """Counts over the corpus's words (each distinct word tokenized once); most_split: the `top` words seen
     at least min_count times with the most pieces, ties by frequency."""
-    counts = Counter(word for text in texts for word in WORD.findall(text))
+    return counted_fragmentation(word_counts(texts), tokenizer, top, min_count)
+
+
+def word_counts(texts: Iterable[str]) -> Counter:
+    """How often each word occurs in `texts` (read once: they may stream from a file)."""
+    return Counter(word for text in texts for word in WORD.findall(text))
+
+
+def counted_fragmentation(counts: Counter, tokenizer, top: int = 15, min_count: int = 3) -> Fragmentation:
+    """`fragmentation` of the words `word_counts` counted."""
     if not counts:
         return Fragmentation(0, 0, 0.0, 0.0)
     pieces = {word: tokenizer.tokenize(word) for word in counts}

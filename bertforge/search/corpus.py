@@ -99,8 +99,9 @@ def count_passages(path: str | Path) -> int:
     return count
 
 
-def chunked(passages: Iterable[Passage], size: int) -> Iterator[list[Passage]]:
-    iterator = iter(passages)
+def chunked(items: Iterable, size: int) -> Iterator[list]:
+    """`items` in lists of `size` (the last one shorter), read as they come."""
+    iterator = iter(items)
     while chunk := list(itertools.islice(iterator, size)):
         yield chunk
 

@@ -51,5 +51,4 @@ class StopRequests:
 
     def interrupted(self, step: int, run_dir: Path) -> TrainingInterrupted:
         return TrainingInterrupted(f"interrupted by {self.received or 'a signal on another rank'} at step {step}; "
-                                   f"saved {checkpoint_folder(run_dir, step)}: run the same command with --resume "
-                                   "to continue")
+                                   f"saved {checkpoint_folder(run_dir, step)}")
