@@ -327,6 +327,24 @@ def test_a_time_budget_shortens_training_to_the_steps_a_timed_step_allows_and_a_
     assert trained_steps(short, seconds=0.0, resume=True) == 20  # ...a resumed run trains what was chosen then
 
 
+def test_the_budget_prices_evaluations_during_training_at_the_held_out_ranking_and_the_last_at_a_whole_scoring():
+    from bertforge.adapt.pipeline import training_seconds
+    from bertforge.train.distributed import Topology
+
+    held_out = SimpleNamespace(scored_indices=lambda: range(500))
+    run_ = SimpleNamespace(options=SimpleNamespace(preset="quick", minutes=None), topology=Topology(),
+                           corpus=SimpleNamespace(passages=range(1000)), held_out=held_out)
+    settings = MethodSettings(epochs=2.0, evaluations_per_epoch=1)
+    base = {"name": "base", "seconds": 100.0, "held_out_seconds": 10.0}
+    left = training_seconds(run_, [None, base], settings, time.time(), stages_left=1)
+    # 20 minutes, less 2 evaluations x 10 s, the final scoring's 100 s, the index (1,000 passages at 500 per 10 s)
+    # and the 30 s margin
+    assert left == pytest.approx(1200 - 20 - 100 - 20 - 30, abs=1)
+    cached = {"name": "base", "seconds": 100.0}  # a baseline from before the held-out time was kept
+    assert training_seconds(run_, [cached], settings, time.time(), 2) == pytest.approx((1200 - 200 - 100 - 200 - 30) / 2,
+                                                                                        abs=1)
+
+
 def test_an_interrupted_adapt_says_to_run_it_again_since_it_has_no_resume_flag(monkeypatch, capsys, tmp_path):
     from bertforge.adapt import pipeline
     from bertforge.errors import TrainingInterrupted

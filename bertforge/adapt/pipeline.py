@@ -237,20 +237,23 @@ def training_seconds(run: Run, systems: list[dict | None], settings: MethodSetti
                      stages_left: int) -> float | None:
     """The seconds the next stage's training steps may take under the run's time budget (None: no budget).
 
-    What is left of the budget after what has run, less what is still to come at the cost the base's scoring
-    measured: the stage's evaluations (each at most one per epoch and one at the end), its final scoring and
-    the index (every passage embedded), shared among the training stages left. Rank 0 knows the costs; under
-    torchrun every process gets its number, since all must train the same steps.
+    What is left of the budget after what has run, less what is still to come at the costs the base's scoring
+    measured: the stage's evaluations during training (at most one per epoch and one at the end; each ranks the
+    held-out queries), its final scoring (every set, every fusion weight) and the index (every passage embedded),
+    shared among the training stages left. Rank 0 knows the costs; under torchrun every process gets its
+    number, since all must train the same steps.
     """
     minutes = budget_minutes(run.options.preset, run.options.minutes)
     if minutes is None:
         return None
     left = 0.0
     if run.topology.is_main:
-        scoring = next(s for s in systems if s and s["name"] == "base")["seconds"]  # every set, every weight
-        evaluations = math.ceil(settings.epochs * settings.evaluations_per_epoch) + 1
-        index = scoring * len(run.corpus.passages) / len(run.held_out.scored_indices())
-        left = (minutes * 60 - (time.time() - started) - evaluations * scoring - index
+        base = next(s for s in systems if s and s["name"] == "base")
+        scoring = base["seconds"]
+        evaluation = base.get("held_out_seconds", scoring)  # a baseline cached before this was measured: the whole
+        during = math.ceil(settings.epochs * settings.evaluations_per_epoch)
+        index = evaluation * len(run.corpus.passages) / len(run.held_out.scored_indices())
+        left = (minutes * 60 - (time.time() - started) - during * evaluation - scoring - index
                 - BUDGET_MARGIN_SECONDS) / stages_left
     return float(all_reduce_sum(torch.tensor([left], dtype=torch.float64), run.topology))
 
