@@ -50,6 +50,10 @@ class EmbeddingModel:
                                                        cuda_graphs=False)
             except ValueError:  # e.g. last_four_mean on a 2-layer model
                 continue
+        # The encoder is the server's own, loaded here for inference: packed after the embedders are made (int8's
+        # copy quantises the plain linear layers), it serves the float32 passes of all of them.
+        for embedder in (self.embedder, *self.word_embedders.values()):
+            embedder.pack_owned_model()
 
     @property
     def max_length(self) -> int:
