@@ -97,6 +97,22 @@ def test_passage_store_reads_back_by_position_and_its_digest_is_the_content_in_o
     assert PassageStore(passages[::-1]).digest != PassageStore(passages).digest
 
 
+def test_a_full_temporary_folder_names_itself_and_tmpdir(monkeypatch):
+    import errno
+    import tempfile
+
+    store = PassageStore()
+
+    def full(data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store, "_file", SimpleNamespace(write=full))
+    with pytest.raises(OSError) as error:
+        store.append(Passage("p", ["One."]))
+    assert error.value.errno == errno.ENOSPC and error.value.filename == tempfile.gettempdir()
+    assert "set TMPDIR" in str(error.value)
+
+
 def test_a_read_corpus_holds_offsets_in_memory_not_its_text(tmp_path):
     """The passages stream to a temporary file: what reading leaves in memory is ~8 bytes a passage (the Passage
     objects took ~2 KB each), and the held-out corpus edits a few passages without copying the others."""

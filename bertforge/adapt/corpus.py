@@ -73,7 +73,12 @@ class PassageStore(Sequence):
 
     def append(self, passage: Passage) -> None:
         line = json.dumps([passage.id, passage.sentences, passage.title], ensure_ascii=False).encode() + b"\n"
-        self._file.write(line)
+        try:
+            self._file.write(line)
+        except OSError as error:  # the file has no name: say where it is and how to move it
+            raise OSError(error.errno, f"{error.strerror} (the corpus's passages are spooled to a temporary file "
+                          "there; set TMPDIR to a folder with room for about the corpus's size)",
+                          tempfile.gettempdir()) from None
         self._offsets.append(self._offsets[-1] + len(line))
         self._hash.update(line)
         self._mapped = None  # the file grew: map it again on the next read
