@@ -71,7 +71,8 @@ def pack_linear_layers(model: nn.Module) -> nn.Module:
 
     A module with `dense` followed by `intermediate_act_fn` (the feed-forward's expansion) gets the activation
     fused in, and the activation module becomes nn.Identity. The residual sums are the model's to fuse
-    (`PackedLinear.plus`, models.model.ResidualOutput).
+    (`PackedLinear.plus`, models.model.ResidualOutput). Pack only modules that call their linears: one that reads a
+    linear's `weight` itself (the MLM head's tied decoder) would read oneDNN's blocked layout.
     """
     for module in list(model.modules()):
         activation = getattr(module, "intermediate_act_fn", None)
