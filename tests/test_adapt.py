@@ -343,6 +343,35 @@ def test_a_time_budget_shortens_training_to_the_steps_a_timed_step_allows_and_a_
     assert trained_steps(short, seconds=0.0, resume=True) == 20  # ...a resumed run trains what was chosen then
 
 
+def test_quick_trains_without_attention_dropout_and_the_saved_config_keeps_the_checkpoints(cassette_dir, tmp_path,
+                                                                                        monkeypatch):
+    from bertforge import BertConfig, BertModel
+    from bertforge.adapt import methods
+    from bertforge.adapt.presets import stage_settings
+    from bertforge.models.model import set_attention_dropout
+
+    (quick,), full = stage_settings("quick", 1_000), stage_settings("full", 1_000)
+    assert quick[1].attention_dropout == 0.0 and all(s.attention_dropout is None for _, s in full)
+    with pytest.raises(ValueError, match="attention_dropout"):
+        MethodSettings(attention_dropout=1.0)
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                 intermediate_size=37, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.5)).train()
+    ids = torch.randint(1, 99, (2, 9))
+    assert not torch.equal(model(ids).last_hidden_state, model(ids).last_hidden_state)  # attention dropout only
+    set_attention_dropout(model, 0.0)
+    assert torch.equal(model(ids).last_hidden_state, model(ids).last_hidden_state)
+    assert model.config.attention_probs_dropout_prob == 0.5  # what a saved model's config.json says
+
+    applied = []
+    monkeypatch.setattr(methods, "set_attention_dropout", lambda model, p: applied.append(p))
+    corpus = [Passage(str(i), text.split(". ")) for i, text in enumerate(prose(16))]
+    settings = MethodSettings(method="ict", epochs=1.0, batch_size=8, hard_negatives=False, attention_dropout=0.0)
+    methods.train_method(cassette_dir, corpus, [p.text for p in corpus], settings, tmp_path / "run",
+                         lambda model: {"ndcg@10": 0.5}, device="cpu")
+    assert applied == [0.0]
+
+
 def test_the_budget_prices_evaluations_during_training_at_the_held_out_ranking_and_the_last_at_a_whole_scoring():
     from bertforge.adapt.pipeline import training_seconds
     from bertforge.train.distributed import Topology

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ..errors import TrainingInterrupted
+from ..models.model import set_attention_dropout
 from ..tasks.retrieval.bi_encoder import BiEncoder, Objective
 from ..tasks.retrieval.denoising import DenoisingAutoEncoder, DenoisingCollator
 from ..atomic import write_text
@@ -74,11 +75,14 @@ class MethodSettings:
     evaluations_per_epoch: int = 1
     distillation: float = 0.0  # > 0: also keep the starting model's in-batch rankings (KL weight)
     distill_documents: float = 0.0  # > 0: the teacher term also keeps the passages' rankings among themselves
+    attention_dropout: float | None = None  # dropout on the attention probabilities while training; None: the model's
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method {self.method!r} is not one of {', '.join(METHODS)}")
+        if self.attention_dropout is not None and not 0.0 <= self.attention_dropout < 1.0:
+            raise ValueError(f"attention_dropout must be in [0, 1), got {self.attention_dropout}")
         if self.method == "tsdae" and self.distillation:
             raise ValueError("distillation keeps in-batch rankings of pairs; TSDAE trains on single texts")
 
@@ -104,6 +108,8 @@ def train_method(init: Path, corpus: Sequence[Passage], texts: Sequence[str], se
                               mini_batch_size=settings.mini_batch_size, distillation=settings.distillation,
                               distill_documents=settings.distill_documents)
         model = run.build(model_class(settings.method), max_seq_length=settings.max_length, objective=objective)
+        if settings.attention_dropout is not None:
+            set_attention_dropout(model, settings.attention_dropout)
         collate = make_collator(settings, corpus, texts, run.tokenizer)
         if settings.distillation:
             # The starting model, frozen, before its copy trains: the same weights without reading `init` again.

@@ -93,6 +93,14 @@ class SelfAttention(nn.Module):
         return context.flatten(-2), probs
 
 
+def set_attention_dropout(model: nn.Module, probability: float) -> None:
+    """Train every SelfAttention of `model` with this dropout on its attention probabilities. The config keeps the
+    checkpoint's attention_probs_dropout_prob, so a model saved after is the checkpoint it was."""
+    for module in model.modules():
+        if isinstance(module, SelfAttention):
+            module.dropout_p = probability
+
+
 class ResidualOutput(nn.Module):
     """dense -> dropout -> add the sub-layer's input -> LayerNorm.
 
