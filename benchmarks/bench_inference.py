@@ -4,7 +4,7 @@ Same real texts (Emma lines, Persuasion paragraphs, tweets), same all-MiniLM-L6-
 same batch size (texts per forward pass), both normalising. For each precision of ours:
   - CPU: fp32, int8 (ours; sentence-transformers has none) and, where the CPU has native
     bf16 (AVX512-BF16 / AMX), bf16 weights, all against SentenceTransformer in fp32; where fp32 runs
-    oneDNN's packed linear layers (AVX-512, engine/packed_linear.py), also fp32 on torch's nn.Linear;
+    oneDNN's packed linear layers (AVX-512, engine/prepacked_linear.py), also fp32 on torch's nn.Linear;
   - CUDA: fp32 against fp32, and fp16 against SentenceTransformer in fp16 (`.half()`).
 Each row gives texts/s of both, the ratio (ours / peer; above 1 we are faster) as the median
 and the range over the repeats, the lowest cosine over all texts between our vectors and
@@ -43,7 +43,7 @@ from sentence_transformers import SentenceTransformer  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bertforge  # noqa: E402
 from bertforge.embeddings.embed import Embedder, folder_options, load_tokenizer  # noqa: E402
-from bertforge.engine.packed_linear import packing_pays  # noqa: E402
+from bertforge.engine.prepacked_linear import prepacking_pays  # noqa: E402
 from bertforge.models.folder import read_model_folder  # noqa: E402
 from bertforge.models.model import BertModel  # noqa: E402
 from bertforge.input_files import open_text  # noqa: E402
@@ -76,7 +76,7 @@ def load_texts(n: int) -> list[str]:
 
 def embedder(folder: Path, precision: str, batch_size: int, device: torch.device) -> Embedder:
     """Ours in a row's precision ("fp32", "int8", "fp32 eager": no CUDA graphs; "fp32 nn.Linear": the model
-    handed in as an object, which the Embedder never packs)."""
+    handed in as an object, which the Embedder never prepacks)."""
     options = dict(normalize=True, batch_size=batch_size, dtype=precision.split()[0], device=device, progress=False,
                    cuda_graphs=False if precision.endswith("eager") else None)
     if precision.endswith("nn.Linear"):
@@ -135,7 +135,7 @@ def main() -> None:
         plan = [("fp32", "fp32", reference), ("fp32 eager", "fp32", reference), ("fp16", "fp16", peer_fp16)]
     else:
         plan = [("fp32", "fp32", reference), ("int8", "fp32", reference)]
-        if packing_pays(device):  # "fp32" runs oneDNN's packed linear layers here; this row, torch's nn.Linear
+        if prepacking_pays(device):  # "fp32" runs oneDNN's prepacked linear layers here; this row, torch's nn.Linear
             plan.append(("fp32 nn.Linear", "fp32", reference))
         if cpu_has_native_bf16():
             plan.append(("bf16", "fp32", reference))

@@ -154,7 +154,7 @@ def test_a_checkpoint_path_a_model_and_a_head_give_the_same_vectors(ours, minilm
     head = BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2)
     from_head = embed(head, texts, tokenizer=tokenizer, max_length=256)
     # A folder's model is the Embedder's own: on an AVX-512 CPU it runs oneDNN's packed linear layers
-    # (engine/packed_linear.py), whose sums round differently in the last bits
+    # (engine/prepacked_linear.py), whose sums round differently in the last bits
     np.testing.assert_allclose(from_path, from_model, atol=1e-5)
     np.testing.assert_array_equal(from_head, from_model)
 

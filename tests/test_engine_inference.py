@@ -19,7 +19,9 @@ from bertforge.embeddings.embed import Embedder, graphed_passes
 from bertforge.engine.batching import TokenBatch, collate, fit_to_budget, plan_batches
 from bertforge.engine.cuda_graphs import MAX_PADDED_TOKENS, MAX_ROWS, GraphedPasses, bucket, bucket_length
 from bertforge.models.packed_forward import packed_forward
-from bertforge.engine.packed_linear import PackedLinear, fused_activation, pack_linear_layers, packing_pays
+from bertforge.engine import prepacked_linear
+from bertforge.engine.prepacked_linear import (PrepackedLinear, fused_activation, prepack_linear_layers,
+                                               prepacking_pays)
 from bertforge.engine.pipeline import HostResults, prefetched
 from bertforge.engine.precision import Int8Linear, in_dtype, model_dtype
 
@@ -282,7 +284,7 @@ def test_the_int8_kernel_is_onednn_with_vnni_and_fbgemm_without(monkeypatch):
     assert int8_kernel() == fbgemm
 
 
-# ---------------------------------------------------------------- float32 on oneDNN's packed linear layers
+# ---------------------------------------------------------------- float32 on oneDNN's prepacked linear layers
 
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
 
@@ -295,15 +297,18 @@ def test_a_packed_linear_is_the_linear_then_its_activation_and_plus_adds_the_res
     linear, states = torch.nn.Linear(16, 24), torch.randn(*shape)
     residual = torch.randn(*shape[:-1], 24)
     with torch.inference_mode():
-        torch.testing.assert_close(PackedLinear(linear, fused_activation(activation))(states), activation(linear(states)))
-        torch.testing.assert_close(PackedLinear(linear).plus(states, residual), linear(states) + residual)
+        fused = PrepackedLinear(linear, fused_activation(activation))
+        torch.testing.assert_close(fused(states), activation(linear(states)))
+        torch.testing.assert_close(PrepackedLinear(linear).plus(states, residual), linear(states) + residual)
 
 
 @needs_onednn
 def test_a_packed_model_gives_the_plain_models_states_packed_and_padded(tiny_model):
-    packed = pack_linear_layers(copy.deepcopy(tiny_model))
+    packed = prepack_linear_layers(copy.deepcopy(tiny_model))
     assert not [m for m in packed.modules() if isinstance(m, torch.nn.Linear)]
     assert isinstance(packed.encoder.layer[0].intermediate.intermediate_act_fn, torch.nn.Identity)  # GELU fused
+    half = prepack_linear_layers(copy.deepcopy(tiny_model).to(torch.bfloat16))  # other dtypes keep nn.Linear
+    assert not [m for m in half.modules() if isinstance(m, PrepackedLinear)]
     batch = random_batch(3, [9, 4, 6])
     real = batch.attention_mask.bool()
     with torch.inference_mode():
@@ -315,20 +320,18 @@ def test_a_packed_model_gives_the_plain_models_states_packed_and_padded(tiny_mod
             torch.testing.assert_close(actual.pooler_output, expected.pooler_output, rtol=1e-5, atol=1e-5)
 
 
-def test_packing_pays_on_avx512_cpus_only(monkeypatch):
+def test_prepacking_pays_on_avx512_cpus_only(monkeypatch):
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: True)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
-    assert packing_pays("cpu") and not packing_pays("cuda") and not packing_pays(torch.device("meta"))
+    assert prepacking_pays("cpu") and not prepacking_pays("cuda") and not prepacking_pays(torch.device("meta"))
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # oneDNN's GELU loses there
-    assert not packing_pays("cpu")
+    assert not prepacking_pays("cpu")
 
 
 def test_an_embedder_packs_the_model_it_loaded_and_never_a_callers(minilm_dir, monkeypatch):
-    import bertforge.embeddings.embed as embed_module
-
-    monkeypatch.setattr(embed_module, "packing_pays", lambda device: True)
+    monkeypatch.setattr(prepacked_linear, "prepacking_pays", lambda device: True)
     loaded = Embedder.from_pretrained(minilm_dir, progress=False)
-    assert isinstance(loaded.model.encoder.layer[0].output.dense, PackedLinear)
+    assert isinstance(loaded.model.encoder.layer[0].output.dense, PrepackedLinear)
     callers = BertModel.from_pretrained(minilm_dir)
     Embedder(callers, loaded.tokenizer, progress=False)  # the caller's model may train on: left as it is
     assert isinstance(callers.encoder.layer[0].output.dense, torch.nn.Linear)
@@ -336,7 +339,7 @@ def test_an_embedder_packs_the_model_it_loaded_and_never_a_callers(minilm_dir, m
     plain = Embedder(callers, loaded.tokenizer, pooling="mean", normalize=True, max_length=256, progress=False)
     np.testing.assert_allclose(loaded.encode(texts), plain.encode(texts), atol=1e-5)
     assert not isinstance(Embedder.from_pretrained(minilm_dir, dtype="int8", progress=False).model.encoder.layer[0]
-                          .output.dense, PackedLinear)  # int8 keeps its own layers
+                          .output.dense, PrepackedLinear)  # int8 keeps its own layers
 
 
 def test_in_dtype_copies_unless_inplace_and_refuses_to_undo_int8(tiny_model):

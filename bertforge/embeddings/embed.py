@@ -29,7 +29,7 @@ from ..engine.batching import TokenBatch, collate, fit_to_budget, plan_batches
 from ..engine.cuda_graphs import GraphedPasses
 from ..models.packed_forward import packed_forward
 from ..engine.pipeline import HostResults, prefetched
-from ..engine.packed_linear import pack_linear_layers, packing_pays
+from ..engine.prepacked_linear import prepack_where_it_pays
 from ..engine.precision import check_inference_dtype, in_dtype
 from ..engine.threads import thread_governor
 from ..models.folder import ModelFolder, read_model_folder
@@ -177,15 +177,8 @@ class Embedder:
                          inplace=True)
         tokenizer = tokenizer if tokenizer is not None else load_tokenizer(folder)
         embedder = cls(model, tokenizer, **options)
-        embedder.pack_owned_model()
+        prepack_where_it_pays(embedder.model)  # ours, for inference only (a model passed in may train on)
         return embedder
-
-    def pack_owned_model(self) -> None:
-        """Run a float32 model on the CPU through oneDNN's prepacked linear layers where that pays
-        (engine/packed_linear.py). Only for a model this process loaded for inference and no one trains: the
-        packed weights are a copy of the weights as they are now."""
-        if self.dtype == torch.float32 and packing_pays(self.device):
-            pack_linear_layers(self.model)
 
     @property
     def dim(self) -> int:

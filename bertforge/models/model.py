@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from ..engine.attention import attention
-from ..engine.packed_linear import PackedLinear
+from ..engine.prepacked_linear import PrepackedLinear
 from ..engine.precision import Int8Linear, int8_feed_forward_rows
 from ..engine.unpadding import Packing, pad, unpad
 from .checkpoint import BertPreTrainedModel
@@ -115,7 +115,7 @@ class ResidualOutput(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, states: Tensor, residual: Tensor) -> Tensor:
-        if isinstance(self.dense, PackedLinear):  # CPU inference: the sum made in the product's epilogue
+        if isinstance(self.dense, PrepackedLinear):  # CPU inference: the sum made in the product's epilogue
             return self.LayerNorm(self.dense.plus(states, residual))
         return self.LayerNorm(self.dropout(self.dense(states)) + residual)
 

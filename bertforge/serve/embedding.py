@@ -11,6 +11,7 @@ import torch
 
 from ..embeddings.embed import Embedder, eval_mode, load_tokenizer
 from ..engine.batching import TokenBatch
+from ..engine.prepacked_linear import prepack_where_it_pays
 from ..models.packed_forward import packed_forward
 from ..models.folder import ModelFolder
 from ..models.model import BertModel
@@ -50,10 +51,9 @@ class EmbeddingModel:
                                                        cuda_graphs=False)
             except ValueError:  # e.g. last_four_mean on a 2-layer model
                 continue
-        # The encoder is the server's own, loaded here for inference: packed after the embedders are made (int8's
-        # copy quantises the plain linear layers), it serves the float32 passes of all of them.
-        for embedder in (self.embedder, *self.word_embedders.values()):
-            embedder.pack_owned_model()
+        # The encoder is the server's own, loaded here for inference: prepacked after the embedders are made (an
+        # int8 or half copy is made from the plain linear layers), it serves the float32 passes of all of them.
+        prepack_where_it_pays(encoder)
 
     @property
     def max_length(self) -> int:

@@ -9,7 +9,7 @@ import torch
 
 from ..embeddings.embed import eval_mode
 from ..engine.batching import TokenBatch
-from ..engine.packed_linear import pack_linear_layers, packing_pays
+from ..engine.prepacked_linear import prepack_where_it_pays
 from ..models.packed_forward import packed_forward
 from ..models.heads import BertForMaskedLM, BertForSequenceClassification
 from ..tokenization.tokenizer import BertTokenizer
@@ -26,8 +26,8 @@ class HeadModel:
         self.name = name
         self.model = model.to(device or "cpu").eval()
         self.device = next(self.model.parameters()).device
-        if packing_pays(self.device):  # the server's own model, for inference only (engine/packed_linear.py); the
-            pack_linear_layers(self.model.bert)  # encoder alone: the MLM head reads its decoder's weight itself
+        # The server's own model, for inference only (engine/prepacked_linear.py); the encoder alone: the MLM head
+        prepack_where_it_pays(self.model.bert)  # reads its tied decoder's weight itself
         self.tokenizer = BertTokenizer.from_pretrained(folder)
 
     def run(self, run_pass, inputs: list[Tokens], extras: list | None = None) -> list:

@@ -9,7 +9,7 @@ the cache. Measured on the 2-vCPU Xeon (AVX-512), 1,000 real texts, interleaved 
 and +7% at 2 (weights prepacked alone: level); vectors at cosine 0.9999998 to nn.Linear's.
 
 Where it pays: AVX-512 CPUs. On AVX2 (the same Xeon limited to AVX2) prepacking alone was level and the GELU
-epilogue 2-3% slower than ATen's GELU, so `packing_pays` says no there and the model keeps nn.Linear.
+epilogue 2-3% slower than ATen's GELU, so `prepacking_pays` says no there and the model keeps nn.Linear.
 Inference only (no backward), and only on a model the caller owns: the packed weights are a snapshot, so a
 model that trains on would leave them behind.
 """
@@ -22,7 +22,7 @@ from torch import Tensor, nn
 FUSED_ACTIVATIONS = {"gelu": ("gelu", "none"), "gelu_tanh": ("gelu", "tanh"), "relu": ("relu", "")}
 
 
-class PackedLinear(nn.Module):
+class PrepackedLinear(nn.Module):
     """nn.Linear on oneDNN's prepacked weights, float32, CPU, inference; `activation` (FUSED_ACTIVATIONS) applied
     in the product's epilogue, and `plus` adds a residual there."""
 
@@ -47,8 +47,8 @@ class PackedLinear(nn.Module):
                 f"activation={self.activation}")
 
 
-def packing_pays(device: torch.device | str = "cpu") -> bool:
-    """Whether `pack_linear_layers` speeds up float32 inference here: a CPU running torch's AVX-512 kernels, with
+def prepacking_pays(device: torch.device | str = "cpu") -> bool:
+    """Whether `prepack_linear_layers` speeds up float32 inference here: a CPU running torch's AVX-512 kernels, with
     oneDNN built in (an AVX2 CPU, or this one limited to AVX2 with ATEN_CPU_CAPABILITY=avx2: no)."""
     if torch.device(device).type != "cpu" or not torch.backends.mkldnn.is_available():
         return False
@@ -66,22 +66,35 @@ def fused_activation(module: nn.Module) -> str | None:
     return None
 
 
-def pack_linear_layers(model: nn.Module) -> nn.Module:
-    """Every float32 nn.Linear of `model` replaced by its PackedLinear, in place; returns model.
+def prepack_where_it_pays(model: nn.Module) -> nn.Module:
+    """`prepack_linear_layers(model)` where `prepacking_pays` on the model's device; else `model` as it is. For a model
+    its caller owns and runs for inference only (Embedder.from_pretrained, the server's models)."""
+    if prepacking_pays(next(model.parameters()).device):
+        prepack_linear_layers(model)
+    return model
+
+
+def prepack_linear_layers(model: nn.Module) -> nn.Module:
+    """Every float32 nn.Linear of `model` replaced by its PrepackedLinear, in place; returns model.
 
     A module with `dense` followed by `intermediate_act_fn` (the feed-forward's expansion) gets the activation
     fused in, and the activation module becomes nn.Identity. The residual sums are the model's to fuse
-    (`PackedLinear.plus`, models.model.ResidualOutput). Pack only modules that call their linears: one that reads a
-    linear's `weight` itself (the MLM head's tied decoder) would read oneDNN's blocked layout.
+    (`PrepackedLinear.plus`, models.model.ResidualOutput). Prepack only modules that call their linears: one that
+    reads a linear's `weight` itself (the MLM head's tied decoder) would read oneDNN's blocked layout. Linears in
+    another dtype (fp16/bf16 weights) or already replaced (int8) are left as they are.
     """
     for module in list(model.modules()):
         activation = getattr(module, "intermediate_act_fn", None)
         dense = getattr(module, "dense", None)
-        if isinstance(dense, nn.Linear) and activation is not None and fused_activation(activation):
-            module.dense = PackedLinear(dense, fused_activation(activation))
+        if float32_linear(dense) and activation is not None and fused_activation(activation):
+            module.dense = PrepackedLinear(dense, fused_activation(activation))
             module.intermediate_act_fn = nn.Identity()
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
-            if isinstance(child, nn.Linear) and child.weight.dtype == torch.float32:
-                setattr(module, name, PackedLinear(child))
+            if float32_linear(child):
+                setattr(module, name, PrepackedLinear(child))
     return model
+
+
+def float32_linear(module: nn.Module | None) -> bool:
+    return isinstance(module, nn.Linear) and module.weight.dtype == torch.float32
