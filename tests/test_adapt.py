@@ -321,7 +321,8 @@ def test_a_tsdae_stage_trains_on_the_corpus_sentences_and_keeps_the_encoder_alon
 
 def test_a_time_budget_shortens_training_to_the_steps_a_timed_step_allows_and_a_resume_keeps_them(cassette_dir,
                                                                                                     tmp_path):
-    from bertforge.adapt.methods import BUDGET_FILE, MIN_BUDGET_STEPS, train_method
+    from bertforge.adapt.budget import BUDGET_FILE, MIN_BUDGET_STEPS
+    from bertforge.adapt.methods import train_method
 
     corpus = [Passage(str(i), text.split(". ")) for i, text in enumerate(prose(80))]  # 80 passages: 10 steps of 8
     settings = MethodSettings(method="ict", epochs=3.0, batch_size=8, hard_negatives=False, learning_rate=1e-4)
@@ -373,7 +374,7 @@ def test_quick_trains_without_attention_dropout_and_the_saved_config_keeps_the_c
 
 
 def test_the_budget_prices_evaluations_during_training_at_the_held_out_ranking_and_the_last_at_a_whole_scoring():
-    from bertforge.adapt.pipeline import training_seconds
+    from bertforge.adapt.budget import training_seconds
     from bertforge.train.distributed import Topology
 
     held_out = SimpleNamespace(scored_indices=lambda: range(500))
@@ -404,7 +405,7 @@ def test_an_interrupted_adapt_says_to_run_it_again_since_it_has_no_resume_flag(m
 
 
 def test_a_stop_while_timing_a_step_names_no_scratch_checkpoint(monkeypatch, tmp_path):
-    from bertforge.adapt import methods
+    from bertforge.adapt import budget
     from bertforge.errors import TrainingInterrupted
     from bertforge.train.config import FinetuningConfig
     from bertforge.train.distributed import Topology
@@ -412,11 +413,11 @@ def test_a_stop_while_timing_a_step_names_no_scratch_checkpoint(monkeypatch, tmp
     def stopped(*args, **kwargs):
         raise TrainingInterrupted(f"interrupted by SIGINT at step 1; saved {tmp_path}/timing-x/step-1")
 
-    monkeypatch.setattr(methods, "train", stopped)
+    monkeypatch.setattr(budget, "train", stopped)
     run_ = SimpleNamespace(folder=tmp_path, training=FinetuningConfig(output_dir=str(tmp_path)), device="cpu",
                            topology=Topology())
     with pytest.raises(TrainingInterrupted) as stop:
-        methods.timed_step_seconds(run_, torch.nn.Linear(1, 1), lambda: [])
+        budget.timed_step_seconds(run_, torch.nn.Linear(1, 1), lambda: [])
     assert "timing a training step" in stop.value.stopped and "saved" not in str(stop.value)
 
 

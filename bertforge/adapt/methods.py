@@ -20,9 +20,6 @@ import dataclasses
 import functools
 import json
 import logging
-import math
-import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,30 +27,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import TrainingInterrupted
 from ..models.model import set_attention_dropout
 from ..tasks.retrieval.bi_encoder import BiEncoder, Objective
 from ..tasks.retrieval.denoising import DenoisingAutoEncoder, DenoisingCollator
-from ..atomic import write_text
 from ..train.best import best_model_folder
 from ..train.config import FinetuningConfig
-from ..train.distributed import all_reduce_sum
-from ..train.loop import train
 from ..train.run_log import METRICS_FILE
 from ..train.runner import RecipeRun, run_recipe
+from .budget import budgeted_epochs
 from .corpus import Passage
 from .ict import MIN_QUERY_WORDS, IctCollator, training_passages
 from .mining import bm25_negatives
 
 logger = logging.getLogger("bertforge")
 METHODS = ("ict", "simcse", "tsdae")
-BUDGET_FILE = "budget.json"  # in the stage's run folder: the length a time budget chose, kept for a resumed run
-TIMED_STEPS = 3  # steps of the one loop, on a copy of the model, that time a step on this machine (after one)
-MIN_BUDGET_STEPS = 10  # a budget too short for even these still trains them: a handful of steps changes nothing
-# The steps planned fill this share of the seconds left: a step's time varies with its batch's lengths, and the
-# timed ones are few (Python's FAQ, 2 threads: timed 3.9 s a step in bf16 where the stage averaged ~4.6; 7.2 s in
-# fp32 on the AVX2 stand-in, where it averaged ~7.1)
-BUDGET_SHARE = 0.85
 
 
 @dataclass
@@ -94,8 +81,8 @@ def train_method(init: Path, corpus: Sequence[Passage], texts: Sequence[str], se
 
     corpus / texts: the passages as indexed (held-out ones without their cut sentence).
     seconds: the time the training steps may take (None: settings.epochs, however long): fewer epochs when a
-    step measured here (`budgeted_epochs`) says settings.epochs would take longer; the choice is kept in
-    run_dir/BUDGET_FILE, so a resumed run trains the same schedule.
+    step measured here (`budget.budgeted_epochs`) says settings.epochs would take longer; the choice is kept in
+    run_dir/budget.BUDGET_FILE, so a resumed run trains the same schedule.
     Returns the best model on the dev queries (loaded from run_dir/best) and the loop's records,
     evaluations included (from run_dir's metrics log, so those before a kill count too); (None, []) on the
     other processes under torchrun.
@@ -130,62 +117,6 @@ def train_method(init: Path, corpus: Sequence[Passage], texts: Sequence[str], se
         return None, []  # another process under torchrun (train/runner.py): rank 0 has the model
     best = BiEncoder.from_pretrained(best_model_folder(run_dir))
     return best, read_records(run_dir)
-
-
-def budgeted_epochs(run: RecipeRun, model: BiEncoder, fresh_batches: Callable, epochs: float, seconds: float
-                    ) -> float:
-    """`epochs`, or fewer when a step measured on this machine says they would take more than `seconds`.
-
-    A step is timed on a copy of the model with the one loop (its precision, device, teacher and batches: what
-    training will do; `timed_step_seconds`), in scratch folders; under torchrun the processes agree on their mean.
-    At least MIN_BUDGET_STEPS steps. A resumed run reads the choice from run.folder/BUDGET_FILE.
-    """
-    kept = read_budget(run.folder)
-    if run.resume and kept is not None:
-        return kept["epochs"]
-    per_epoch = fresh_batches().batches_per_epoch
-    step = timed_step_seconds(run, model, fresh_batches)
-    steps = max(MIN_BUDGET_STEPS, math.floor(BUDGET_SHARE * max(0.0, seconds) / step))
-    chosen = min(epochs, round(steps / per_epoch, 2))
-    if run.topology.is_main:
-        write_text(run.folder / BUDGET_FILE, json.dumps({"epochs": chosen, "epochs_without_budget": epochs, "step_seconds": step,
-                                     "seconds": seconds}) + "\n")
-        fits = ("the preset's steps fit" if chosen == epochs else
-                f"{max(1, round(chosen * per_epoch))} steps ({chosen:g} epochs) instead of the preset's "
-                f"{round(epochs * per_epoch)} ({epochs:g})")
-        print(f"time budget: {max(0.0, seconds):.0f} s left for training, {step:.1f} s a step here: {fits}", flush=True)
-    return chosen
-
-
-def read_budget(run_dir: Path) -> dict | None:
-    """What `budgeted_epochs` chose for the stage trained in run_dir (None: it trained without a budget)."""
-    path = run_dir / BUDGET_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-
-
-def timed_step_seconds(run: RecipeRun, model: BiEncoder, fresh_batches: Callable) -> float:
-    """Seconds one training step takes here, steadily: the one loop run for 1 step and then for 1 + TIMED_STEPS
-    steps on a copy of `model`, the difference over TIMED_STEPS, so what every run pays once (starting the loop,
-    its first step's allocations, the final save) is left out."""
-    trainee = copy.deepcopy(model)
-
-    def seconds_of(steps: int) -> float:
-        with tempfile.TemporaryDirectory(prefix="timing-", dir=run.folder if run.folder.is_dir() else None) as scratch:
-            config = dataclasses.replace(run.training, output_dir=scratch, max_steps=steps, eval_every=0, save_every=0,
-                                         best_metric="", tensorboard=False, plot=False, log_every=steps)
-            started = time.perf_counter()
-            try:
-                train(trainee, fresh_batches(), config, device=run.device, topology=run.topology)
-            except TrainingInterrupted:  # its checkpoint is in the scratch folder, about to go: say nothing of it
-                raise TrainingInterrupted("interrupted while timing a training step for the time budget, before "
-                                          "the stage trained") from None
-            return time.perf_counter() - started
-
-    once = seconds_of(1)
-    seconds = max(1e-3, (seconds_of(1 + TIMED_STEPS) - once) / TIMED_STEPS)
-    # Every process must train the same number of steps: they take the mean of what each measured.
-    mean = all_reduce_sum(torch.tensor([seconds], dtype=torch.float64), run.topology) / run.topology.world_size
-    return float(mean)
 
 
 def read_records(run_dir: Path) -> list[dict]:

@@ -11,7 +11,6 @@ import contextlib
 import io
 import json
 import logging
-import math
 import shutil
 import time
 from dataclasses import asdict, dataclass, replace
@@ -31,15 +30,15 @@ from ..tasks.retrieval.baselines import BM25_ANALYZER
 from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
-from ..train.distributed import Topology, all_reduce_sum, barrier, process_group
+from ..train.distributed import Topology, barrier, process_group
 from .card import write_card
 from .corpus import MAX_WORDS, Corpus, read_corpus
 from .evaluation import Evaluator, read_beir_folder
 from .ict import HeldOut, held_out_queries, passage_text, training_passages
-from .methods import MethodSettings, read_budget, train_method
+from .budget import read_budget, training_seconds
+from .methods import MethodSettings, train_method
 from .mlm import MLM_OFF, mlm_source, run_mlm_stage
-from .presets import (BUDGET_MARGIN_SECONDS, PRESETS, budget_minutes, mlm_settings, query_count, scored_passages,
-                      stage_settings)
+from .presets import PRESETS, mlm_settings, query_count, scored_passages, stage_settings
 from .report import engine, engine_name, metrics_table, report_rows, write_report
 from .stages import Stage, claim_output, remove_stale, stage_key
 from .vocabulary import Fragmentation, fragmentation, fragmentation_table
@@ -233,35 +232,10 @@ def baseline_systems(run: Run) -> list[dict]:
     return [bm25, base]
 
 
-def training_seconds(run: Run, systems: list[dict | None], settings: MethodSettings, started: float,
-                     stages_left: int) -> float | None:
-    """The seconds the next stage's training steps may take under the run's time budget (None: no budget).
-
-    What is left of the budget after what has run, less what is still to come at the costs the base's scoring
-    measured: the stage's evaluations during training (at most one per epoch and one at the end; each ranks the
-    held-out queries), its final scoring (every set, every fusion weight) and the index (every passage embedded),
-    shared among the training stages left. Rank 0 knows the costs; under torchrun every process gets its
-    number, since all must train the same steps.
-    """
-    minutes = budget_minutes(run.options.preset, run.options.minutes)
-    if minutes is None:
-        return None
-    left = 0.0
-    if run.topology.is_main:
-        base = next(s for s in systems if s and s["name"] == "base")
-        scoring = base["seconds"]
-        evaluation = base.get("held_out_seconds", scoring)  # a baseline cached before this was measured: the whole
-        during = math.ceil(settings.epochs * settings.evaluations_per_epoch)
-        index = evaluation * len(run.corpus.passages) / len(run.held_out.scored_indices())
-        left = (minutes * 60 - (time.time() - started) - during * evaluation - scoring - index
-                - BUDGET_MARGIN_SECONDS) / stages_left
-    return float(all_reduce_sum(torch.tensor([left], dtype=torch.float64), run.topology))
-
-
 def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path, seconds: float | None = None
               ) -> dict | None:
     """Train one stage from `init` (resuming its checkpoints after a kill), its steps within `seconds` when given
-    (`methods.budgeted_epochs`); its record, finished."""
+    (`budget.budgeted_epochs`); its record, finished."""
     started = time.time()
     print(f"stage {stage.name}: {settings.method}, {settings.epochs} epoch(s), batch {settings.batch_size}, "
           f"lr {settings.learning_rate}" + (", BM25 hard negatives" if settings.hard_negatives else ""), flush=True)

@@ -43,11 +43,6 @@ HELD_OUT_SHARE = 0.5  # at most this share of the passages gives a query
 # scores a bigger corpus against its queries' own passages and a sample of the others (a 150k-word corpus,
 # ~1,500-1,800 passages, is scored whole); the index holds every passage either way.
 SCORED_PASSAGES = {"quick": 2_000, "full": 50_000}
-# The whole run's time, in minutes, that the training stages are sized to fit (--minutes; None: no budget). quick:
-# the issue's 20 minutes for a ~150k-word corpus on 2 CPU cores. On a faster machine the corpus rule
-# (QUICK_PASSAGES) is the shorter; on a slower one (an AVX2 CPU without AMX), the budget.
-MINUTES = {"quick": 20.0, "full": None}
-BUDGET_MARGIN_SECONDS = 30.0  # writing the model, the report and the index's files, and what estimates miss
 MLM_EPOCHS = {"quick": 1.0, "full": 5.0}  # passes over the corpus's tokens
 MLM_STEPS = {"quick": 150, "full": 20_000}  # at most; quick: ~150k words of text are ~50 steps an epoch
 MLM_MIN_STEPS = 10  # a tiny corpus still gets a measurable change
@@ -79,11 +74,6 @@ def tsdae_stage(seed: int = 0, epochs: float = 1.0) -> tuple[str, MethodSettings
 
 def query_count(preset: str, passages: int) -> int:
     return min(QUERIES[preset], int(passages * HELD_OUT_SHARE))
-
-
-def budget_minutes(preset: str, minutes: float | None) -> float | None:
-    """The run's time budget in minutes: --minutes when given, else the preset's (MINUTES)."""
-    return minutes if minutes is not None else MINUTES[preset]
 
 
 def scored_passages(preset: str) -> int:

@@ -1,0 +1,130 @@
+"""adapt's time budget: how many training steps fit in what is left of the run's minutes.
+
+Before a training stage, `training_seconds` (the pipeline) takes what has run and what is still to come, priced at
+what the base's scoring measured, from the budget; `budgeted_epochs` (the stage) times a training step here with
+the one loop on a copy of the model and trains fewer epochs when the preset's would not fit. The choice is kept in
+the stage's run folder (BUDGET_FILE), so a resumed stage trains the same schedule.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..atomic import write_text
+from ..errors import TrainingInterrupted
+from ..train.distributed import all_reduce_sum
+from ..train.loop import train
+
+if TYPE_CHECKING:
+    from ..tasks.retrieval.bi_encoder import BiEncoder
+    from ..train.runner import RecipeRun
+    from .methods import MethodSettings  # methods and pipeline import this module
+    from .pipeline import Run
+
+# The whole run's time, in minutes, that the training stages are sized to fit (--minutes; None: no budget). quick:
+# the issue's 20 minutes for a ~150k-word corpus on 2 CPU cores. On a faster machine the corpus rule
+# (presets.QUICK_PASSAGES) is the shorter; on a slower one (an AVX2 CPU without AMX), the budget.
+MINUTES = {"quick": 20.0, "full": None}
+BUDGET_MARGIN_SECONDS = 30.0  # writing the model, the report and the index's files, and what estimates miss
+BUDGET_FILE = "budget.json"  # in the stage's run folder: the length a time budget chose, kept for a resumed run
+TIMED_STEPS = 3  # steps of the one loop, on a copy of the model, that time a step on this machine (after one)
+MIN_BUDGET_STEPS = 10  # a budget too short for even these still trains them: a handful of steps changes nothing
+# The steps planned fill this share of the seconds left: a step's time varies with its batch's lengths, and the
+# timed ones are few (Python's FAQ, 2 threads: timed 3.9 s a step in bf16 where the stage averaged ~4.6; 7.2 s in
+# fp32 on the AVX2 stand-in, where it averaged ~7.1)
+BUDGET_SHARE = 0.85
+
+
+def budget_minutes(preset: str, minutes: float | None) -> float | None:
+    """The run's time budget in minutes: --minutes when given, else the preset's (MINUTES)."""
+    return minutes if minutes is not None else MINUTES[preset]
+
+
+def training_seconds(run: Run, systems: list[dict | None], settings: MethodSettings, started: float,
+                     stages_left: int) -> float | None:
+    """The seconds the next stage's training steps may take under the run's time budget (None: no budget).
+
+    What is left of the budget after what has run, less what is still to come at the costs the base's scoring
+    measured: the stage's evaluations during training (at most one per epoch and one at the end; each ranks the
+    held-out queries), its final scoring (every set, every fusion weight) and the index (every passage embedded),
+    shared among the training stages left. Rank 0 knows the costs; under torchrun every process gets its
+    number, since all must train the same steps.
+    """
+    minutes = budget_minutes(run.options.preset, run.options.minutes)
+    if minutes is None:
+        return None
+    left = 0.0
+    if run.topology.is_main:
+        base = next(s for s in systems if s and s["name"] == "base")
+        scoring = base["seconds"]
+        evaluation = base.get("held_out_seconds", scoring)  # a baseline cached before this was measured: the whole
+        during = math.ceil(settings.epochs * settings.evaluations_per_epoch)
+        index = evaluation * len(run.corpus.passages) / len(run.held_out.scored_indices())
+        left = (minutes * 60 - (time.time() - started) - during * evaluation - scoring - index
+                - BUDGET_MARGIN_SECONDS) / stages_left
+    return float(all_reduce_sum(torch.tensor([left], dtype=torch.float64), run.topology))
+
+
+def budgeted_epochs(run: RecipeRun, model: BiEncoder, fresh_batches: Callable, epochs: float, seconds: float
+                    ) -> float:
+    """`epochs`, or fewer when a step measured on this machine says they would take more than `seconds`.
+
+    A step is timed on a copy of the model with the one loop (its precision, device, teacher and batches: what
+    training will do; `timed_step_seconds`), in scratch folders; under torchrun the processes agree on their mean.
+    At least MIN_BUDGET_STEPS steps. A resumed run reads the choice from run.folder/BUDGET_FILE.
+    """
+    kept = read_budget(run.folder)
+    if run.resume and kept is not None:
+        return kept["epochs"]
+    per_epoch = fresh_batches().batches_per_epoch
+    step = timed_step_seconds(run, model, fresh_batches)
+    steps = max(MIN_BUDGET_STEPS, math.floor(BUDGET_SHARE * max(0.0, seconds) / step))
+    chosen = min(epochs, round(steps / per_epoch, 2))
+    if run.topology.is_main:
+        write_text(run.folder / BUDGET_FILE, json.dumps({"epochs": chosen, "epochs_without_budget": epochs,
+                                                         "step_seconds": step, "seconds": seconds}) + "\n")
+        fits = ("the preset's steps fit" if chosen == epochs else
+                f"{max(1, round(chosen * per_epoch))} steps ({chosen:g} epochs) instead of the preset's "
+                f"{round(epochs * per_epoch)} ({epochs:g})")
+        print(f"time budget: {max(0.0, seconds):.0f} s left for training, {step:.1f} s a step here: {fits}", flush=True)
+    return chosen
+
+
+def read_budget(run_dir: Path) -> dict | None:
+    """What `budgeted_epochs` chose for the stage trained in run_dir (None: it trained without a budget)."""
+    path = run_dir / BUDGET_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def timed_step_seconds(run: RecipeRun, model: BiEncoder, fresh_batches: Callable) -> float:
+    """Seconds one training step takes here, steadily: the one loop run for 1 step and then for 1 + TIMED_STEPS
+    steps on a copy of `model`, the difference over TIMED_STEPS, so what every run pays once (starting the loop,
+    its first step's allocations, the final save) is left out."""
+    trainee = copy.deepcopy(model)
+
+    def seconds_of(steps: int) -> float:
+        with tempfile.TemporaryDirectory(prefix="timing-", dir=run.folder if run.folder.is_dir() else None) as scratch:
+            config = dataclasses.replace(run.training, output_dir=scratch, max_steps=steps, eval_every=0, save_every=0,
+                                         best_metric="", tensorboard=False, plot=False, log_every=steps)
+            started = time.perf_counter()
+            try:
+                train(trainee, fresh_batches(), config, device=run.device, topology=run.topology)
+            except TrainingInterrupted:  # its checkpoint is in the scratch folder, about to go: say nothing of it
+                raise TrainingInterrupted("interrupted while timing a training step for the time budget, before "
+                                          "the stage trained") from None
+            return time.perf_counter() - started
+
+    once = seconds_of(1)
+    seconds = max(1e-3, (seconds_of(1 + TIMED_STEPS) - once) / TIMED_STEPS)
+    # Every process must train the same number of steps: they take the mean of what each measured.
+    mean = all_reduce_sum(torch.tensor([seconds], dtype=torch.float64), run.topology) / run.topology.world_size
+    return float(mean)
