@@ -174,7 +174,8 @@ def prepare_start(source: Path, folder: Path, settings: MlmSettings) -> dict | N
     if not (init / "config.json").is_file():
         pieces = corpus_pieces(folder / TRAIN_TEXT, BertTokenizer.from_pretrained(source), settings.vocab_size)
         grow_checkpoint(source, init, pieces)
-    change = vocabulary_change(blank_line_blocks(folder / TRAIN_TEXT), BertTokenizer.from_pretrained(source), BertTokenizer.from_pretrained(init))
+    change = vocabulary_change(blank_line_blocks(folder / TRAIN_TEXT), BertTokenizer.from_pretrained(source),
+                               BertTokenizer.from_pretrained(init))
     before, after = change["before"], change["after"]
     print(f"domain vocabulary: {change['added']:,} pieces added ({before['vocab_size']:,} -> {after['vocab_size']:,});"
           f" word pieces per word {before['pieces_per_word']:.3f} -> {after['pieces_per_word']:.3f}, words split "
