@@ -63,9 +63,10 @@ class Evaluator:
     def scorer(self, model) -> Scorer:
         return encoder_scorer(encoder_embedder(model, self.tokenizer, batch_size=self.batch_size, progress=False))
 
-    def everything(self, scorer: Scorer) -> dict[str, dict[str, float]]:
-        """{"dev", "test"[, "beir"]: metrics} for one scorer."""
-        results = ict_metrics(scorer, self.held_out)
+    def everything(self, scorer: Scorer, held_out: dict[str, dict[str, float]] | None = None
+                   ) -> dict[str, dict[str, float]]:
+        """{"dev", "test"[, "beir"]: metrics} for one scorer (held_out: its ict_metrics, when already made)."""
+        results = dict(held_out) if held_out is not None else ict_metrics(scorer, self.held_out)
         if self.beir is not None:
             results["beir"] = self.beir_metrics(scorer)
         return results
@@ -76,9 +77,10 @@ class Evaluator:
         costs (the time budget prices those by it)."""
         dense = remembered(self.scorer(model))  # each text list is embedded once, whatever the weights tried
         started = time.perf_counter()
-        ict_metrics(dense, self.held_out)  # embeds the held-out queries and passages, remembered for what follows
+        held_out = ict_metrics(dense, self.held_out)  # embeds the held-out queries and passages, remembered
         held_out_seconds = time.perf_counter() - started
-        return {"metrics": self.everything(dense), "hybrid": self.hybrid(dense), "held_out_seconds": held_out_seconds}
+        return {"metrics": self.everything(dense, held_out), "hybrid": self.hybrid(dense),
+                "held_out_seconds": held_out_seconds}
 
     def hybrid(self, dense: Scorer) -> dict:
         """{"dense_weight", "metrics"}: `dense` fused with BM25 at its best weight on the dev queries, scored on
