@@ -55,6 +55,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1)
     for field, value in vars(MethodSettings()).items():
         kind = (lambda s: s.lower() in ("1", "true", "yes")) if isinstance(value, bool) else type(value)
+        kind = float if value is None else kind  # attention_dropout: None is the model's own
         parser.add_argument(f"--{field.replace('_', '-')}", type=kind, default=value)
     return parser.parse_args()
 
