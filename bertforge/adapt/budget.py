@@ -1,9 +1,10 @@
 """adapt's time budget: how many training steps fit in what is left of the run's minutes.
 
 Before a training stage, `training_seconds` (the pipeline) takes what has run and what is still to come, priced at
-what the base's scoring measured, from the budget; `budgeted_epochs` (the stage) times a training step here with
-the one loop on a copy of the model and trains fewer epochs when the preset's would not fit. The choice is kept in
-the stage's run folder (BUDGET_FILE), so a resumed stage trains the same schedule.
+what the base's scoring measured, from the budget; `budgeted_epochs` (a sentence-encoder stage) and
+`budgeted_steps` (continued MLM, which gets MLM_SHARE of it) time a training step here with the one loop on a copy
+of the model and train fewer steps when the preset's would not fit. The choice is kept in the stage's folder
+(BUDGET_FILE), so a resumed stage trains the same schedule.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import copy
 import dataclasses
 import json
 import math
-import tempfile
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,11 +22,12 @@ import torch
 
 from ..atomic import write_text
 from ..errors import TrainingInterrupted
-from ..train.distributed import all_reduce_sum
+from ..train.distributed import all_reduce_sum, barrier
 from ..train.loop import train
 
 if TYPE_CHECKING:
     from ..tasks.retrieval.bi_encoder import BiEncoder
+    from ..train.distributed import Topology
     from ..train.runner import RecipeRun
     from .methods import MethodSettings  # methods and pipeline import this module
     from .pipeline import Run
@@ -42,6 +44,11 @@ MIN_BUDGET_STEPS = 10  # a budget too short for even these still trains them: a 
 # timed ones are few (Python's FAQ, 2 threads: timed 3.9 s a step in bf16 where the stage averaged ~4.6; 7.2 s in
 # fp32 on the AVX2 stand-in, where it averaged ~7.1)
 BUDGET_SHARE = 0.85
+# Continued MLM (a base with an MLM head: the BioBERT / ClinicalBERT recipe) gets at most this share of the training
+# time; the sentence-encoder stages after it, which are what makes the search better, get the rest. Without it a
+# BERT-base's epoch of a ~150k-word corpus (~47 steps of 32 x 128 tokens at ~7 s in bf16 on this 2-core Xeon, ~14 s
+# in fp32) took the whole budget on a slower CPU and left ICT its minimum.
+MLM_SHARE = 1 / 3
 
 
 def budget_minutes(preset: str, minutes: float | None) -> float | None:
@@ -50,14 +57,14 @@ def budget_minutes(preset: str, minutes: float | None) -> float | None:
 
 
 def training_seconds(run: Run, systems: list[dict | None], settings: MethodSettings, started: float,
-                     stages_left: int) -> float | None:
+                     stages_left: int, more_scorings: int = 0) -> float | None:
     """The seconds the next stage's training steps may take under the run's time budget (None: no budget).
 
     What is left of the budget after what has run, less what is still to come at the costs the base's scoring
     measured: the stage's evaluations during training (at most one per epoch and one at the end; each ranks the
-    held-out queries), its final scoring (every set, every fusion weight) and the index (every passage embedded),
-    shared among the training stages left. Rank 0 knows the costs; under torchrun every process gets its
-    number, since all must train the same steps.
+    held-out queries), its final scoring (every set, every fusion weight), `more_scorings` more of those (a stage
+    before it: continued MLM's encoder) and the index (every passage embedded), shared among the training stages
+    left. Rank 0 knows the costs; under torchrun every process gets its number, since all must train the same steps.
     """
     minutes = budget_minutes(run.options.preset, run.options.minutes)
     if minutes is None:
@@ -69,9 +76,16 @@ def training_seconds(run: Run, systems: list[dict | None], settings: MethodSetti
         evaluation = base.get("held_out_seconds", scoring)  # a baseline cached before this was measured: the whole
         during = math.ceil(settings.epochs * settings.evaluations_per_epoch)
         index = evaluation * len(run.corpus.passages) / len(run.held_out.scored_indices())
-        left = (minutes * 60 - (time.time() - started) - during * evaluation - scoring - index
+        left = (minutes * 60 - (time.time() - started) - during * evaluation - (1 + more_scorings) * scoring - index
                 - BUDGET_MARGIN_SECONDS) / stages_left
     return float(all_reduce_sum(torch.tensor([left], dtype=torch.float64), run.topology))
+
+
+def mlm_seconds(run: Run, systems: list[dict | None], first_stage: MethodSettings, started: float) -> float | None:
+    """The seconds continued MLM's training steps may take (None: no budget): MLM_SHARE of what the training
+    stages would have (`training_seconds`, with the MLM encoder's own scoring still to come)."""
+    seconds = training_seconds(run, systems, first_stage, started, stages_left=1, more_scorings=1)
+    return None if seconds is None else MLM_SHARE * seconds
 
 
 def budgeted_epochs(run: RecipeRun, model: BiEncoder, fresh_batches: Callable, epochs: float, seconds: float
@@ -86,9 +100,15 @@ def budgeted_epochs(run: RecipeRun, model: BiEncoder, fresh_batches: Callable, e
     if run.resume and kept is not None:
         return kept["epochs"]
     per_epoch = fresh_batches().batches_per_epoch
-    step = timed_step_seconds(run, model, fresh_batches)
-    steps = max(MIN_BUDGET_STEPS, math.floor(BUDGET_SHARE * max(0.0, seconds) / step))
-    chosen = min(epochs, round(steps / per_epoch, 2))
+    trainee = copy.deepcopy(model)
+
+    def train_steps(steps: int, scratch: Path) -> None:
+        config = dataclasses.replace(run.training, output_dir=str(scratch), max_steps=steps, eval_every=0,
+                                     save_every=0, best_metric="", tensorboard=False, plot=False, log_every=steps)
+        train(trainee, fresh_batches(), config, device=run.device, topology=run.topology)
+
+    step = timed_step_seconds(train_steps, run.folder, run.topology)
+    chosen = min(epochs, round(steps_that_fit(seconds, step) / per_epoch, 2))
     if run.topology.is_main:
         write_text(run.folder / BUDGET_FILE, json.dumps({"epochs": chosen, "epochs_without_budget": epochs,
                                                          "step_seconds": step, "seconds": seconds}) + "\n")
@@ -99,32 +119,64 @@ def budgeted_epochs(run: RecipeRun, model: BiEncoder, fresh_batches: Callable, e
     return chosen
 
 
+def budgeted_steps(folder: Path, steps: int, seconds: float, resume: bool, topology: Topology,
+                   train_steps: Callable[[int, Path], None]) -> int:
+    """`steps`, or fewer when a step timed here (`train_steps(n, scratch)` trains n steps with the one loop, in a
+    scratch folder) says they would take more than `seconds`; at least MIN_BUDGET_STEPS. The choice is kept in
+    folder/BUDGET_FILE, which a resumed run reads instead of timing again."""
+    kept = read_budget(folder)
+    if resume and kept is not None:
+        return kept["steps"]
+    step = timed_step_seconds(train_steps, folder, topology)
+    chosen = min(steps, steps_that_fit(seconds, step))
+    if topology.is_main:
+        write_text(folder / BUDGET_FILE, json.dumps({"steps": chosen, "steps_without_budget": steps,
+                                                     "step_seconds": step, "seconds": seconds}) + "\n")
+        fits = "the preset's steps fit" if chosen == steps else f"{chosen} steps instead of the preset's {steps}"
+        print(f"time budget: {max(0.0, seconds):.0f} s for continued MLM, {step:.1f} s a step here: {fits}",
+              flush=True)
+    return chosen
+
+
+def steps_that_fit(seconds: float, step_seconds: float) -> int:
+    """Training steps of step_seconds that fill BUDGET_SHARE of `seconds`, at least MIN_BUDGET_STEPS."""
+    return max(MIN_BUDGET_STEPS, math.floor(BUDGET_SHARE * max(0.0, seconds) / step_seconds))
+
+
 def read_budget(run_dir: Path) -> dict | None:
     """What `budgeted_epochs` chose for the stage trained in run_dir (None: it trained without a budget)."""
     path = run_dir / BUDGET_FILE
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def timed_step_seconds(run: RecipeRun, model: BiEncoder, fresh_batches: Callable) -> float:
-    """Seconds one training step takes here, steadily: the one loop run for 1 step and then for 1 + TIMED_STEPS
-    steps on a copy of `model`, the difference over TIMED_STEPS, so what every run pays once (starting the loop,
-    its first step's allocations, the final save) is left out."""
-    trainee = copy.deepcopy(model)
-
+def timed_step_seconds(train_steps: Callable[[int, Path], None], folder: Path, topology: Topology) -> float:
+    """Seconds one training step takes here, steadily: `train_steps` run for 1 step and for 1 + TIMED_STEPS (each
+    in a scratch folder inside `folder`, gone after), the difference over TIMED_STEPS, so what every run pays once
+    (starting the loop, its first step's allocations, the final save) is left out."""
     def seconds_of(steps: int) -> float:
-        with tempfile.TemporaryDirectory(prefix="timing-", dir=run.folder if run.folder.is_dir() else None) as scratch:
-            config = dataclasses.replace(run.training, output_dir=scratch, max_steps=steps, eval_every=0, save_every=0,
-                                         best_metric="", tensorboard=False, plot=False, log_every=steps)
-            started = time.perf_counter()
-            try:
-                train(trainee, fresh_batches(), config, device=run.device, topology=run.topology)
-            except TrainingInterrupted:  # its checkpoint is in the scratch folder, about to go: say nothing of it
-                raise TrainingInterrupted("interrupted while timing a training step for the time budget, before "
-                                          "the stage trained") from None
-            return time.perf_counter() - started
+        # One scratch folder for every process under torchrun (rank 0 prepares data there that the others read)
+        scratch = folder / f"timing-{steps}"
+        if topology.is_main:
+            shutil.rmtree(scratch, ignore_errors=True)  # a killed run's
+            scratch.mkdir(parents=True)
+        barrier(topology)
+        started = time.perf_counter()
+        try:
+            train_steps(steps, scratch)
+        except TrainingInterrupted:  # its checkpoint is in the scratch folder, about to go: say nothing of it
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise TrainingInterrupted("interrupted while timing a training step for the time budget, before "
+                                      "the stage trained") from None
+        seconds = time.perf_counter() - started
+        barrier(topology)  # every process is done with the scratch folder
+        if topology.is_main:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return seconds
 
-    once = seconds_of(1)
-    seconds = max(1e-3, (seconds_of(1 + TIMED_STEPS) - once) / TIMED_STEPS)
+    # 1 step is timed before and after the longer run: the first run in a process also pays for what the process
+    # does once (thread pools, the kernels' first calls: ~0.8 s for a bert-tiny MLM run whose steps take 0.3 s)
+    first, longer, last = seconds_of(1), seconds_of(1 + TIMED_STEPS), seconds_of(1)
+    seconds = max(1e-3, (longer - min(first, last)) / TIMED_STEPS)
     # Every process must train the same number of steps: they take the mean of what each measured.
-    mean = all_reduce_sum(torch.tensor([seconds], dtype=torch.float64), run.topology) / run.topology.world_size
+    mean = all_reduce_sum(torch.tensor([seconds], dtype=torch.float64), topology) / topology.world_size
     return float(mean)

@@ -15,9 +15,10 @@ after it train that encoder.
 """
 from __future__ import annotations
 
+import functools
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..atomic import published_folder, replaced_file
@@ -33,6 +34,7 @@ from ..tokenization.tokenizer import BertTokenizer
 from ..train.checkpointing import latest_checkpoint, list_checkpoints
 from ..train.config import TrainConfig
 from ..train.distributed import barrier
+from .budget import budgeted_steps, read_budget
 from .domain_vocabulary import corpus_pieces, grow_checkpoint, vocabulary_change
 
 VOCABS = ("base", "new")
@@ -95,16 +97,16 @@ def mlm_source(mlm: str | None, base: ModelFolder, vocab: str, vocab_size: int |
     return None
 
 
-def run_mlm_stage(run, stage, settings: MlmSettings) -> dict | None:
+def run_mlm_stage(run, stage, settings: MlmSettings, seconds: float | None = None) -> dict | None:
     """Continue pretraining run.mlm_source on the corpus (resuming after a kill); the stage's record, finished.
 
-    run: the pipeline's Run; stage: its Stage (folder, model). Leaves stage.model (a sentence-transformers
-    folder: the MLM-trained encoder, the base's pooling) and stage.folder/mlm (the checkpoint with its head).
+    run: the pipeline's Run; stage: its Stage (folder, model). seconds: what its training steps may take (None:
+    settings.steps, however long): fewer steps when a step timed here says they would not fit
+    (`budget.budgeted_steps`; the choice is kept in stage.folder for a resumed run). Leaves stage.model (a
+    sentence-transformers folder: the MLM-trained encoder, the base's pooling) and stage.folder/mlm (the
+    checkpoint with its head).
     """
     started, source = time.time(), run.options.mlm or run.options.base
-    print(f"stage {stage.name}: continued MLM pretraining of {source}, {settings.steps} steps, batch "
-          f"{settings.batch_size}, lr {settings.learning_rate}" + (", a domain vocabulary" if settings.vocab == "new"
-                                                                    else ""), flush=True)
     main = run.topology.is_main  # under torchrun rank 0 writes the inputs; every process pretrains
     init, vocabulary = pretraining_start(run.mlm_source, stage.folder, settings), None
     if main:
@@ -114,7 +116,14 @@ def run_mlm_stage(run, stage, settings: MlmSettings) -> dict | None:
     resume = latest_checkpoint(stage.run) is not None if stage.run.is_dir() else False
     if stage.run.is_dir() and not resume and main:
         shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
-    records = continue_pretraining(init, stage.folder, settings, run.options.device, resume, run.options.precision)
+    if seconds is not None:
+        timing = functools.partial(timing_steps, mlm_recipe(init, stage.folder, settings, run.options))
+        settings = replace(settings, steps=budgeted_steps(stage.folder, settings.steps, seconds, resume, run.topology,
+                                                          timing))
+    print(f"stage {stage.name}: continued MLM pretraining of {source}, {settings.steps} steps, batch "
+          f"{settings.batch_size}, lr {settings.learning_rate}" + (", a domain vocabulary" if settings.vocab == "new"
+                                                                    else ""), flush=True)
+    records = run_pretraining(mlm_recipe(init, stage.folder, settings, run.options), resume=resume)
     if not main:
         return None
     encoder, tokenizer = keep_models(list_checkpoints(stage.run)[-1] / "model", stage, run)
@@ -125,7 +134,8 @@ def run_mlm_stage(run, stage, settings: MlmSettings) -> dict | None:
           f"{masked['after']['accuracy']:.4f}, loss {masked['before']['loss']:.3f} -> {masked['after']['loss']:.3f}")
     record = stage.finish({"name": stage.name, "key": stage.key, **scored, "steps": settings.steps,
                            "seconds": time.time() - started, "description": describe(settings, source),
-                           "settings": asdict(settings), "masked_lm": masked, "vocabulary": vocabulary})
+                           "settings": asdict(settings), "masked_lm": masked, "vocabulary": vocabulary,
+                           "budget": read_budget(stage.folder) if seconds is not None else None})
     shutil.rmtree(stage.run)  # checkpoints and the prepared corpus: only a killed stage needs them
     shutil.rmtree(stage.folder / "init", ignore_errors=True)
     for name in (TRAIN_TEXT, HELD_OUT_TEXT):
@@ -183,15 +193,15 @@ def prepare_start(source: Path, folder: Path, settings: MlmSettings) -> dict | N
     return change
 
 
-def continue_pretraining(init: Path, folder: Path, settings: MlmSettings, device: str, resume: bool,
-                         precision: str = "auto") -> list[dict]:
-    """MLM-train the checkpoint at `init` on folder's texts in folder/run with the pretraining recipe; its records.
+def mlm_recipe(init: Path, folder: Path, settings: MlmSettings, options) -> PretrainRecipe:
+    """The pretraining recipe that MLM-trains the checkpoint at `init` on folder's texts, in folder/run, on
+    options.device at options.precision (adapt's options).
 
     Evaluated on the held-out sentences before the first step and after the last; checkpoints four times
     (the last one is the model), so a kill loses at most a quarter of the stage.
     """
     held_out = sum(1 for block in (folder / HELD_OUT_TEXT).read_text(encoding="utf-8").split("\n\n") if block.strip())
-    recipe = PretrainRecipe(
+    return PretrainRecipe(
         model=ModelSettings(init_from=str(init)),
         data=DataSettings(train=[str(folder / TRAIN_TEXT)], heldout=[str(folder / HELD_OUT_TEXT)],
                           instances=PretrainingConfig(max_seq_length=settings.max_seq_length, nsp=False,
@@ -200,10 +210,17 @@ def continue_pretraining(init: Path, folder: Path, settings: MlmSettings, device
         training=TrainConfig(output_dir=str(folder / "run"), max_steps=settings.steps,
                              learning_rate=settings.learning_rate, warmup=settings.warmup,
                              save_every=max(1, settings.steps // 4), keep_last=1, seed=settings.seed,
-                             tensorboard=False, plot=False, eval_at_start=True, device=device,
-                             precision=precision),
+                             tensorboard=False, plot=False, eval_at_start=True, device=options.device,
+                             precision=options.precision),
         batch_size=settings.batch_size)
-    return run_pretraining(recipe, resume=resume)
+
+
+def timing_steps(recipe: PretrainRecipe, steps: int, scratch: Path) -> None:
+    """The recipe's first `steps` steps, in `scratch`, without its evaluations or checkpoints but the last: how
+    the time budget measures a step of continued MLM."""
+    training = replace(recipe.training, output_dir=str(scratch / "run"), max_steps=steps, save_every=0,
+                       eval_at_start=False, log_every=steps)
+    run_pretraining(replace(recipe, data=replace(recipe.data, heldout=[]), training=training))
 
 
 def masked_lm_change(records: list[dict]) -> dict:

@@ -35,7 +35,7 @@ from .card import write_card
 from .corpus import MAX_WORDS, Corpus, read_corpus
 from .evaluation import Evaluator, read_beir_folder
 from .ict import HeldOut, held_out_queries, passage_text, training_passages
-from .budget import read_budget, training_seconds
+from .budget import mlm_seconds, read_budget, training_seconds
 from .methods import MethodSettings, train_method
 from .mlm import MLM_OFF, mlm_source, run_mlm_stage
 from .presets import PRESETS, mlm_settings, query_count, scored_passages, stage_settings
@@ -112,20 +112,22 @@ def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
     systems = finished(run, baseline, lambda: baseline.finish({"systems": baseline_systems(run)}))
     systems = systems["systems"] if systems else []
     stages, key, init = [], stage_key(run.corpus_key, run.base_key), run.base_folder
+    planned = [(name, replace(settings, max_length=min(settings.max_length, run.max_seq_length))) for name, settings
+               in stage_settings(options.preset, len(training_passages(run.held_out.corpus)), options.seed)]
+    # A budget given on the command line is part of what a stage trained (the preset's own is not: a cached stage
+    # stays valid on a faster or slower machine)
+    minutes = [options.minutes] if options.minutes is not None else []
     if run.mlm_source is not None:  # the stages after it train the MLM-trained encoder, with its vocabulary
         settings = mlm_settings(options.preset, round(run.corpus.words * run.vocabulary.pieces_per_word),
                                 options.vocab, options.seed, options.vocab_size)
-        stage = Stage.of(run.output, "mlm", key, model_fingerprint(run.mlm_source)[:12], settings)
+        stage = Stage.of(run.output, "mlm", key, model_fingerprint(run.mlm_source)[:12], settings, *minutes)
         stages.append(stage)
-        systems.append(finished(run, stage, lambda: run_mlm_stage(run, stage, settings)))
+        systems.append(finished(run, stage, lambda: run_mlm_stage(run, stage, settings, mlm_seconds(
+            run, systems, planned[0][1], started))))
         key, init = stage.key, stage.model
         run = replace(run, evaluator=run.evaluator.with_tokenizer(BertTokenizer.from_pretrained(init)))
-    planned = stage_settings(options.preset, len(training_passages(run.held_out.corpus)), options.seed)
     for position, (name, settings) in enumerate(planned):
-        settings = replace(settings, max_length=min(settings.max_length, run.max_seq_length))
-        # A budget given on the command line is part of what the stage trained (the preset's own is not: a cached
-        # stage stays valid on a faster or slower machine)
-        stage = Stage.of(run.output, name, key, settings, *([options.minutes] if options.minutes is not None else []))
+        stage = Stage.of(run.output, name, key, settings, *minutes)
         stages.append(stage)
         systems.append(finished(run, stage, lambda: run_stage(
             run, stage, settings, init, training_seconds(run, systems, settings, started, len(planned) - position))))
