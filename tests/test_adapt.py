@@ -338,7 +338,7 @@ def test_a_time_budget_shortens_training_to_the_steps_a_timed_step_allows_and_a_
     assert trained_steps(tmp_path / "roomy", seconds=1e6) == 30  # time for all 3 epochs: the preset's length
     assert json.loads((tmp_path / "roomy" / BUDGET_FILE).read_text())["epochs"] == 3.0
     short = tmp_path / "short"
-    assert trained_steps(short, seconds=0.0) == MIN_BUDGET_STEPS  # no time: the fewest steps worth training
+    assert trained_steps(short, seconds=1e-3) == MIN_BUDGET_STEPS  # no time: the fewest steps worth training
     budget = json.loads((short / BUDGET_FILE).read_text())
     assert budget["epochs"] == 1.0 and budget["epochs_without_budget"] == 3.0 and budget["step_seconds"] > 0
     assert not [p for p in short.iterdir() if p.name.startswith("timing-")]  # the timing run's scratch is gone
@@ -652,12 +652,18 @@ def test_continued_mlm_trains_the_steps_a_timed_step_allows_in_its_share_of_the_
     settings = replace(mlm_settings("quick", 1_000), steps=40, batch_size=4)
     timing = functools.partial(timing_steps, mlm_recipe(cassette_dir, tmp_path, settings,
                                                         SimpleNamespace(device="cpu", precision="fp32")))
-    assert budgeted_steps(tmp_path, 40, 0.0, False, Topology(), timing) == MIN_BUDGET_STEPS  # no time: the fewest
+    assert budgeted_steps(tmp_path, 40, 1e-3, False, Topology(), timing) == MIN_BUDGET_STEPS  # ~no time: the fewest
     budget = json.loads((tmp_path / BUDGET_FILE).read_text())
     assert budget["steps_without_budget"] == 40 and budget["step_seconds"] > 0
     assert not list(tmp_path.glob("timing-*"))  # the timing runs' scratch is gone
     assert budgeted_steps(tmp_path, 40, 1e6, True, Topology(), timing) == MIN_BUDGET_STEPS  # resumed: kept
     assert budgeted_steps(tmp_path, 40, 1e6, False, Topology(), timing) == 40  # room for all of them
+
+    def untimed(steps, scratch):
+        raise AssertionError("a budget already spent must not spend more timing a step")
+
+    assert budgeted_steps(tmp_path, 40, -5.0, False, Topology(), untimed) == MIN_BUDGET_STEPS
+    assert json.loads((tmp_path / BUDGET_FILE).read_text())["step_seconds"] is None
 
     held_out = SimpleNamespace(scored_indices=lambda: range(500))
     run_ = SimpleNamespace(options=SimpleNamespace(preset="quick", minutes=None), topology=Topology(),

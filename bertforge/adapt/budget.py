@@ -107,7 +107,7 @@ def budgeted_epochs(run: RecipeRun, model: BiEncoder, fresh_batches: Callable, e
                                      save_every=0, best_metric="", tensorboard=False, plot=False, log_every=steps)
         train(trainee, fresh_batches(), config, device=run.device, topology=run.topology)
 
-    step = timed_step_seconds(train_steps, run.folder, run.topology)
+    step = timed_step_seconds(train_steps, run.folder, run.topology) if seconds > 0 else None
     chosen = min(epochs, round(steps_that_fit(seconds, step) / per_epoch, 2))
     if run.topology.is_main:
         write_text(run.folder / BUDGET_FILE, json.dumps({"epochs": chosen, "epochs_without_budget": epochs,
@@ -115,7 +115,7 @@ def budgeted_epochs(run: RecipeRun, model: BiEncoder, fresh_batches: Callable, e
         fits = ("the preset's steps fit" if chosen == epochs else
                 f"{max(1, round(chosen * per_epoch))} steps ({chosen:g} epochs) instead of the preset's "
                 f"{round(epochs * per_epoch)} ({epochs:g})")
-        print(f"time budget: {max(0.0, seconds):.0f} s left for training, {step:.1f} s a step here: {fits}", flush=True)
+        print(f"time budget: {max(0.0, seconds):.0f} s left for training, {per_step(step)}: {fits}", flush=True)
     return chosen
 
 
@@ -127,20 +127,27 @@ def budgeted_steps(folder: Path, steps: int, seconds: float, resume: bool, topol
     kept = read_budget(folder)
     if resume and kept is not None:
         return kept["steps"]
-    step = timed_step_seconds(train_steps, folder, topology)
+    step = timed_step_seconds(train_steps, folder, topology) if seconds > 0 else None
     chosen = min(steps, steps_that_fit(seconds, step))
     if topology.is_main:
         write_text(folder / BUDGET_FILE, json.dumps({"steps": chosen, "steps_without_budget": steps,
                                                      "step_seconds": step, "seconds": seconds}) + "\n")
         fits = "the preset's steps fit" if chosen == steps else f"{chosen} steps instead of the preset's {steps}"
-        print(f"time budget: {max(0.0, seconds):.0f} s for continued MLM, {step:.1f} s a step here: {fits}",
-              flush=True)
+        print(f"time budget: {max(0.0, seconds):.0f} s for continued MLM, {per_step(step)}: {fits}", flush=True)
     return chosen
 
 
-def steps_that_fit(seconds: float, step_seconds: float) -> int:
-    """Training steps of step_seconds that fill BUDGET_SHARE of `seconds`, at least MIN_BUDGET_STEPS."""
+def steps_that_fit(seconds: float, step_seconds: float | None) -> int:
+    """Training steps of step_seconds that fill BUDGET_SHARE of `seconds`, at least MIN_BUDGET_STEPS (all there
+    is when no step was timed: with no time left, timing one would only spend more; a BERT-base's ICT step takes
+    ~30 s on 2 AVX2 cores and the timing runs 6)."""
+    if step_seconds is None:
+        return MIN_BUDGET_STEPS
     return max(MIN_BUDGET_STEPS, math.floor(BUDGET_SHARE * max(0.0, seconds) / step_seconds))
+
+
+def per_step(step_seconds: float | None) -> str:
+    return f"{step_seconds:.1f} s a step here" if step_seconds is not None else "no time left to time a step"
 
 
 def read_budget(run_dir: Path) -> dict | None:
