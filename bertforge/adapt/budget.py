@@ -165,7 +165,7 @@ def per_step(step_seconds: float | None) -> str:
 
 
 def read_budget(run_dir: Path) -> dict | None:
-    """What `budgeted_epochs` chose for the stage trained in run_dir (None: it trained without a budget)."""
+    """What `budgeted_epochs` or `budgeted_steps` chose for the stage trained in run_dir (None: no budget)."""
     path = run_dir / BUDGET_FILE
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
