@@ -13,8 +13,9 @@ import transformers
 
 from bertforge import BertModel
 from bertforge.embeddings import embed as embed_module
-from bertforge.embeddings.embed import (FIRST_TOKENIZE_WINDOW, TOKENIZE_WINDOW, Embedder, embed, token_vectors,
-                                       tokenize_windows, word_vector)
+from bertforge.embeddings.embed import Embedder, embed, token_vectors, word_vector
+from bertforge.engine import batching
+from bertforge.engine.batching import FIRST_TOKENIZE_WINDOW, TOKENIZE_WINDOW, tokenize_windows
 from bertforge.models.heads import BertForSequenceClassification
 from bertforge.tokenization.tokenizer import BertTokenizer
 
@@ -140,8 +141,8 @@ def test_tokenize_windows_start_small_then_cover_the_rest():
 def test_rows_land_in_place_across_tokenize_windows(ours, mixed_texts, monkeypatch):
     model, tokenizer = ours
     whole = embed(model, mixed_texts, tokenizer=tokenizer, batch_size=4)
-    monkeypatch.setattr(embed_module, "FIRST_TOKENIZE_WINDOW", 3)  # each window sorted and batched on its own
-    monkeypatch.setattr(embed_module, "TOKENIZE_WINDOW", 5)
+    monkeypatch.setattr(batching, "FIRST_TOKENIZE_WINDOW", 3)  # each window sorted and batched on its own
+    monkeypatch.setattr(batching, "TOKENIZE_WINDOW", 5)
     assert len(tokenize_windows(len(mixed_texts))) > 2
     assert np.abs(embed(model, mixed_texts, tokenizer=tokenizer, batch_size=4) - whole).max() < 1e-5
 

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..engine.batching import TokenBatch, collate, fit_to_budget, plan_batches
+from ..engine.batching import TokenBatch, collate, fit_to_budget, plan_batches, tokenize_windows
 from ..engine.cuda_graphs import GraphedPasses
 from ..models.packed_forward import packed_forward
 from ..engine.pipeline import HostResults, prefetched
@@ -41,13 +41,6 @@ from .options import (LayerSpec, check_max_length, check_sentence, check_texts, 
                       resolve_encoder, resolve_layers)
 from .pooling import pool, pooling_modes
 
-# Texts tokenized (and length-sorted) together: large enough that sorting removes nearly
-# all padding, small enough that a window's token lists stay a few MB.
-TOKENIZE_WINDOW = 4096
-# The first window is smaller, so that the first passes start while the rest is tokenized: on an H200, 2,000
-# texts ran 3% faster at batch 32 and 128 (interleaved runs; scripts/results/gpu_h200_2026-11-26c.md); the CPU
-# measured level.
-FIRST_TOKENIZE_WINDOW = 256
 # With more texts than this, `progress=None` shows a progress bar.
 AUTO_PROGRESS_TEXTS = 512
 # Padded tokens per batch when max_batch_tokens is not given. CPU: all-MiniLM-L6-v2 on 1 core ran
@@ -389,13 +382,3 @@ def token_vectors(model_or_path, tokenizer, sentence: str, layers: LayerSpec = -
     """(tokens, float32 (num_tokens, dim)) for one sentence. See `Embedder.token_vectors`."""
     embedder = embedder_for(model_or_path, tokenizer, layers=layers, layer_combine=layer_combine, **options)
     return embedder.token_vectors(sentence)
-
-
-def tokenize_windows(count: int) -> list[tuple[int, int]]:
-    """[(start, end)] of the windows `Embedder.batches` tokenizes and sorts together: FIRST_TOKENIZE_WINDOW
-    texts, then TOKENIZE_WINDOW at a time."""
-    bounds, size = [0], FIRST_TOKENIZE_WINDOW
-    while bounds[-1] < count:
-        bounds.append(min(count, bounds[-1] + size))
-        size = TOKENIZE_WINDOW
-    return [(start, end) for start, end in zip(bounds, bounds[1:])]
