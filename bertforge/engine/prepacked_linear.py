@@ -57,8 +57,8 @@ def prepacking_pays(device: torch.device | str = "cpu") -> bool:
     return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
-def fused_activation(module: nn.Module) -> str | None:
-    """The FUSED_ACTIVATIONS name of an activation module, or None when oneDNN has no epilogue for it."""
+def fused_activation(module: nn.Module | None) -> str | None:
+    """The FUSED_ACTIVATIONS name of an activation module, or None when oneDNN has no epilogue for it (or no module)."""
     if isinstance(module, nn.GELU):
         return "gelu" if module.approximate == "none" else "gelu_tanh"
     if isinstance(module, nn.ReLU):
@@ -84,10 +84,9 @@ def prepack_linear_layers(model: nn.Module) -> nn.Module:
     another dtype (fp16/bf16 weights) or already replaced (int8) are left as they are.
     """
     for module in list(model.modules()):
-        activation = getattr(module, "intermediate_act_fn", None)
-        dense = getattr(module, "dense", None)
-        if float32_linear(dense) and activation is not None and fused_activation(activation):
-            module.dense = PrepackedLinear(dense, fused_activation(activation))
+        activation = fused_activation(getattr(module, "intermediate_act_fn", None))
+        if activation and float32_linear(getattr(module, "dense", None)):
+            module.dense = PrepackedLinear(module.dense, activation)
             module.intermediate_act_fn = nn.Identity()
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
