@@ -160,3 +160,40 @@ def test_two_nccl_processes_train_together(corpus_files, tmp_path):
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "loss" in r] == [1, 2, 3, 4]
     assert yaml.safe_load(recipe.read_text())["training"]["device"] == "cuda"
+
+
+def graphed_recipe(folder, corpus_files, graphs: bool, **training):
+    """The pretraining test recipe on the GPU in fp32, dropout off (eager and replayed kernels draw their noise
+    differently), with the training step replayed from a CUDA graph or not."""
+    folder.mkdir()
+    path = write_recipe(folder, corpus_files, device="cuda", precision="fp32", cuda_graphs=graphs, **training)
+    recipe = yaml.safe_load(path.read_text())
+    recipe["model"]["overrides"].update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def test_a_pretraining_run_replayed_from_a_cuda_graph_trains_as_eager_steps_do(corpus_files, tmp_path, capfd):
+    from bertforge.cli.parser import main
+    from test_pretrain import losses
+
+    runs = {}
+    for graphs in (False, True):
+        recipe = graphed_recipe(tmp_path / f"graphs-{graphs}", corpus_files, graphs, max_steps=12, save_every=6)
+        assert main(["pretrain", "--config", str(recipe)]) == 0
+        runs[graphs] = losses(tmp_path / f"graphs-{graphs}" / "run")
+        said = capfd.readouterr().err
+        assert ("replay one CUDA graph" in said) == graphs, said[-2000:]
+    assert sorted(runs[True]) == list(range(1, 13))
+    # Steps 4 on are replayed (3 eager warm-up steps), with a schedule that moves every step (warm-up, decay).
+    for step, loss in runs[False].items():
+        assert runs[True][step] == pytest.approx(loss, rel=2e-3), step
+
+    # Resumed from step 6, the replayed run goes on as it went (warm-up and capture again after the resume).
+    run = tmp_path / "graphs-True" / "run"
+    import shutil
+    shutil.rmtree(run / "step-000012")
+    assert main(["pretrain", "--config", str(tmp_path / "graphs-True" / "recipe.yaml"), "--resume"]) == 0
+    resumed = losses(run)
+    for step in range(7, 13):
+        assert resumed[step] == pytest.approx(runs[True][step], rel=1e-4), step

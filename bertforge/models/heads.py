@@ -77,6 +77,17 @@ def masked_positions_from(labels: Tensor) -> Tensor:
     return (labels != IGNORE_INDEX).flatten().nonzero().squeeze(1)
 
 
+def padded_masked_positions(labels: Tensor, count: int) -> Tensor:
+    """`masked_positions_from(labels)` padded to `count` with the position of an unlabelled token (the loss and
+    the accuracy skip it): one shape for every batch, which a step replayed from a CUDA graph needs."""
+    positions = masked_positions_from(labels)
+    if len(positions) >= count:
+        return positions
+    unlabelled = (labels == IGNORE_INDEX).flatten().nonzero()
+    filler = int(unlabelled[0]) if len(unlabelled) else 0
+    return torch.cat([positions, positions.new_full((count - len(positions),), filler)])
+
+
 def masked_lm(head: LMPredictionHead, hidden_states: Tensor, labels: Tensor | None, masked_only: bool,
               masked_positions: Tensor | None = None):
     """MLM logits and loss; with masked_only, the head runs on the masked positions alone.

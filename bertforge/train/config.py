@@ -33,6 +33,9 @@ class TrainConfig:
             fp32), fp32 or bf16
         device: auto (the GPU when there is one), cuda or cpu
         compile: torch.compile the model
+        cuda_graphs: on a GPU, capture the training step once as a CUDA graph and replay it for every batch of
+            the same shapes (one launch a step instead of ~1,000; pretraining pads its batches to one shape for
+            it); one process, grad_accumulation 1 and no compile only, else (and with false) eager steps
         log_every: steps between log records
         eval_every: steps between evaluations (0: only at the end)
         save_every: steps between checkpoints (0: only at the end)
@@ -57,6 +60,7 @@ class TrainConfig:
     precision: Precision = "auto"
     device: Device = "auto"
     compile: bool = False
+    cuda_graphs: bool = True
     log_every: int = 10
     eval_every: int = 0
     save_every: int = 0

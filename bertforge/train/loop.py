@@ -31,6 +31,7 @@ from ..validation import STEPS_TO_RUN, check_bound
 from .best import BestModel, best_model_folder
 from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_state, save_checkpoint
 from .config import TrainConfig
+from .cuda_graph_step import GraphedStep, graphs_apply
 from .distributed import Topology, all_reduce_sum, average_gradients, barrier, broadcast_parameters
 from .interrupt import StopRequests
 from .memory import TRIM_EVERY, release_freed_memory
@@ -69,12 +70,13 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
                                                         topology)
     forward_model = wrap_for_training(model, config, topology, device)
     log = RunLog(run_dir, resume_step=step, tensorboard=config.tensorboard) if topology.is_main else None
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision_of(config, device, model) == "bf16")
     progress = tqdm(total=config.max_steps, initial=step, desc="train", disable=not topology.is_main, dynamic_ncols=True)
     if evaluate is not None and step == 0 and config.eval_at_start:
         run_evaluation(model, evaluate, 0, log, progress, topology)
     running = RunningMetrics(device, first_step=step + 1)
-    stream = Prefetcher.for_model(batches, model, device)
+    steps = StepRunner.build(model, forward_model, optimizer, scheduler, batches, config, topology, device, running,
+                             statistics, forward_kwargs or {})
+    stream = steps.stream
     model.train()
     compiled_at = step + 1 if config.compile and topology.is_main else None  # the step that pays for compiling
     stop = StopRequests().install()  # Ctrl-C / SIGTERM: finish the step, save, then stop (train/interrupt.py)
@@ -83,9 +85,7 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
             started = time.perf_counter()
             # Dropout noise is a function of (seed, rank, step): a resumed run draws what the original would have.
             torch.manual_seed(config.seed * 1_000_003 + topology.rank * 7_919 + step)
-            accumulate_gradients(forward_model, stream, config, topology, device, autocast, running, statistics,
-                                 forward_kwargs or {})
-            optimizer_step(model, optimizer, scheduler, config.max_grad_norm)
+            steps.step()
             step += 1
             progress.update(1)
             tidy_after_step(step, compiled_at, started, progress)
@@ -109,6 +109,57 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
         close_run(stop, stream, progress, log)
     model.eval()
     return finished_records(log, run_dir, config.plot)
+
+
+@dataclass
+class StepRunner:
+    """What an optimizer step works with; `step` replays it from a CUDA graph where one applies and takes the
+    batch (cuda_graph_step.py), else runs it eagerly: forward and backward over the micro-batches, then AdamW."""
+    model: torch.nn.Module
+    forward_model: torch.nn.Module  # the model as wrapped for training: DDP, torch.compile
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    config: TrainConfig
+    topology: Topology
+    device: torch.device
+    autocast: Any
+    running: RunningMetrics
+    statistics: Statistics | None
+    forward_kwargs: dict
+    stream: Prefetcher
+    graphed: GraphedStep | None
+
+    @classmethod
+    def build(cls, model, forward_model, optimizer, scheduler, batches: BatchStream, config: TrainConfig,
+              topology: Topology, device: torch.device, running: RunningMetrics, statistics: Statistics | None,
+              forward_kwargs: dict) -> "StepRunner":
+        bf16 = precision_of(config, device, model) == "bf16"
+        graphed = None
+        if graphs_apply(config, device, topology) and getattr(batches, "one_shape", False):
+            graphed = GraphedStep(model, optimizer, config.max_grad_norm, bf16, forward_kwargs)
+        stream = Prefetcher.for_model(batches, model, device, pack=graphed is None)  # a graph takes one shape
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
+        return cls(model, forward_model, optimizer, scheduler, config, topology, device, autocast, running,
+                   statistics, forward_kwargs, stream, graphed)
+
+    def step(self) -> None:
+        if self.graphed is None:
+            self.eager_step(self.stream.next_batch)
+            return
+        batch = to_device(self.stream.next_batch(), self.device)
+        output = self.graphed.run(batch)
+        if output is None:  # warm-up, or a batch of another shape
+            self.optimizer.zero_grad(set_to_none=True)  # after the capture the gradients are the graph's
+            self.eager_step(lambda: batch)
+            return
+        self.running.add(self.graphed.inputs, output, self.statistics)  # before the next replay overwrites them
+        self.running.end_step()
+        self.scheduler.step()
+
+    def eager_step(self, next_batch: Callable[[], dict]) -> None:
+        accumulate_gradients(self.forward_model, next_batch, self.config, self.topology, self.device, self.autocast,
+                             self.running, self.statistics, self.forward_kwargs)
+        optimizer_step(self.model, self.optimizer, self.scheduler, self.config.max_grad_norm)
 
 
 @dataclass(frozen=True)
@@ -239,13 +290,13 @@ def hidden_width(model: torch.nn.Module) -> int | None:
     return None
 
 
-def accumulate_gradients(forward_model, stream: Prefetcher, config: TrainConfig, topology: Topology,
+def accumulate_gradients(forward_model, next_batch: Callable[[], dict], config: TrainConfig, topology: Topology,
                          device: torch.device, autocast, running: RunningMetrics, statistics: Statistics | None,
                          forward_kwargs: dict) -> None:
     """Forward and backward over grad_accumulation micro-batches; DDP all-reduces on the last one only."""
     by_hand = topology.distributed and syncs_by_hand(forward_model)
     for micro_step in range(config.grad_accumulation):
-        batch = to_device(stream.next_batch(), device)
+        batch = to_device(next_batch(), device)
         last = micro_step == config.grad_accumulation - 1
         sync = contextlib.nullcontext() if last or not topology.distributed or by_hand else forward_model.no_sync()
         with sync:

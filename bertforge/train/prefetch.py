@@ -41,9 +41,10 @@ class Prefetcher:
         self.waited = 0.0
 
     @classmethod
-    def for_model(cls, batches, model: torch.nn.Module, device: torch.device) -> "Prefetcher":
-        """`batches` made ahead, each packed on the host when dropping its padding pays on `device`."""
-        pack = accepts_packing(model)
+    def for_model(cls, batches, model: torch.nn.Module, device: torch.device, pack: bool = True) -> "Prefetcher":
+        """`batches` made ahead, each packed on the host when dropping its padding pays on `device` (and pack:
+        a step replayed from a CUDA graph takes its batches padded, in one shape)."""
+        pack = pack and accepts_packing(model)
 
         def prepare(batch: Batch) -> Batch:
             if pack and "attention_mask" in batch:

@@ -17,18 +17,19 @@ import torch
 from torch.utils.data import DataLoader
 
 from ...models.config import BertConfig
-from .dataset import PretrainingConfig, PretrainingDataset
+from .dataset import PretrainingConfig, PretrainingDataset, collate
 from ...atomic import published_folder, write_text
 from ...errors import BertforgeError
 from ...input_files import changed_inputs, fingerprints
 from ...train.run_folder import claim_run_folder
 from .corpus import DocumentBoundary, expand_paths
 from .shards import TokenizedCorpus, prepare_corpus
-from ...models.heads import BertForPreTraining, masked_positions_from
+from ...models.heads import IGNORE_INDEX, BertForPreTraining, masked_positions_from, padded_masked_positions
 from ...tokenization.tokenizer import BertTokenizer
 from ...engine.devices import select_device, to_device
 from ...train.distributed import Topology, barrier, process_group
 from ...train.config import TrainConfig
+from ...train.cuda_graph_step import graphs_apply
 from ...train.loop import train
 from ...settings import CHECKPOINT, KEYS_OF, PATH, load_recipe
 from ...validation import STEPS_TO_RUN, check_bound, check_fields
@@ -183,19 +184,29 @@ class EndlessBatches:
     """Batches epoch after epoch from a PretrainingDataset; its cursor is the stream's position.
 
     Each batch also carries masked_positions (num_predictions,), found on the host, so that the
-    masked-only MLM head never reads the labels back from the device.
+    masked-only MLM head never reads the labels back from the device. With one_shape (the loop replays its
+    step from a CUDA graph) every full batch is padded to max_seq_length and its masked positions to
+    batch_size x max_predictions_per_seq, pointing at an unlabelled token.
     """
 
-    def __init__(self, dataset: PretrainingDataset, batch_size: int):
-        self.dataset, self.batch_size = dataset, batch_size
+    def __init__(self, dataset: PretrainingDataset, batch_size: int, one_shape: bool = False):
+        self.dataset, self.batch_size, self.one_shape = dataset, batch_size, one_shape
 
     def __iter__(self):
         while True:  # num_workers=0: the dataset's cursor counts exactly the instances consumed
             # A private generator: a DataLoader draws a seed when it starts, and drawing it from the
             # global RNG would shift the dropout noise of a resumed run (which starts one mid-epoch).
-            for batch in DataLoader(self.dataset, batch_size=self.batch_size, collate_fn=self.dataset.collate,
-                                    generator=torch.Generator()):
-                yield {**batch, "masked_positions": masked_positions_from(batch["labels"])}
+            yield from DataLoader(self.dataset, batch_size=self.batch_size, collate_fn=self.collate,
+                                  generator=torch.Generator())
+
+    def collate(self, instances: list[dict]) -> dict[str, torch.Tensor]:
+        if not self.one_shape:
+            batch = self.dataset.collate(instances)
+            return {**batch, "masked_positions": masked_positions_from(batch["labels"])}
+        instances_config = self.dataset.config
+        batch = collate(instances, self.dataset.corpus.pad_token_id, pad_to=instances_config.max_seq_length)
+        count = self.batch_size * instances_config.max_predictions_per_seq
+        return {**batch, "masked_positions": padded_masked_positions(batch["labels"], count)}
 
     def state_dict(self) -> dict:
         return self.dataset.state_dict()
@@ -216,7 +227,7 @@ def pretraining_statistics(batch: dict, output) -> dict[str, tuple[torch.Tensor,
     if logits.dim() == 3:  # the full head scored every position
         logits = logits.flatten(0, 1).index_select(0, positions)
     targets = labels.flatten().index_select(0, positions)
-    count = positions.numel()
+    count = (targets != IGNORE_INDEX).sum()  # positions padded to one shape point at unlabelled tokens
     stats = {
         "mlm_loss": (output.mlm_loss.detach() * count, count),
         "mlm_accuracy": ((logits.argmax(-1) == targets).sum(), count),
@@ -280,6 +291,7 @@ def pretrain_in(run_dir: Path, recipe: PretrainRecipe, resume: bool, topology: T
         logger.warning("pretraining %s (%s parameters) on %s: %d documents, %s tokens",
                        type(model).__name__, f"{model.num_parameters():,}", device,
                        train_corpus.num_documents, f"{train_corpus.num_tokens:,}")
-    return train(model, EndlessBatches(dataset, recipe.batch_size), recipe.training,
+    one_shape = graphs_apply(recipe.training, device, topology)  # a replayed CUDA graph takes one batch shape
+    return train(model, EndlessBatches(dataset, recipe.batch_size, one_shape), recipe.training,
                  statistics=pretraining_statistics, evaluate=evaluate, tokenizer=tokenizer, topology=topology,
                  device=device, resume=resume, forward_kwargs={"masked_only": recipe.masked_only_head})
