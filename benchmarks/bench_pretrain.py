@@ -64,10 +64,11 @@ import transformers
 from bertforge import BertConfig, BertForPreTraining
 from bertforge.engine.unpadding import packing_if_it_pays
 from bertforge.models.config import PRESETS
-from bertforge.models.heads import masked_positions_from
+from bertforge.models.heads import masked_positions_from, padded_masked_positions
 from bertforge.resources import demo_data
 from bertforge.tasks.pretraining import PretrainingConfig, PretrainingDataset, collate, prepare_corpus
 from bertforge.tokenization.tokenizer import BertTokenizer
+from bertforge.train.cuda_graph_step import GraphedStep
 from bertforge.train.optim import build_optimizer
 
 from device_measures import gpu_busy_share, peak_tflops as device_peak_tflops
@@ -176,6 +177,20 @@ class Contender:
         return loss.detach()
 
 
+class GraphedContender(Contender):
+    """bertforge's training step replayed from one CUDA graph, as the loop runs it on a GPU
+    (train/cuda_graph_step.py): eager warm-up steps, then one capture, then one launch a step. Its batches have
+    one shape, as the pretraining stream makes them for it: padded to --seq-len, the masked positions padded to
+    one count with an unlabelled position (the same loss). It also clips the gradients (norm 1.0), as the loop does."""
+    graphed: GraphedStep | None = None
+
+    def step(self, index: int, device: torch.device, dtype: torch.dtype | None) -> float:
+        if self.graphed is None:
+            self.graphed = GraphedStep(self.model, self.optimizer, 1.0, dtype == torch.bfloat16, self.forward_kwargs)
+        output = self.graphed.run(self.inputs[index])
+        return super().step(index, device, dtype) if output is None else output.loss.detach()
+
+
 def autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
@@ -194,8 +209,17 @@ def device_inputs(batches: list[dict[str, torch.Tensor]], device: torch.device, 
     return inputs
 
 
+def static_inputs(batches: list[dict[str, torch.Tensor]], device: torch.device) -> list[dict]:
+    """The batches (padded to --seq-len) with their masked positions padded to one count, as EndlessBatches
+    makes them for a replayed step."""
+    count = len(batches[0]["labels"]) * PretrainingConfig().max_predictions_per_seq
+    return [{k: v.to(device) for k, v in {**batch, "masked_positions": padded_masked_positions(batch["labels"],
+                                                                                               count)}.items()}
+            for batch in batches]
+
+
 def load_contenders(folder: Path, device: torch.device, batches: list[dict[str, torch.Tensor]],
-                    compiled: bool) -> list[Contender]:
+                    compiled: bool, graphed: bool = False) -> list[Contender]:
     """The models with the weights saved in `folder`, each with BERT's AdamW (decay skips LayerNorm, biases)."""
     peer = transformers.BertForPreTraining.from_pretrained(folder)
     contenders = [Contender("bertforge, full head", BertForPreTraining.from_pretrained(folder), {}, packed=True),
@@ -207,11 +231,16 @@ def load_contenders(folder: Path, device: torch.device, batches: list[dict[str, 
         model = BertForPreTraining.from_pretrained(folder)
         contenders.append(Contender("bertforge, masked-only head, torch.compile", model, {"masked_only": True},
                                     packed=True))
+    if graphed and device.type == "cuda":
+        contenders.append(GraphedContender("bertforge, masked-only head, whole step one CUDA graph",
+                                           BertForPreTraining.from_pretrained(folder), {"masked_only": True}))
     contenders.append(Contender(f"transformers ({peer.config._attn_implementation})", peer, {}))
     for contender in contenders:
         contender.model.to(device).train()  # dropout on, as in pretraining
         contender.optimizer = build_optimizer(contender.model, LEARNING_RATE, fused=device.type == "cuda")
-        contender.inputs = device_inputs(batches, device, contender.packed)
+        replayed = isinstance(contender, GraphedContender)
+        contender.inputs = static_inputs(batches, device) if replayed else device_inputs(batches, device,
+                                                                                           contender.packed)
         if "torch.compile" in contender.label:
             contender.model = torch.compile(contender.model)
     return contenders
@@ -266,6 +295,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where to train (default cpu)")
     parser.add_argument("--compile", action="store_true", help="add a torch.compile'd masked-only row")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="add a row whose whole step is one CUDA graph (static shapes; CUDA only)")
     parser.add_argument("--profile-steps", type=int, default=3,
                         help="steps profiled per row for the GPU-busy share (CUDA; default 3, 0: skip)")
     parser.add_argument("--peak-tflops", type=float, default=None,
@@ -304,7 +335,10 @@ def main() -> None:
     for name in configs:
         steps, warmup = DEFAULT_STEPS.get(name, SMALL_DEFAULT)
         steps, warmup = args.steps or steps, warmup if args.warmup is None else args.warmup
-        plan[name] = {"fp32": (warmup, steps), "bf16": (min(warmup, 1), args.bf16_steps)}
+        # emulated bf16 on a CPU is slow: one warm-up step there; a GPU warms up as in fp32 (a CUDA graph is
+        # captured on the fourth step)
+        plan[name] = {"fp32": (warmup, steps),
+                      "bf16": (min(warmup, 1) if device.type == "cpu" else warmup, args.bf16_steps)}
     batches = make_batches(max(sum(plan[n][p]) for n in configs for p in precisions), args.batch_size, args.seq_len)
     tokens = [int(batch["attention_mask"].sum()) for batch in batches]
     padding = 1 - sum(tokens) / (len(batches) * args.batch_size * args.seq_len)
@@ -337,7 +371,7 @@ def main() -> None:
             for precision in precisions:
                 dtype = torch.bfloat16 if precision == "bf16" else None
                 # Fresh weights and optimizer state per precision.
-                contenders = load_contenders(Path(folder), device, batches, args.compile)
+                contenders = load_contenders(Path(folder), device, batches, args.compile, args.cuda_graph)
                 if precision == precisions[0]:
                     check_same_loss(contenders)
                 torch.manual_seed(0)
