@@ -23,7 +23,7 @@ from bertforge.engine import prepacked_linear
 from bertforge.engine.prepacked_linear import (PrepackedLinear, fused_activation, prepack_linear_layers,
                                                prepacking_pays)
 from bertforge.engine.pipeline import HostResults, prefetched
-from bertforge.engine.precision import Int8Linear, in_dtype, model_dtype
+from bertforge.engine.precision import Int8Linear, in_dtype, int8_kernel, model_dtype
 
 # ---------------------------------------------------------------- token-budget batches
 
@@ -141,6 +141,9 @@ def skip_unless_built(kernel: str) -> None:
         pytest.skip("this torch has no FBGEMM")
     if kernel == "onednn" and not torch.backends.mkldnn.is_available():
         pytest.skip("this torch has no oneDNN")
+    if kernel == "onednn" and int8_kernel() != "onednn":  # its u8 x s8 pair sums saturate on AVX2
+        pytest.skip("oneDNN's int8 product needs VNNI, which this CPU (or its ATen capability) lacks; "
+                    "int8_kernel() picks FBGEMM here")
 
 
 @pytest.mark.parametrize("kernel", ["onednn", "int_mm", "fbgemm"])
@@ -211,7 +214,9 @@ def test_int8_feed_forward_in_pieces_equals_it_all_at_once(tiny_model, monkeypat
         monkeypatch.setattr(precision, "INT8_FEED_FORWARD_ROWS_PER_THREAD", rows)
         with torch.inference_mode():
             outputs[rows] = packed_forward(quantized, batch).last_hidden_state
-    torch.testing.assert_close(outputs[5], outputs[10 ** 6], rtol=1e-5, atol=1e-5)
+    # FBGEMM (CPUs without VNNI) quantises each piece once more, on that piece's own range: equal to its rounding.
+    tolerance = 2e-3 if int8_kernel() == "fbgemm" else 1e-5
+    torch.testing.assert_close(outputs[5], outputs[10 ** 6], rtol=0, atol=tolerance)
 
 
 def test_int8_feed_forward_pieces_grow_with_the_threads():
