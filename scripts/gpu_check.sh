@@ -1,9 +1,10 @@
 #!/bin/bash
-# Every GPU measurement the docs quote, in one run (about 7 minutes on an H200): the CUDA tests, sentence-vector
-# speed against sentence-transformers (batch 128 and 32, CUDA graphs on and off), pretraining steps against
-# transformers (BERT-mini, -small, -medium and -base: which precision pays at which size), `adapt --preset full`
+# Every GPU measurement the docs quote, in one run (about 11 minutes on an H200): the CUDA tests, sentence-vector
+# speed against sentence-transformers (batch 128, 32 and 256, CUDA graphs on and off), pretraining steps against
+# transformers (BERT-mini, -small, -medium and -base: which precision pays at which size; BERT-base replayed from a
+# CUDA graph at three batch sizes), a profiler summary, the Austen mini recipe's time to quality, `adapt --preset full`
 # on the drug reviews with their real queries (bf16 and fp32), the server against direct embedding (CUDA graphs on and off),
-# and the server against infinity-emb in fp32 and fp16 (the last run of each: scripts/results/gpu_h200_2026-11-26c.md).
+# and the server against infinity-emb in fp32 and fp16 (the last runs: scripts/results/gpu_h200_2026-11-26c.md and -26d.md).
 #
 #     scripts/gpu_check.sh [OUTPUT_DIR]        # default gpu-check/; each part's log is kept there
 #
@@ -30,7 +31,7 @@ part() {  # part NAME COMMAND...: run it, keep its log, remember a failure
     echo "== $name: $*"
     local started=$SECONDS
     if "$@" >"$out/$name.log" 2>&1; then
-        grep -E '^\||passed|failed|^stage|nDCG' "$out/$name.log" | tail -40
+        grep -E '^\||^##|^wall|passed|failed|^stage|nDCG|time to quality' "$out/$name.log" | tail -40
     else
         failed+=("$name"); tail -20 "$out/$name.log"
     fi
@@ -40,7 +41,21 @@ part() {  # part NAME COMMAND...: run it, keep its log, remember a failure
 part tests "$python" -m pytest -q -m gpu -rs
 part inference "$python" benchmarks/bench_inference.py --device cuda --n 2000 --batch-size 128
 part inference-batch-32 "$python" benchmarks/bench_inference.py --device cuda --n 2000 --batch-size 32
+part inference-batch-256 "$python" benchmarks/bench_inference.py --device cuda --n 4000 --batch-size 256
 part pretrain "$python" benchmarks/bench_pretrain.py --device cuda --configs mini,small,medium,base
+# the step replayed from one CUDA graph (the loop's default on a GPU) at three batch sizes, and a profiler summary
+part pretrain-graph "$python" benchmarks/bench_pretrain.py --device cuda --configs base --precisions bf16,fp32 \
+    --cuda-graph --steps 20 --warmup 5 --bf16-steps 20
+part pretrain-graph-128 "$python" benchmarks/bench_pretrain.py --device cuda --configs base --precisions bf16 \
+    --cuda-graph --batch-size 128 --steps 10 --warmup 5 --bf16-steps 10
+part pretrain-graph-256 "$python" benchmarks/bench_pretrain.py --device cuda --configs base --precisions bf16 \
+    --cuda-graph --batch-size 256 --steps 6 --warmup 5 --bf16-steps 6 --profile-steps 2
+part profile "$python" benchmarks/gpu_profile.py --trace-dir "$out/traces"
+# time to quality: the Austen mini recipe to held-out MLM accuracy 0.35
+part time-to-quality "$python" benchmarks/time_to_quality.py --run-dir "$out/austen-mini" --target 0.35 -- \
+    "$python" -m bertforge.cli pretrain --config recipes/pretrain-austen-mini.yaml training.device=cuda \
+    training.max_steps=8000 training.eval_every=500 training.save_every=0 training.log_every=100 \
+    training.output_dir="$out/austen-mini"
 if [ ! -d runs/retrieval/drug-reviews/test ]; then
     part drug-reviews-set "$python" -m bertforge.cli sbert prepare drug-reviews --output runs/retrieval/drug-reviews
 fi
