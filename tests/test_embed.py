@@ -90,12 +90,15 @@ def test_normalised_mean_vectors_match_sentence_transformers(real_texts, minilm_
     # truncates there; from_pretrained reads the same file, so both cut long paragraphs alike.
     embedder = Embedder.from_pretrained(minilm_dir, normalize=True)
     assert embedder.max_length == reference.max_seq_length == 256
-    lengths = embedder.tokenize(real_texts)["attention_mask"].sum(1)
-    assert (lengths == 256).sum() >= 2 and lengths.min() < 10  # truncation and short texts both exercised
+    lengths = embedder.tokenize(real_texts)["attention_mask"].sum(1).tolist()
+    # 160 of the 500 (each side encodes them in ~2 s on 2 AVX2 cores, not ~9): the first 150 and ten truncated ones
+    texts = real_texts[:150] + [text for text, length in zip(real_texts[150:], lengths[150:]) if length == 256][:10]
+    chosen = lengths[:150] + [256] * (len(texts) - 150)
+    assert chosen.count(256) >= 2 and min(chosen) < 10  # truncation and short texts both exercised
 
-    expected = reference.encode(real_texts, normalize_embeddings=True, batch_size=32)
-    actual = embedder.encode(real_texts)
-    assert actual.dtype == np.float32 and actual.shape == (500, 384)
+    expected = reference.encode(texts, normalize_embeddings=True, batch_size=32)
+    actual = embedder.encode(texts)
+    assert actual.dtype == np.float32 and actual.shape == (len(texts), 384)
     assert np.abs(actual - expected).max() < 1e-5
 
 
