@@ -47,6 +47,7 @@ if wants_avx2 and any(os.environ.get(k) != v for k, v in AVX2_ONLY.items()):
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import datetime  # noqa: E402
+import importlib  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
