@@ -753,7 +753,7 @@ def test_precision_reaches_the_mlm_and_the_sentence_encoder_stages(corpus_folder
     assert caught.value.args == ("recipe", "bf16")  # the loop's training.precision
 
 
-@pytest.mark.slow  # 35 s of both cores; finetune's and the gradient cache's torchrun tests stay in make test
+@pytest.mark.slow  # 35 s of both cores; pretraining's and embed's torchrun tests stay in make test
 def test_two_processes_under_torchrun_adapt_as_one(corpus_folder, cassette_dir, tmp_path):
     """gloo on the CPU: continued MLM and ICT train data-parallel, rank 0 alone scores, records, writes the model,
     index and report, and prints (the steps of 2 x the batch: tests/test_finetune.py)."""

@@ -247,6 +247,7 @@ def test_shuffled_batches_under_torchrun_split_each_step_between_the_processes()
     assert seen[:10] == order and set(seen) == set(range(10))  # together: the one permutation, every example
 
 
+@pytest.mark.slow  # 20 s of both cores; pretraining's and embed's torchrun tests stay in make test
 def test_two_processes_under_torchrun_train_one_model_in_half_the_steps(tweet_splits, cassette_dir, tmp_path):
     """gloo on the CPU: each step takes 2 x 16 examples, rank 0 alone evaluates, saves and writes the results."""
     script = tmp_path / "ranked.py"

@@ -238,6 +238,7 @@ def test_bi_encoder_adds_the_weighted_distillation_term_with_and_without_the_gra
         distilled(**batch)
 
 
+@pytest.mark.slow  # 18 s of both cores; the gradient cache on one process stays in make test
 def test_gradient_cache_under_torchrun_steps_with_the_mean_of_the_ranks_gradients(tmp_path):
     """DistributedDataParallel refuses the cache's several backward passes a step, so the loop averages the gradients
     itself: each of 2 gloo processes steps with the mean of what each one's batch gives alone."""
