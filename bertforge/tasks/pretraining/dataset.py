@@ -196,9 +196,9 @@ class PretrainingDataset(IterableDataset):
             instance["next_sentence_label"] = pair.next_sentence_label
         return instance
 
-    def collate(self, instances: list[dict]) -> dict[str, torch.Tensor]:
-        """`collate` with this corpus's [PAD] id, padding to the longest instance of the batch."""
-        return collate(instances, pad_token_id=self.corpus.pad_token_id)
+    def collate(self, instances: list[dict], pad_to: int | None = None) -> dict[str, torch.Tensor]:
+        """`collate` with this corpus's [PAD] id, padding to the longest instance of the batch (or to pad_to)."""
+        return collate(instances, pad_token_id=self.corpus.pad_token_id, pad_to=pad_to)
 
 
 def collate(instances: list[dict], pad_token_id: int = 0, pad_to: int | None = None) -> dict[str, torch.Tensor]:

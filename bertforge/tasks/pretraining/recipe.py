@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ...models.config import BertConfig
-from .dataset import PretrainingConfig, PretrainingDataset, collate
+from .dataset import PretrainingConfig, PretrainingDataset
 from ...atomic import published_folder, write_text
 from ...errors import BertforgeError
 from ...input_files import changed_inputs, fingerprints
@@ -203,9 +203,9 @@ class EndlessBatches:
         if not self.one_shape:
             batch = self.dataset.collate(instances)
             return {**batch, "masked_positions": masked_positions_from(batch["labels"])}
-        instances_config = self.dataset.config
-        batch = collate(instances, self.dataset.corpus.pad_token_id, pad_to=instances_config.max_seq_length)
-        count = self.batch_size * instances_config.max_predictions_per_seq
+        config = self.dataset.config
+        batch = self.dataset.collate(instances, pad_to=config.max_seq_length)
+        count = self.batch_size * config.max_predictions_per_seq
         return {**batch, "masked_positions": padded_masked_positions(batch["labels"], count)}
 
     def state_dict(self) -> dict:
