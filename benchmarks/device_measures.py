@@ -64,6 +64,12 @@ def gpu_busy_share(run: Callable[[], object]) -> float | None:
     kernels overlapping on several streams count once. None without CUDA."""
     if not torch.cuda.is_available():
         return None
+    profiler, wall_us = profiled_run(run)
+    return min(1.0, kernel_time(kernels_of(profiler))[0] / wall_us)
+
+
+def profiled_run(run: Callable[[], object]):
+    """(torch profiler with the CPU and CUDA events of run(), run's wall time in microseconds), the GPU idle first."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -72,12 +78,24 @@ def gpu_busy_share(run: Callable[[], object]) -> float | None:
         run()
         torch.cuda.synchronize()
         wall_us = (time.perf_counter() - start) * 1e6
-    intervals = sorted((event.time_range.start, event.time_range.end) for event in profiler.events()
-                       if event.device_type == torch.autograd.DeviceType.CUDA
-                       and event.time_range.end > event.time_range.start)
-    busy, reach = 0.0, float("-inf")
-    for begin, end in intervals:
-        if end > reach:
-            busy += end - max(begin, reach)
+    return profiler, wall_us
+
+
+def kernels_of(profiler) -> list[tuple[float, float, str]]:
+    """(start us, end us, name) of each CUDA kernel or copy the profiler saw, in start order."""
+    return sorted((event.time_range.start, event.time_range.end, event.name) for event in profiler.events()
+                  if event.device_type == torch.autograd.DeviceType.CUDA
+                  and event.time_range.end > event.time_range.start)
+
+
+def kernel_time(kernels: list[tuple[float, float, str]], gap_us: float = float("inf")) -> tuple[float, int, float]:
+    """(microseconds some kernel ran: the union of their intervals, idle stretches between kernels longer than
+    gap_us, their microseconds together) over kernels in start order."""
+    busy, reach, gaps, idle = 0.0, None, 0, 0.0
+    for begin, end, _ in kernels:
+        if reach is not None and begin - reach > gap_us:
+            gaps, idle = gaps + 1, idle + begin - reach
+        if reach is None or end > reach:
+            busy += end - (begin if reach is None else max(begin, reach))
             reach = end
-    return min(1.0, busy / wall_us)
+    return busy, gaps, idle

@@ -18,16 +18,15 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_inference import load_texts, minilm_dir  # noqa: E402
 from bench_pretrain import load_contenders, make_batches  # noqa: E402
+from device_measures import kernel_time, kernels_of, profiled_run  # noqa: E402
 
 from bertforge import BertConfig, BertForPreTraining  # noqa: E402
 from bertforge.embeddings.embed import Embedder  # noqa: E402
@@ -37,15 +36,8 @@ SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchr
 
 
 def summary(label: str, profiler, wall_us: float, top: int) -> str:
-    kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in profiler.events()
-                     if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start)
-    busy, reach, gaps, gap_us = 0.0, None, 0, 0.0
-    for begin, end, _ in kernels:
-        if reach is not None and begin - reach > GAP_US:
-            gaps, gap_us = gaps + 1, gap_us + begin - reach
-        if reach is None or end > reach:
-            busy += end - max(begin, reach if reach is not None else begin)
-            reach = end
+    kernels = kernels_of(profiler)
+    busy, gaps, gap_us = kernel_time(kernels, GAP_US)
     syncs = sum(1 for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CPU
                 and any(e.name.startswith(name.strip()) for name in SYNC_NAMES))
     by_name = collections.defaultdict(lambda: [0, 0.0])
@@ -63,12 +55,7 @@ def summary(label: str, profiler, wall_us: float, top: int) -> str:
 
 
 def profiled(run, label: str, trace_dir: Path | None, top: int) -> str:
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
-        start = time.perf_counter()
-        run()
-        torch.cuda.synchronize()
-        wall_us = (time.perf_counter() - start) * 1e6
+    profiler, wall_us = profiled_run(run)
     if trace_dir is not None:
         raw = trace_dir / (label.split(",")[0].replace(" ", "-") + ".json")
         profiler.export_chrome_trace(str(raw))
