@@ -64,6 +64,10 @@ def main() -> None:
                     if args.target is not None and record[METRIC] >= args.target and reached is None:
                         reached = now
                         run.terminate()
+    except KeyboardInterrupt:
+        run.terminate()
+        run.wait()
+        sys.exit("time_to_quality: interrupted; the run was stopped (its checkpoints stay in --run-dir)")
     finally:
         if run.poll() is None:
             run.terminate()
