@@ -601,7 +601,7 @@ def test_mlm_off_skips_continued_mlm_for_a_base_with_an_mlm_head(cassette_dir, t
     base = read_model_folder(cassette_dir)
     assert mlm_source(None, base, "base") == base.transformer  # the default: a head means continued MLM
     assert mlm_source(MLM_OFF, base, "base") is None
-    run_without = SimpleNamespace(mlm_source=None, options=SimpleNamespace(mlm=MLM_OFF), architecture="BertForMaskedLM")
+    run_without = SimpleNamespace(mlm_source=None, options=SimpleNamespace(mlm=MLM_OFF, query_generator=None), architecture="BertForMaskedLM")
     assert skipped_methods(run_without, {"ict"})[0] == "continued MLM: switched off (--mlm off)"
     code, _, err = run(capsys, "adapt", corpus_folder, "--output", tmp_path / "out", "--base", cassette_dir,
                        "--mlm", "off", "--vocab", "new")

@@ -150,14 +150,19 @@ class IctCollator:
     The sentence drawn from a passage depends on (seed, the batch's indices): a resumed run
     rebuilds the batch it would have had. negatives.of(passage, sentence): the corpus index of a
     mined hard negative for that sentence (mining.HardNegatives), or None for in-batch negatives only.
+    generated: {corpus index: queries a generator wrote for it} (pseudo_queries.py): for generated_share of
+    those passages' examples the anchor is one of them and the positive the whole passage (nothing was cut from
+    it); the hard negative is then the one mined for a sentence of the passage.
     """
 
     def __init__(self, corpus: Sequence[Passage], examples: list[int], tokenizer, max_length: int,
                  query_max_length: int = 64, seed: int = 0, negatives: HardNegatives | None = None,
-                 keep_probability: float = KEEP_PROBABILITY):
+                 keep_probability: float = KEEP_PROBABILITY, generated: dict[int, list[str]] | None = None,
+                 generated_share: float = 0.0):
         self.corpus, self.examples, self.tokenizer = corpus, examples, tokenizer
         self.max_length, self.query_max_length, self.seed = max_length, query_max_length, seed
         self.negatives, self.keep_probability = negatives, keep_probability
+        self.generated, self.generated_share = generated or {}, generated_share
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -167,7 +172,14 @@ class IctCollator:
         anchors, positives, negatives = [], [], []
         for index in indices:
             passage_index = self.examples[index]
-            sentence, context, cut = ict_pair(self.corpus[passage_index], rng, self.keep_probability)
+            passage = self.corpus[passage_index]
+            queries = self.generated.get(passage_index)
+            # Without generated queries no extra number is drawn: ICT's batches stay what they were
+            if queries and self.generated_share and rng.random() < self.generated_share:
+                sentence, context = queries[int(rng.integers(len(queries)))], passage_text(passage)
+                cut = int(rng.choice(query_candidates(passage)))  # whose mined negative the query borrows
+            else:
+                sentence, context, cut = ict_pair(passage, rng, self.keep_probability)
             anchors.append(sentence)
             positives.append(context)
             if self.negatives is not None:

@@ -63,6 +63,7 @@ class MethodSettings:
     distillation: float = 0.0  # > 0: also keep the starting model's in-batch rankings (KL weight)
     distill_documents: float = 0.0  # > 0: the teacher term also keeps the passages' rankings among themselves
     attention_dropout: float | None = None  # dropout on the attention probabilities while training; None: the model's
+    generated_share: float = 0.0  # ICT: share of the anchors that are generated queries, where a passage has some
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -70,16 +71,20 @@ class MethodSettings:
             raise ValueError(f"method {self.method!r} is not one of {', '.join(METHODS)}")
         if self.attention_dropout is not None and not 0.0 <= self.attention_dropout < 1.0:
             raise ValueError(f"attention_dropout must be in [0, 1), got {self.attention_dropout}")
+        if not 0.0 <= self.generated_share <= 1.0:
+            raise ValueError(f"generated_share must be in [0, 1], got {self.generated_share}")
         if self.method == "tsdae" and self.distillation:
             raise ValueError("distillation keeps in-batch rankings of pairs; TSDAE trains on single texts")
 
 
 def train_method(init: Path, corpus: Sequence[Passage], texts: Sequence[str], settings: MethodSettings, run_dir: Path,
                  evaluate: Callable[[BiEncoder], dict[str, float]], device: str = "auto", resume: bool = False,
-                 precision: str = "auto", seconds: float | None = None) -> tuple[BiEncoder | None, list[dict]]:
+                 precision: str = "auto", seconds: float | None = None, generated: dict[int, list[str]] | None = None
+                 ) -> tuple[BiEncoder | None, list[dict]]:
     """Train the encoder at `init` with settings.method on the corpus, with the recipe runner (the one loop).
 
     corpus / texts: the passages as indexed (held-out ones without their cut sentence).
+    generated: {corpus index: generated queries} (pseudo_queries.py), anchors for ICT's settings.generated_share.
     seconds: the time the training steps may take (None: settings.epochs, however long): fewer epochs when a
     step measured here (`budget.budgeted_epochs`) says settings.epochs would take longer; the choice is kept in
     run_dir/budget.BUDGET_FILE, so a resumed run trains the same schedule.
@@ -97,7 +102,7 @@ def train_method(init: Path, corpus: Sequence[Passage], texts: Sequence[str], se
         model = run.build(model_class(settings.method), max_seq_length=settings.max_length, objective=objective)
         if settings.attention_dropout is not None:
             set_attention_dropout(model, settings.attention_dropout)
-        collate = make_collator(settings, corpus, texts, run.tokenizer)
+        collate = make_collator(settings, corpus, texts, run.tokenizer, generated)
         if settings.distillation:
             # The starting model, frozen, before its copy trains: the same weights without reading `init` again.
             collate = TeacherVectors(collate, copy.deepcopy(model).to(run.device))
@@ -129,7 +134,8 @@ def model_class(method: str) -> type[BiEncoder]:
     return DenoisingAutoEncoder if method == "tsdae" else BiEncoder
 
 
-def make_collator(settings: MethodSettings, corpus: Sequence[Passage], texts: Sequence[str], tokenizer):
+def make_collator(settings: MethodSettings, corpus: Sequence[Passage], texts: Sequence[str], tokenizer,
+                  generated: dict[int, list[str]] | None = None):
     if settings.method == "simcse":
         return SimcseCollator(texts, tokenizer, settings.max_length)
     if settings.method == "tsdae":
@@ -142,7 +148,8 @@ def make_collator(settings: MethodSettings, corpus: Sequence[Passage], texts: Se
     if settings.hard_negatives and len(texts) > 1:
         negatives = bm25_negatives(corpus, texts, examples, np.random.default_rng(settings.seed))
     return IctCollator(corpus, examples, tokenizer, settings.max_length, settings.query_max_length,
-                       seed=settings.seed, negatives=negatives, keep_probability=settings.keep_probability)
+                       seed=settings.seed, negatives=negatives, keep_probability=settings.keep_probability,
+                       generated=generated, generated_share=settings.generated_share)
 
 
 def tsdae_sentences(corpus: Sequence[Passage]) -> list[str]:

@@ -1,7 +1,8 @@
 """`bertforge adapt`: a folder of domain text -> a sentence encoder adapted to it, an index, and a report.
 
 corpus -> held-out ICT queries -> baselines (BM25, the base model) -> continued MLM (given an MLM
-head: mlm.py) -> sentence-encoder training stages (each stage cached, resumable) -> the stage best
+head: mlm.py) -> generated queries (given a query generator: pseudo_queries.py) -> sentence-encoder
+training stages (each stage cached, resumable) -> the stage best
 on the dev queries (or the base, when none beats it) -> DIR/model (a sentence-transformers folder
 with a model card) -> DIR/index -> DIR/report.*.
 """
@@ -39,6 +40,8 @@ from .budget import mlm_seconds, read_budget, training_seconds
 from .methods import MethodSettings, train_method
 from .mlm import MLM_OFF, mlm_source, run_mlm_stage
 from .presets import PRESETS, mlm_settings, query_count, scored_passages, stage_settings
+from .pseudo_queries import (GENERATED_SHARE, QUERY_SHARE, QueryGenerator, QuerySettings, check_generator,
+                             generate_queries, read_queries)
 from .report import engine, engine_name, metrics_table, report_rows, write_report
 from .stages import Stage, claim_output, remove_stale, stage_key
 from .vocabulary import Fragmentation, fragmentation, fragmentation_table
@@ -63,6 +66,7 @@ class AdaptOptions:
     vocab: str = "base"  # new: grow the MLM checkpoint's vocabulary by the corpus's own pieces
     vocab_size: int | None = None  # with vocab new: the vocabulary learnt on the corpus (None: MlmSettings')
     minutes: float | None = None  # the run's time budget, which sizes the training stages (None: the preset's)
+    query_generator: str | None = None  # a doc2query model: its queries join ICT's anchors (pseudo_queries.py)
 
 
 @dataclass
@@ -126,11 +130,23 @@ def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
             run, systems, planned[0][1], started))))
         key, init = stage.key, stage.model
         run = replace(run, evaluator=run.evaluator.with_tokenizer(BertTokenizer.from_pretrained(init)))
+    generated, queries_record = None, None
+    if options.query_generator is not None:  # ICT's stages train on the queries too: they stand on this stage
+        query_settings = QuerySettings(seed=options.seed)
+        stage = Stage.of(run.output, "queries", run.corpus_key, generator_key(options.query_generator),
+                         query_settings, *minutes)
+        stages.append(stage)
+        seconds = query_seconds(run, systems, planned[0][1], started) if not stage.done else None
+        queries_record = finished(run, stage, lambda: run_query_stage(run, stage, query_settings, seconds))
+        generated, key = read_queries(stage.folder), stage_key(key, stage.key)  # every process trains on them
+        planned = [(name, replace(s, generated_share=GENERATED_SHARE) if s.method == "ict" else s)
+                   for name, s in planned]
     for position, (name, settings) in enumerate(planned):
         stage = Stage.of(run.output, name, key, settings, *minutes)
         stages.append(stage)
         systems.append(finished(run, stage, lambda: run_stage(
-            run, stage, settings, init, training_seconds(run, systems, settings, started, len(planned) - position))))
+            run, stage, settings, init, training_seconds(run, systems, settings, started, len(planned) - position),
+            generated)))
         key, init = stage.key, stage.model
     if not topology.is_main:
         return {}
@@ -140,7 +156,7 @@ def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
     removed = remove_stale(run.output, [baseline, *stages, index_stage])
     if removed:
         print(f"removed stale stages (made for another corpus, base or settings): {', '.join(removed)}")
-    report = build_report(run, systems, final, time.time() - started)
+    report = build_report(run, systems, final, time.time() - started, queries_record)
     write_model(run, final, report)
     if not index_stage.done:
         print(f"indexing {len(run.corpus.passages):,} passages with the final model ({final['name']}), fused with "
@@ -172,6 +188,8 @@ def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
                          f"root; this one pools with {base.pooling} in {base.transformer}")
     base_folder = base.root
     mlm = mlm_source(options.mlm, base, options.vocab, options.vocab_size)
+    if options.query_generator is not None:
+        check_generator(options.query_generator)
     corpus = read_corpus(options.corpus, text_column=options.text_column, max_words=MAX_WORDS)
     check_corpus(corpus, options)
     output = Path(options.output)
@@ -234,10 +252,37 @@ def baseline_systems(run: Run) -> list[dict]:
     return [bm25, base]
 
 
-def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path, seconds: float | None = None
-              ) -> dict | None:
+def generator_key(name: str) -> str:
+    """What identifies a query generator in the stage cache: a folder's weights, or a hub name as given."""
+    return model_fingerprint(Path(name))[:12] if Path(name).is_dir() else name
+
+
+def query_seconds(run: Run, systems: list[dict | None], first_stage: MethodSettings, started: float
+                  ) -> float | None:
+    """The seconds generation may take (None: no budget): QUERY_SHARE of what the training stages would have."""
+    seconds = training_seconds(run, systems, first_stage, started, stages_left=1)
+    return None if seconds is None else QUERY_SHARE * seconds
+
+
+def run_query_stage(run: Run, stage: Stage, settings: QuerySettings, seconds: float | None) -> dict | None:
+    """Generate queries for the training passages (rank 0; resumes its file after a kill); its record."""
+    if not run.topology.is_main:
+        return None
+    started = time.time()
+    passages = training_passages(run.held_out.corpus)
+    print(f"stage queries: {settings.per_passage} per passage for {len(passages):,} passages with "
+          f"{run.options.query_generator}", flush=True)
+    generator = QueryGenerator(run.options.query_generator, run.device)
+    generated = generate_queries(generator, run.held_out.texts(), passages, settings, stage.folder, seconds)
+    return stage.finish({"name": stage.name, "generator": run.options.query_generator, "passages": len(generated),
+                         "of": len(passages), "queries": sum(len(q) for q in generated.values()),
+                         "seconds": time.time() - started, "settings": asdict(settings)})
+
+
+def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path, seconds: float | None = None,
+              generated: dict[int, list[str]] | None = None) -> dict | None:
     """Train one stage from `init` (resuming its checkpoints after a kill), its steps within `seconds` when given
-    (`budget.budgeted_epochs`); its record, finished."""
+    (`budget.budgeted_epochs`), ICT's anchors partly `generated` queries when given; its record, finished."""
     started = time.time()
     print(f"stage {stage.name}: {settings.method}, {settings.epochs} epoch(s), batch {settings.batch_size}, "
           f"lr {settings.learning_rate}" + (", BM25 hard negatives" if settings.hard_negatives else ""), flush=True)
@@ -246,7 +291,7 @@ def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path, seco
         shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
     best_model, records = train_method(init, run.held_out.corpus, run.held_out.texts(), settings, stage.run,
                                        run.evaluator.during_training, run.options.device, resume=resume,
-                                       precision=run.options.precision, seconds=seconds)
+                                       precision=run.options.precision, seconds=seconds, generated=generated)
     if best_model is None:  # another process under torchrun: rank 0 scores and records the stage
         return None
     budget = read_budget(stage.run)
@@ -280,12 +325,14 @@ def describe(settings: MethodSettings) -> str:
         return (f"TSDAE (each sentence rebuilt from the vector of its words after deleting 60%), batch "
                 f"{settings.batch_size}, lr {settings.learning_rate:g}, {settings.epochs} epoch(s)")
     negatives = " + a BM25-mined hard negative" if settings.hard_negatives else ""
+    queries = (f"; {settings.generated_share:.0%} of the anchors of passages with generated queries are one of them "
+               "(against the whole passage)" if settings.generated_share else "")
     rankings = "in-batch rankings" + (f" (sentences over passages, and {settings.distill_documents:g} x passages "
                                       "over passages)" if settings.distill_documents else "")
     distilled = (f", + {settings.distillation:g} x KL to the starting model's {rankings}"
                  if settings.distillation else "")
     return (f"ICT (a sentence vs its passage without it, kept {settings.keep_probability:.0%}), in-batch "
-            f"negatives{negatives}, {'symmetric ' if settings.symmetric else ''}MNRL scale {settings.scale:g}"
+            f"negatives{negatives}{queries}, {'symmetric ' if settings.symmetric else ''}MNRL scale {settings.scale:g}"
             f"{distilled}, batch {settings.batch_size}, lr {settings.learning_rate:g}, {settings.epochs} epoch(s)")
 
 
@@ -301,7 +348,7 @@ def pick_final(systems: list[dict]) -> dict:
     return base if best is None or dev(best) <= dev(base) else best
 
 
-def build_report(run: Run, systems: list[dict], final: dict, seconds: float) -> dict:
+def build_report(run: Run, systems: list[dict], final: dict, seconds: float, queries: dict | None = None) -> dict:
     corpus = run.corpus
     settings = final.get("settings") or {}
     return {"base": run.options.base, "preset": run.options.preset, "final": final["name"],
@@ -313,7 +360,7 @@ def build_report(run: Run, systems: list[dict], final: dict, seconds: float) -> 
             "queries": {split: len(q) for split, q in run.held_out.queries.items()},
             "scored_passages": len(run.held_out.scored_indices()),
             "max_seq_length": settings.get("max_length") or run.max_seq_length,
-            "systems": systems, "seconds": round(seconds, 1),
+            "systems": systems, "seconds": round(seconds, 1), "generated_queries": queries,
             "skipped": skipped_methods(run, {s.get("settings", {}).get("method") for s in systems})}
 
 
@@ -349,7 +396,10 @@ def skipped_methods(run: Run, methods: set[str]) -> list[str]:
                "start from"]
     tsdae = [] if "tsdae" in methods else ["TSDAE: in no preset (as a stage on a trained sentence encoder it "
                                            "lowered every held-out score; docs/adapt.md)"]
-    return [*mlm, *tsdae, "GPL pseudo-queries: no query generator (a doc2query T5) is available offline"]
+    gpl = [] if run.options.query_generator else [
+        "GPL pseudo-queries: no query generator given (--query-generator: a doc2query T5 folder or hub name, e.g. "
+        "doc2query/msmarco-t5-base-v1)"]
+    return [*mlm, *tsdae, *gpl]
 
 
 def write_model(run: Run, final: dict, report: dict) -> None:

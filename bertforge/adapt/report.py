@@ -74,6 +74,10 @@ def report_markdown(report: dict) -> str:
              f"the index ranks with **{report['final_engine']}**.", ""]
     if report.get("note"):
         lines += [report["note"], ""]
+    if report.get("generated_queries"):
+        queries = report["generated_queries"]
+        lines += [f"Generated queries: {queries['queries']:,} for {queries['passages']:,} of the {queries['of']:,} "
+                  f"training passages, by {queries['generator']} ({queries['seconds']:.0f} s).", ""]
     lines += [metrics_table(report_rows(report["systems"]), report["final_engine"]), "", "## Vocabulary", "",
               report["vocabulary_table"], ""]
     if report.get("skipped"):
