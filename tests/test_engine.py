@@ -40,7 +40,7 @@ def per_sequence_attention(query, key, value, cu_seqlens):
 def use_kernel(monkeypatch):
     """Force the packed kernel."""
     def use(name):
-        monkeypatch.setattr(attention_module, "packed_kernel", lambda query: name)
+        monkeypatch.setattr(attention_module, "packed_kernel", lambda query, dropout_p=0.0: name)
     return use
 
 
@@ -83,6 +83,8 @@ def test_the_cpu_groups_by_length_for_inference_only():
     with torch.inference_mode():
         assert attention_module.packed_kernel(query) == "length_grouped"
     assert attention_module.packed_kernel(query) == "repadded"
+    with torch.no_grad():  # the gradient cache's first pass, attention dropout on: the masks training redraws
+        assert attention_module.packed_kernel(query, dropout_p=0.1) == "repadded"
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

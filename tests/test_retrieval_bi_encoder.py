@@ -107,3 +107,48 @@ def test_a_short_training_run_improves_recall(tmp_path, cassette_dir):
     reloaded = sentence_transformers.SentenceTransformer(str(tmp_path / "run" / "best"), device="cpu")
     assert reloaded.encode(anchors[:2]).shape == (2, 128)
 
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_a_padded_batch_trains_on_its_real_tokens_alone_with_the_padded_passs_loss_and_gradients(cassette_dir,
+                                                                                                 pooling):
+    """On the CPU sentence_vectors drops the padding (half an ICT batch's tokens); the loss and every gradient are
+    the padded pass's."""
+    from bertforge.tasks.retrieval import bi_encoder
+    from bertforge.tasks.retrieval.bi_encoder import Objective
+
+    tokenizer = BertTokenizer.from_pretrained(cassette_dir)
+    anchors = ["a short one", "a somewhat longer sentence about the garden and the rain", "three words here"]
+    positives = ["the passage " * 20, "short passage", "a passage of middling length about gardens"]
+    batch = {}
+    for column, texts in (("anchor", anchors), ("positive", positives)):
+        encoded = tokenizer(texts, padding=True, return_tensors="pt")
+        batch[f"{column}_input_ids"], batch[f"{column}_attention_mask"] = encoded["input_ids"], encoded["attention_mask"]
+    assert batch["positive_attention_mask"].float().mean() < 0.6  # padding enough to pack
+
+    def loss_and_gradients(packs: bool):
+        torch.manual_seed(0)
+        model = BiEncoder.from_pretrained(cassette_dir, pooling=pooling, objective=Objective(symmetric=True)).eval()
+        calls = []
+        original = bi_encoder.packing_if_it_pays
+
+        def packing(mask, device):
+            made = original(mask, device) if packs else None
+            calls.append(made)
+            return made
+
+        bi_encoder.packing_if_it_pays = packing
+        try:
+            loss = model(**batch).loss
+        finally:
+            bi_encoder.packing_if_it_pays = original
+        loss.backward()
+        return loss, {name: p.grad for name, p in model.named_parameters() if p.grad is not None}, calls
+
+    packed_loss, packed_gradients, calls = loss_and_gradients(True)
+    padded_loss, padded_gradients, _ = loss_and_gradients(False)
+    assert len(calls) == 2 and all(made is not None for made in calls)  # both columns ran packed
+    torch.testing.assert_close(packed_loss, padded_loss, atol=1e-5, rtol=1e-5)
+    assert packed_gradients.keys() == padded_gradients.keys()
+    for name, gradient in packed_gradients.items():
+        torch.testing.assert_close(gradient, padded_gradients[name], atol=1e-5, rtol=1e-4, msg=name)

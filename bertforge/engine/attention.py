@@ -41,7 +41,7 @@ def attention(query: Tensor, key: Tensor, value: Tensor, *, key_mask: Tensor | N
     if packing is not None:
         if return_probs:
             raise ValueError("attention probabilities need the padded layout: call without packing")
-        return PACKED_KERNELS[packed_kernel(query)](query, key, value, packing, dropout_p), None
+        return PACKED_KERNELS[packed_kernel(query, dropout_p)](query, key, value, packing, dropout_p), None
     context, probs = padded_attention(*(t.transpose(1, 2) for t in (query, key, value)), key_mask, dropout_p,
                                       return_probs)
     return context.transpose(1, 2), probs  # (batch, seq, heads, head_size)
@@ -59,11 +59,12 @@ def padded_attention(query: Tensor, key: Tensor, value: Tensor, key_mask: Tensor
     return F.dropout(probs, dropout_p) @ value, probs
 
 
-def packed_kernel(query: Tensor) -> str:
+def packed_kernel(query: Tensor, dropout_p: float = 0.0) -> str:
     """Which packed kernel serves these inputs (see the module docstring)."""
     # Grouping depends on the batch's lengths (a compiled graph would be re-traced for each batch), and
-    # runs one SDPA call per group: on the CPU in inference only.
-    inference = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+    # runs one SDPA call per group: on the CPU in inference only. A no-grad pass that drops attention out is
+    # training's (the gradient cache's first pass): it must draw the masks the pass with gradients redraws.
+    inference = not torch.is_grad_enabled() and not torch.compiler.is_compiling() and not dropout_p
     return "length_grouped" if query.device.type == "cpu" and inference else "repadded"
 
 

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from ...atomic import published_folder
 from ...embeddings.pooling import pool, pooling_modes
+from ...engine.unpadding import packing_if_it_pays
 from ...models.folder import LEGACY_POOLING_KEYS, MODULES_FILE, ST_CONFIG_FILE, ModelFolder, read_model_folder
 from ...models.model import BertModel
 from ...validation import check_fields, checked
@@ -132,8 +133,16 @@ class BiEncoder(nn.Module):
         return self.objective.mini_batch_size > 0
 
     def sentence_vectors(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        """(batch, seq) ids and mask -> (batch, hidden) pooled vectors."""
-        states = self.bert(input_ids, attention_mask=attention_mask).last_hidden_state
+        """(batch, seq) ids and mask -> (batch, hidden) pooled vectors.
+
+        On the CPU the encoder runs on the real tokens alone when enough of the batch is padding
+        (`engine.unpadding`): a sentence-encoder batch pads short sentences and passages to the longest of
+        each column, and without it half an ICT step's products were on padding (all-MiniLM-L6-v2, Python's
+        FAQ, batch 32: 4,100 real tokens of 7,900). On a GPU it stays padded: building the packing there
+        would read the mask back from the device every step.
+        """
+        packing = packing_if_it_pays(attention_mask, "cpu") if attention_mask.device.type == "cpu" else None
+        states = self.bert(input_ids, attention_mask=attention_mask, packing=packing).last_hidden_state
         vectors = pool(states, attention_mask, self.pooling)
         return F.normalize(vectors, p=2, dim=-1) if self.normalize else vectors
 
