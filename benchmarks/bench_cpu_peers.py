@@ -260,10 +260,21 @@ def print_linear_layer_rates(folder: Path, texts: list[str], batch_size: int, pe
 
 # ---- the run ---------------------------------------------------------------------------------
 
+# Spins until its parent is gone: a bench stopped by a signal (kill, a timeout), which runs no `finally`, must not
+# leave a core busy behind it (one did, 2026-11-26, and every measurement after it ran beside a spinning core).
+SPINNER = """
+import os
+parent = os.getppid()
+while os.getppid() == parent:
+    for _ in range(200_000):
+        pass
+"""
+
+
 @contextlib.contextmanager
 def competing_process(core: int):
     """A process spinning on one core for the duration (a busy neighbour on a shared machine)."""
-    spinner = subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", "while True: pass"])
+    spinner = subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", SPINNER])
     try:
         time.sleep(0.5)
         yield
