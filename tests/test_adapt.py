@@ -324,7 +324,7 @@ def test_a_tsdae_stage_trains_on_the_corpus_sentences_and_keeps_the_encoder_alon
 
 def test_a_time_budget_shortens_training_to_the_steps_a_timed_step_allows_and_a_resume_keeps_them(cassette_dir,
                                                                                                     tmp_path):
-    from bertforge.adapt.budget import BUDGET_FILE, MIN_BUDGET_STEPS
+    from bertforge.adapt.budget import BUDGET_FILE, MIN_BUDGET_STEPS, StageTime
     from bertforge.adapt.methods import train_method
 
     corpus = [Passage(str(i), text.split(". ")) for i, text in enumerate(prose(80))]  # 80 passages: 10 steps of 8
@@ -332,7 +332,8 @@ def test_a_time_budget_shortens_training_to_the_steps_a_timed_step_allows_and_a_
 
     def trained_steps(run_dir, seconds, resume=False):
         _, records = train_method(cassette_dir, corpus, [p.text for p in corpus], settings, run_dir,
-                                  lambda model: {"ndcg@10": 0.5}, device="cpu", seconds=seconds, resume=resume)
+                                  lambda model: {"ndcg@10": 0.5}, device="cpu", budget=StageTime(seconds),
+                                  resume=resume)
         return max(r["step"] for r in records)
 
     assert trained_steps(tmp_path / "roomy", seconds=1e6) == 30  # time for all 3 epochs: the preset's length
@@ -377,7 +378,7 @@ def test_quick_trains_without_attention_dropout_and_the_saved_config_keeps_the_c
 
 
 def test_the_budget_prices_evaluations_during_training_at_the_held_out_ranking_and_the_last_at_a_whole_scoring():
-    from bertforge.adapt.budget import training_seconds
+    from bertforge.adapt.budget import StageTime, training_seconds
     from bertforge.train.distributed import Topology
 
     held_out = SimpleNamespace(scored_indices=lambda: range(500))
@@ -386,12 +387,26 @@ def test_the_budget_prices_evaluations_during_training_at_the_held_out_ranking_a
     settings = MethodSettings(epochs=2.0, evaluations_per_epoch=1)
     base = {"name": "base", "seconds": 100.0, "held_out_seconds": 10.0}
     left = training_seconds(run_, [None, base], settings, time.time(), stages_left=1)
-    # 20 minutes, less 2 evaluations x 10 s, the final scoring's 100 s, the index (1,000 passages at 500 per 10 s)
-    # and the 30 s margin
-    assert left == pytest.approx(1200 - 20 - 100 - 20 - 30, abs=1)
+    # 20 minutes, less the final scoring's 100 s, the index (1,000 passages at 500 per 10 s) and the 30 s margin;
+    # the evaluations during training, 10 s each, are the stage's to charge for the steps it chooses
+    assert left.seconds == pytest.approx(1200 - 100 - 20 - 30, abs=1) and left.evaluation == 10.0
     cached = {"name": "base", "seconds": 100.0}  # a baseline from before the held-out time was kept
-    assert training_seconds(run_, [cached], settings, time.time(), 2) == pytest.approx((1200 - 200 - 100 - 200 - 30) / 2,
-                                                                                        abs=1)
+    two = training_seconds(run_, [cached], settings, time.time(), 2)
+    assert two == StageTime(pytest.approx((1200 - 100 - 200 - 30) / 2, abs=1), 100.0)
+
+
+def test_a_budgeted_stage_pays_for_the_evaluations_of_the_steps_it_chooses():
+    from bertforge.adapt.budget import BUDGET_SHARE, MIN_BUDGET_STEPS, evaluations, steps_within
+
+    assert [evaluations(steps, 40) for steps in (10, 40, 41, 80, 107)] == [1, 1, 2, 2, 3]
+    # 107 steps of an epoch of 40 would evaluate 3 times; at 2 s a step and 100 s an evaluation, the time of 80 steps
+    # and their 2 evaluations fits 80 (an 81st step would bring a third evaluation)
+    assert steps_within(80 * 2.0 / BUDGET_SHARE + 2 * 100 + 1e-6, 2.0, 100.0, 40, 107) == 80
+    # Cut below an epoch, one evaluation is charged, not the preset's three: the rest of the time goes to steps
+    assert steps_within(170.0, 2.0, 100.0, 40, 107) == int((170 - 100) * BUDGET_SHARE / 2.0)
+    assert steps_within(50.0, 2.0, 100.0, 40, 107) == MIN_BUDGET_STEPS  # no time: the fewest steps still train
+    assert steps_within(1e6, 2.0, 100.0, 40, 107) == 107  # never more than the preset's
+    assert steps_within(1e6, None, 100.0, 40, 107) == MIN_BUDGET_STEPS  # no time was left to time a step
 
 
 def test_an_interrupted_adapt_says_to_run_it_again_since_it_has_no_resume_flag(monkeypatch, capsys, tmp_path):

@@ -56,41 +56,58 @@ def budget_minutes(preset: str, minutes: float | None) -> float | None:
     return minutes if minutes is not None else MINUTES[preset]
 
 
+@dataclasses.dataclass(frozen=True)
+class StageTime:
+    """What a training stage may take under the budget: `seconds` for its steps and its evaluations during training
+    together, and `evaluation`, what one of those evaluations costs (the held-out ranking). `budgeted_epochs`
+    charges the evaluations of the steps it chooses: a stage cut to less than an epoch evaluates once, at its end,
+    and the seconds of the evaluations it no longer makes go to steps."""
+
+    seconds: float
+    evaluation: float = 0.0
+
+
 def training_seconds(run: Run, systems: list[dict | None], settings: MethodSettings, started: float,
-                     stages_left: int, more_scorings: int = 0) -> float | None:
-    """The seconds the next stage's training steps may take under the run's time budget (None: no budget).
+                     stages_left: int, more_scorings: int = 0) -> StageTime | None:
+    """What the next stage's training (its steps and its evaluations during training) may take under the run's time
+    budget (None: no budget).
 
     What is left of the budget after what has run, less what is still to come at the costs the base's scoring
-    measured: the stage's evaluations during training (at most one per epoch and one at the end; each ranks the
-    held-out queries), its final scoring (every set, every fusion weight), `more_scorings` more of those (a stage
+    measured: the stage's final scoring (every set, every fusion weight), `more_scorings` more of those (a stage
     before it: continued MLM's encoder) and the index (every passage embedded), shared among the training stages
-    left. Rank 0 knows the costs; under torchrun every process gets its number, since all must train the same steps.
+    left; with the cost of one evaluation during training. Rank 0 knows the costs; under torchrun every process
+    gets the numbers, since all must train the same steps.
     """
     minutes = budget_minutes(run.options.preset, run.options.minutes)
     if minutes is None:
         return None
-    left = 0.0
+    left, evaluation = 0.0, 0.0
     if run.topology.is_main:
         base = next(s for s in systems if s and s["name"] == "base")
         scoring = base["seconds"]
         evaluation = base.get("held_out_seconds", scoring)  # a baseline cached before this was measured: the whole
-        during = math.ceil(settings.epochs * settings.evaluations_per_epoch)
         index = evaluation * len(run.corpus.passages) / len(run.held_out.scored_indices())
-        left = (minutes * 60 - (time.time() - started) - during * evaluation - (1 + more_scorings) * scoring - index
+        left = (minutes * 60 - (time.time() - started) - (1 + more_scorings) * scoring - index
                 - BUDGET_MARGIN_SECONDS) / stages_left
-    return float(all_reduce_sum(torch.tensor([left], dtype=torch.float64), run.topology))
+    left, evaluation = all_reduce_sum(torch.tensor([left, evaluation], dtype=torch.float64), run.topology).tolist()
+    return StageTime(left, evaluation)
 
 
 def mlm_seconds(run: Run, systems: list[dict | None], first_stage: MethodSettings, started: float) -> float | None:
     """The seconds continued MLM's training steps may take (None: no budget): MLM_SHARE of what the training
-    stages would have (`training_seconds`, with the MLM encoder's own scoring still to come)."""
-    seconds = training_seconds(run, systems, first_stage, started, stages_left=1, more_scorings=1)
-    return None if seconds is None else MLM_SHARE * seconds
+    stages would have (`training_seconds`, with the MLM encoder's own scoring still to come, and the first stage's
+    evaluations at the preset's length)."""
+    time_left = training_seconds(run, systems, first_stage, started, stages_left=1, more_scorings=1)
+    if time_left is None:
+        return None
+    evaluations = math.ceil(first_stage.epochs * first_stage.evaluations_per_epoch)
+    return MLM_SHARE * (time_left.seconds - evaluations * time_left.evaluation)
 
 
-def budgeted_epochs(run: RecipeRun, model: BiEncoder, fresh_batches: Callable, epochs: float, seconds: float
-                    ) -> float:
-    """`epochs`, or fewer when a step measured on this machine says they would take more than `seconds`.
+def budgeted_epochs(run: RecipeRun, model: BiEncoder, fresh_batches: Callable, epochs: float, budget: StageTime,
+                    evaluations_per_epoch: int = 1) -> float:
+    """`epochs`, or fewer when a step measured on this machine says they would not fit `budget` with the
+    evaluations during training they make (`steps_within`).
 
     A step is timed on a copy of the model with the one loop (its precision, device, teacher and batches: what
     training will do; `timed_step_seconds`), in scratch folders; under torchrun the processes agree on their mean.
@@ -107,16 +124,38 @@ def budgeted_epochs(run: RecipeRun, model: BiEncoder, fresh_batches: Callable, e
                                      save_every=0, best_metric="", tensorboard=False, plot=False, log_every=steps)
         train(trainee, fresh_batches(), config, device=run.device, topology=run.topology)
 
-    step, seconds = timed_within(seconds, train_steps, run.folder, run.topology)
-    chosen = min(epochs, round(steps_that_fit(seconds, step) / per_epoch, 2))
+    step, seconds = timed_within(budget.seconds, train_steps, run.folder, run.topology)
+    every = max(1, per_epoch // evaluations_per_epoch)  # as the stage evaluates (methods.train_method)
+    steps = steps_within(seconds, step, budget.evaluation, every, max(1, round(epochs * per_epoch)))
+    chosen = min(epochs, round(steps / per_epoch, 2))
     if run.topology.is_main:
         write_text(run.folder / BUDGET_FILE, json.dumps({"epochs": chosen, "epochs_without_budget": epochs,
-                                                         "step_seconds": step, "seconds": seconds}) + "\n")
+                                                         "step_seconds": step, "seconds": seconds,
+                                                         "evaluation_seconds": budget.evaluation}) + "\n")
         fits = ("the preset's steps fit" if chosen == epochs else
                 f"{max(1, round(chosen * per_epoch))} steps ({chosen:g} epochs) instead of the preset's "
                 f"{round(epochs * per_epoch)} ({epochs:g})")
-        print(f"time budget: {max(0.0, seconds):.0f} s left for training, {per_step(step)}: {fits}", flush=True)
+        print(f"time budget: {max(0.0, seconds):.0f} s left for training and its evaluations "
+              f"({budget.evaluation:.0f} s each), {per_step(step)}: {fits}", flush=True)
     return chosen
+
+
+def steps_within(seconds: float, step_seconds: float | None, evaluation_seconds: float, every: int,
+                 most: int) -> int:
+    """The most steps, up to `most`, whose BUDGET_SHARE-padded time and the evaluations they make (one every
+    `every` steps and one at the end) fit `seconds`; at least MIN_BUDGET_STEPS (`steps_that_fit`)."""
+    steps = min(most, steps_that_fit(seconds, step_seconds))
+    if step_seconds is None:
+        return steps
+    while steps > MIN_BUDGET_STEPS and steps * step_seconds / BUDGET_SHARE + evaluations(steps, every) * \
+            evaluation_seconds > seconds:
+        steps -= 1
+    return steps
+
+
+def evaluations(steps: int, every: int) -> int:
+    """Evaluations during a training run of `steps`: one every `every` steps, and one at the end (train.loop)."""
+    return steps // every + (1 if steps % every else 0)
 
 
 def budgeted_steps(folder: Path, steps: int, seconds: float, resume: bool, topology: Topology,

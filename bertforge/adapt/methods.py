@@ -34,7 +34,7 @@ from ..train.best import best_model_folder
 from ..train.config import FinetuningConfig
 from ..train.run_log import METRICS_FILE
 from ..train.runner import RecipeRun, run_recipe
-from .budget import budgeted_epochs
+from .budget import StageTime, budgeted_epochs
 from .corpus import Passage
 from .ict import MIN_QUERY_WORDS, IctCollator, training_passages
 from .mining import bm25_negatives
@@ -79,15 +79,15 @@ class MethodSettings:
 
 def train_method(init: Path, corpus: Sequence[Passage], texts: Sequence[str], settings: MethodSettings, run_dir: Path,
                  evaluate: Callable[[BiEncoder], dict[str, float]], device: str = "auto", resume: bool = False,
-                 precision: str = "auto", seconds: float | None = None, generated: dict[int, list[str]] | None = None
-                 ) -> tuple[BiEncoder | None, list[dict]]:
+                 precision: str = "auto", budget: StageTime | None = None,
+                 generated: dict[int, list[str]] | None = None) -> tuple[BiEncoder | None, list[dict]]:
     """Train the encoder at `init` with settings.method on the corpus, with the recipe runner (the one loop).
 
     corpus / texts: the passages as indexed (held-out ones without their cut sentence).
     generated: {corpus index: generated queries} (pseudo_queries.py), anchors for ICT's settings.generated_share.
-    seconds: the time the training steps may take (None: settings.epochs, however long): fewer epochs when a
-    step measured here (`budget.budgeted_epochs`) says settings.epochs would take longer; the choice is kept in
-    run_dir/budget.BUDGET_FILE, so a resumed run trains the same schedule.
+    budget: the time the training steps and their evaluations may take (None: settings.epochs, however long):
+    fewer epochs when a step measured here (`budget.budgeted_epochs`) says settings.epochs would take longer; the
+    choice is kept in run_dir/budget.BUDGET_FILE, so a resumed run trains the same schedule.
     Returns the best model on the dev queries (loaded from run_dir/best) and the loop's records,
     evaluations included (from run_dir's metrics log, so those before a kill count too); (None, []) on the
     other processes under torchrun.
@@ -108,8 +108,8 @@ def train_method(init: Path, corpus: Sequence[Passage], texts: Sequence[str], se
             collate = TeacherVectors(collate, copy.deepcopy(model).to(run.device))
         fresh_batches = functools.partial(run.batches, len(collate), settings.batch_size, collate, seed=settings.seed)
         batches = fresh_batches()
-        epochs = settings.epochs if seconds is None else budgeted_epochs(run, model, fresh_batches, settings.epochs,
-                                                                         seconds)
+        epochs = settings.epochs if budget is None else budgeted_epochs(run, model, fresh_batches, settings.epochs,
+                                                                        budget, settings.evaluations_per_epoch)
         every = max(1, batches.batches_per_epoch // settings.evaluations_per_epoch)
         schedule = dataclasses.replace(run.schedule(batches, epochs, has_dev=True, default_metric="ndcg@10"),
                                        eval_every=every, save_every=every)

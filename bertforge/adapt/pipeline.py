@@ -36,7 +36,7 @@ from .card import write_card
 from .corpus import MAX_WORDS, Corpus, read_corpus
 from .evaluation import Evaluator, read_beir_folder
 from .ict import HeldOut, held_out_queries, passage_text, training_passages
-from .budget import mlm_seconds, read_budget, training_seconds
+from .budget import StageTime, mlm_seconds, read_budget, training_seconds
 from .methods import MethodSettings, train_method
 from .mlm import MLM_OFF, mlm_source, run_mlm_stage
 from .presets import PRESETS, mlm_settings, query_count, scored_passages, stage_settings
@@ -260,8 +260,8 @@ def generator_key(name: str) -> str:
 def query_seconds(run: Run, systems: list[dict | None], first_stage: MethodSettings, started: float
                   ) -> float | None:
     """The seconds generation may take (None: no budget): QUERY_SHARE of what the training stages would have."""
-    seconds = training_seconds(run, systems, first_stage, started, stages_left=1)
-    return None if seconds is None else QUERY_SHARE * seconds
+    time_left = training_seconds(run, systems, first_stage, started, stages_left=1)
+    return None if time_left is None else QUERY_SHARE * time_left.seconds
 
 
 def run_query_stage(run: Run, stage: Stage, settings: QuerySettings, seconds: float | None) -> dict | None:
@@ -279,10 +279,11 @@ def run_query_stage(run: Run, stage: Stage, settings: QuerySettings, seconds: fl
                          "seconds": time.time() - started, "settings": asdict(settings)})
 
 
-def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path, seconds: float | None = None,
+def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path, budget: StageTime | None = None,
               generated: dict[int, list[str]] | None = None) -> dict | None:
-    """Train one stage from `init` (resuming its checkpoints after a kill), its steps within `seconds` when given
-    (`budget.budgeted_epochs`), ICT's anchors partly `generated` queries when given; its record, finished."""
+    """Train one stage from `init` (resuming its checkpoints after a kill), its steps and evaluations within
+    `budget` when given (`budget.budgeted_epochs`), ICT's anchors partly `generated` queries when given; its
+    record, finished."""
     started = time.time()
     print(f"stage {stage.name}: {settings.method}, {settings.epochs} epoch(s), batch {settings.batch_size}, "
           f"lr {settings.learning_rate}" + (", BM25 hard negatives" if settings.hard_negatives else ""), flush=True)
@@ -291,7 +292,7 @@ def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path, seco
         shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
     best_model, records = train_method(init, run.held_out.corpus, run.held_out.texts(), settings, stage.run,
                                        run.evaluator.during_training, run.options.device, resume=resume,
-                                       precision=run.options.precision, seconds=seconds, generated=generated)
+                                       precision=run.options.precision, budget=budget, generated=generated)
     if best_model is None:  # another process under torchrun: rank 0 scores and records the stage
         return None
     budget = read_budget(stage.run)
