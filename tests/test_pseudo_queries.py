@@ -138,6 +138,7 @@ def test_a_missing_or_wrong_generator_is_one_line_before_anything_runs(cassette_
         assert not (tmp_path / "out").exists()  # refused before the output folder was claimed
 
 
+@pytest.mark.slow  # two adapt runs (13 s of a core): make test-slow
 def test_adapt_with_a_query_generator_trains_ict_on_its_queries_and_reuses_them(generator_dir, cassette_dir,
                                                                                  tmp_path, capsys):
     corpus = tmp_path / "corpus"
