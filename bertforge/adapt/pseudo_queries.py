@@ -11,9 +11,9 @@ same teacher term. Without one, adapt trains on ICT alone and says so in the rep
 Generation is a cached stage of its own (its key: the corpus, the generator, these settings). It samples as GPL
 does (top-p 0.95, QuerySettings.per_passage queries a passage) in a seeded order of the training passages, writes
 a JSON line per passage as it goes, and a killed run picks up after the last whole line; each batch draws from its
-own seed, so a resumed stage writes what an uninterrupted one would have. Under a time budget (quick's 20 minutes) the first
-batch is timed and generation stops at the passages that fit QUERY_SHARE of the training time: the rest train on
-ICT alone. The generator is a transformers sequence-to-sequence model, loaded only here
+own seed, so a resumed stage writes what an uninterrupted one would have. Under a time budget (quick's 20
+minutes) the first batch is timed and generation stops at the passages that fit QUERY_SHARE of the training time:
+the rest train on ICT alone. The generator is a transformers sequence-to-sequence model, loaded only here
 (`pip install 'bertforge[generate]'`).
 """
 from __future__ import annotations
