@@ -31,6 +31,7 @@ import torch
 
 from ..atomic import write_text
 from ..errors import TrainingInterrupted, UsageError
+from .corpus import normalise
 
 QUERIES_FILE = "queries.jsonl"  # {"passage": corpus index, "queries": [...]} a line per passage, in drawing order
 PLAN_FILE = "plan.json"  # the passages a budget allowed, kept for a resumed stage
@@ -95,7 +96,8 @@ class QueryGenerator:
                                             num_return_sequences=settings.per_passage)
         texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
         grouped = [texts[i * settings.per_passage:(i + 1) * settings.per_passage] for i in range(len(passages))]
-        return [list(dict.fromkeys(" ".join(q.split()) for q in group if q.strip())) for group in grouped]
+        # Normalised as the corpus's own text is (corpus.normalise), so a query and a passage read the same way
+        return [list(dict.fromkeys(filter(None, map(normalise, group)))) for group in grouped]
 
 
 def drawing_order(passages: Sequence[int], seed: int) -> list[int]:
