@@ -27,7 +27,8 @@ from bertforge.adapt.domain_vocabulary import corpus_pieces, grow_checkpoint, ol
 from bertforge.adapt.ict import IctCollator, held_out_queries, training_passages
 from bertforge.adapt.methods import MethodSettings, TeacherVectors
 from bertforge.adapt.mlm import MLM_OFF, has_mlm_head, mlm_source
-from bertforge.adapt.pipeline import pick_final, skipped_methods
+from bertforge.adapt.pipeline import pick_final
+from bertforge.adapt.report import skipped_methods
 from bertforge.adapt.presets import MLM_MIN_STEPS, MLM_STEPS, mlm_settings
 from bertforge.adapt.stages import Stage, stage_key
 from bertforge.cli.parser import main

@@ -38,11 +38,11 @@ from .evaluation import Evaluator, read_beir_folder
 from .ict import HeldOut, held_out_queries, passage_text, training_passages
 from .budget import StageTime, mlm_seconds, read_budget, training_seconds
 from .methods import MethodSettings, train_method
-from .mlm import MLM_OFF, mlm_source, run_mlm_stage
+from .mlm import mlm_source, run_mlm_stage
 from .presets import PRESETS, mlm_settings, query_count, scored_passages, stage_settings
 from .pseudo_queries import (GENERATED_SHARE, QUERY_SHARE, QueryGenerator, QuerySettings, check_generator,
                              generate_queries, read_queries)
-from .report import engine, engine_name, metrics_table, report_rows, write_report
+from .report import build_report, engine, metrics_table, report_rows, write_report
 from .stages import Stage, claim_output, remove_stale, stage_key
 from .vocabulary import Fragmentation, fragmentation, fragmentation_table
 
@@ -347,60 +347,6 @@ def pick_final(systems: list[dict]) -> dict:
     trained = [s for s in systems if s["name"] not in ("bm25", "base")]
     best = max(trained, key=dev, default=None)
     return base if best is None or dev(best) <= dev(base) else best
-
-
-def build_report(run: Run, systems: list[dict], final: dict, seconds: float, queries: dict | None = None) -> dict:
-    corpus = run.corpus
-    settings = final.get("settings") or {}
-    return {"base": run.options.base, "preset": run.options.preset, "final": final["name"],
-            "final_engine": engine_name(final), "dense_weight": engine(final)["dense_weight"],
-            "note": final_note(systems, final), "pooling": run.pooling, "bm25": BM25_ANALYZER,
-            "corpus": {"files": [str(f) for f in corpus.files], "passages": len(corpus.passages),
-                       "words": corpus.words, "duplicates": corpus.duplicates, "split": corpus.split},
-            "vocabulary": run.vocabulary.to_json(), "vocabulary_table": fragmentation_table(run.vocabulary),
-            "queries": {split: len(q) for split, q in run.held_out.queries.items()},
-            "scored_passages": len(run.held_out.scored_indices()),
-            "max_seq_length": settings.get("max_length") or run.max_seq_length,
-            "systems": systems, "seconds": round(seconds, 1), "generated_queries": queries,
-            "skipped": skipped_methods(run, {s.get("settings", {}).get("method") for s in systems})}
-
-
-def final_note(systems: list[dict], final: dict) -> str:
-    """What was picked and how it compares on the test queries (and --eval): the engine the index serves,
-    the model alone, the base alone and fused with BM25, and BM25."""
-    base, bm25 = (next(s for s in systems if s["name"] == name) for name in ("base", "bm25"))
-    chosen, weight = engine(final), engine(final)["dense_weight"]
-    lines = [f"No stage beat the base model on the held-out dev queries: DIR/model is the base model, unchanged."
-             if final is base else f"Final model: stage {final['name']}."]
-    lines.append(f"DIR/index ranks by it fused with BM25 at dense weight {weight:g} (picked on the dev queries)."
-                 if weight < 1 else "DIR/index ranks by it alone (BM25 did not help on the dev queries).")
-    for split in ("test", "beir"):
-        if split not in chosen["metrics"]:
-            continue
-        score = chosen["metrics"][split]["ndcg@10"]
-        alone, base_alone = final["metrics"][split]["ndcg@10"], base["metrics"][split]["ndcg@10"]
-        lines.append(f"{'Held-out test' if split == 'test' else '--eval'} nDCG@10: the index {score:.4f} = "
-                     f"{score / max(base_alone, 1e-9):.2f}x the base model ({base_alone:.4f}); the model alone "
-                     f"{alone:.4f} ({alone / max(base_alone, 1e-9):.2f}x); the base fused with BM25 "
-                     f"{engine(base)['metrics'][split]['ndcg@10']:.4f}; BM25 {bm25['metrics'][split]['ndcg@10']:.4f}.")
-    return " ".join(lines)
-
-
-def skipped_methods(run: Run, methods: set[str]) -> list[str]:
-    """What the issue's recipe names that this run did not do, and why."""
-    if run.mlm_source is not None:
-        mlm = []
-    elif run.options.mlm == MLM_OFF:
-        mlm = ["continued MLM: switched off (--mlm off)"]
-    else:
-        mlm = [f"continued MLM: the base ({run.architecture}) has no MLM head; --mlm CHECKPOINT names one to "
-               "start from"]
-    tsdae = [] if "tsdae" in methods else ["TSDAE: in no preset (as a stage on a trained sentence encoder it "
-                                           "lowered every held-out score; docs/adapt.md)"]
-    gpl = [] if run.options.query_generator else [
-        "GPL pseudo-queries: no query generator given (--query-generator: a doc2query T5 folder or hub name, e.g. "
-        "doc2query/msmarco-t5-base-v1)"]
-    return [*mlm, *tsdae, *gpl]
 
 
 def write_model(run: Run, final: dict, report: dict) -> None:

@@ -2,14 +2,24 @@
 
 Rows ("systems") are BM25, the base model zero-shot and each stage; columns are the
 evaluation sets (held-out ICT dev and test, and the --eval BEIR folder) and their metrics.
+
+`build_report` gathers what a run measured into the report's dict; `final_note` and `skipped_methods` are its
+sentences.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..atomic import replaced_file, write_text
+from ..tasks.retrieval.baselines import BM25_ANALYZER
 from .evaluation import METRICS
+from .mlm import MLM_OFF
+from .vocabulary import fragmentation_table
+
+if TYPE_CHECKING:  # the pipeline builds its report here
+    from .pipeline import Run
 
 
 def engine(system: dict) -> dict:
@@ -50,6 +60,60 @@ def metrics_table(systems: list[dict], final: str) -> str:
 
 def label(evaluation_set: str) -> str:
     return {"dev": "ICT dev", "test": "ICT test", "beir": "--eval"}[evaluation_set]
+
+
+def build_report(run: Run, systems: list[dict], final: dict, seconds: float, queries: dict | None = None) -> dict:
+    corpus = run.corpus
+    settings = final.get("settings") or {}
+    return {"base": run.options.base, "preset": run.options.preset, "final": final["name"],
+            "final_engine": engine_name(final), "dense_weight": engine(final)["dense_weight"],
+            "note": final_note(systems, final), "pooling": run.pooling, "bm25": BM25_ANALYZER,
+            "corpus": {"files": [str(f) for f in corpus.files], "passages": len(corpus.passages),
+                       "words": corpus.words, "duplicates": corpus.duplicates, "split": corpus.split},
+            "vocabulary": run.vocabulary.to_json(), "vocabulary_table": fragmentation_table(run.vocabulary),
+            "queries": {split: len(q) for split, q in run.held_out.queries.items()},
+            "scored_passages": len(run.held_out.scored_indices()),
+            "max_seq_length": settings.get("max_length") or run.max_seq_length,
+            "systems": systems, "seconds": round(seconds, 1), "generated_queries": queries,
+            "skipped": skipped_methods(run, {s.get("settings", {}).get("method") for s in systems})}
+
+
+def final_note(systems: list[dict], final: dict) -> str:
+    """What was picked and how it compares on the test queries (and --eval): the engine the index serves,
+    the model alone, the base alone and fused with BM25, and BM25."""
+    base, bm25 = (next(s for s in systems if s["name"] == name) for name in ("base", "bm25"))
+    chosen, weight = engine(final), engine(final)["dense_weight"]
+    lines = [f"No stage beat the base model on the held-out dev queries: DIR/model is the base model, unchanged."
+             if final is base else f"Final model: stage {final['name']}."]
+    lines.append(f"DIR/index ranks by it fused with BM25 at dense weight {weight:g} (picked on the dev queries)."
+                 if weight < 1 else "DIR/index ranks by it alone (BM25 did not help on the dev queries).")
+    for split in ("test", "beir"):
+        if split not in chosen["metrics"]:
+            continue
+        score = chosen["metrics"][split]["ndcg@10"]
+        alone, base_alone = final["metrics"][split]["ndcg@10"], base["metrics"][split]["ndcg@10"]
+        lines.append(f"{'Held-out test' if split == 'test' else '--eval'} nDCG@10: the index {score:.4f} = "
+                     f"{score / max(base_alone, 1e-9):.2f}x the base model ({base_alone:.4f}); the model alone "
+                     f"{alone:.4f} ({alone / max(base_alone, 1e-9):.2f}x); the base fused with BM25 "
+                     f"{engine(base)['metrics'][split]['ndcg@10']:.4f}; BM25 {bm25['metrics'][split]['ndcg@10']:.4f}.")
+    return " ".join(lines)
+
+
+def skipped_methods(run: Run, methods: set[str]) -> list[str]:
+    """What the issue's recipe names that this run did not do, and why."""
+    if run.mlm_source is not None:
+        mlm = []
+    elif run.options.mlm == MLM_OFF:
+        mlm = ["continued MLM: switched off (--mlm off)"]
+    else:
+        mlm = [f"continued MLM: the base ({run.architecture}) has no MLM head; --mlm CHECKPOINT names one to "
+               "start from"]
+    tsdae = [] if "tsdae" in methods else ["TSDAE: in no preset (as a stage on a trained sentence encoder it "
+                                           "lowered every held-out score; docs/adapt.md)"]
+    gpl = [] if run.options.query_generator else [
+        "GPL pseudo-queries: no query generator given (--query-generator: a doc2query T5 folder or hub name, e.g. "
+        "doc2query/msmarco-t5-base-v1)"]
+    return [*mlm, *tsdae, *gpl]
 
 
 def write_report(output: Path, report: dict) -> None:
