@@ -74,6 +74,7 @@ def test_length_groups_put_each_groups_tokens_side_by_side():
     packing = Packing.from_attention_mask(mask_of([2, 3, 2], seq=3))  # packed rows: a a b b b c c
     groups = packing.length_groups
     assert groups.runs == ((1, 3), (2, 2)) and groups.order.tolist() == [2, 3, 4, 0, 1, 5, 6]
+    assert groups.restore.tolist() == [3, 4, 0, 1, 2, 5, 6]  # grouped rows back in the packed order
     assert Packing.from_attention_mask(mask_of([3, 2, 2], seq=3)).length_groups.order is None
 
 
@@ -87,9 +88,12 @@ def test_the_cpu_groups_by_length_for_inference_only():
         assert attention_module.packed_kernel(query, dropout_p=0.1) == "repadded"
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_packed_kernels_equal_attention_one_sequence_at_a_time(kernel, use_kernel):
+@pytest.mark.parametrize("kernel, short_limit", [("repadded", 0), ("length_grouped", 0), ("length_grouped", 5),
+                                                 ("length_grouped", 100)])
+def test_packed_kernels_equal_attention_one_sequence_at_a_time(kernel, short_limit, use_kernel, monkeypatch):
+    """length_grouped with every group fused (0), short groups as matmuls and long ones fused (5), all matmuls."""
     use_kernel(kernel)
+    monkeypatch.setattr(attention_module, "short_length_limit", lambda: short_limit)
     g = torch.Generator().manual_seed(0)
     packing = Packing.from_attention_mask(mask_of([7, 2, 5, 1, 6], seq=7))
     query, key, value = (torch.randn(packing.num_tokens, 3, 8, generator=g, requires_grad=True) for _ in range(3))

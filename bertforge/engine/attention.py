@@ -9,10 +9,11 @@ back to back). Packed inputs go to one of two kernels:
     BERT-base pretraining steps, batch 32 x 128, 10-30% padding) it beat both variable-length kernels
     torch offers: SDPA on jagged nested tensors took 3-5x as long (a Python tensor subclass: 70% of
     the host's time, the GPU busy 6%), and `varlen_attn` (bf16 only, no dropout) 1.04-1.25x;
-  - "length_grouped": SDPA once per group of equal-length sequences, each group a plain
+  - "length_grouped": one call per group of equal-length sequences, each group a plain
     (sequences, heads, length, d) view with no padding and no mask (the CPU, inference: a server's
     batch of 16 texts of mixed lengths ran 1.25-1.4x faster than "repadded", all-MiniLM-L6-v2,
-    1 thread; the fused CPU kernel is much slower with a mask than without).
+    1 thread; the fused CPU kernel is much slower with a mask than without). Short groups skip the
+    fused kernel for two matmuls (`short_attention`, below `short_length_limit()` tokens).
 Neither reads a value from the device (`length_grouped` reads the lengths from the host's Packing).
 """
 from __future__ import annotations
@@ -74,22 +75,43 @@ def repadded_attention(query: Tensor, key: Tensor, value: Tensor, packing: Packi
     return unpad(context.transpose(1, 2), packing)
 
 
+def short_length_limit() -> int:
+    """The longest sequence `length_grouped_attention` gives to `short_attention` rather than the fused kernel."""
+    # The fused CPU kernel works in blocks of queries and keys sized for long sequences; on a few dozen tokens
+    # with 32-wide heads its set-up dominates, and with 2 threads it ran slower than with 1 (a group of 32
+    # sequences of 12 tokens: 1.1 ms at 1 thread, 1.9 ms at 2; two matmuls 0.7 and 0.5 ms). The 1,000 mixed
+    # texts of benchmarks/bench_inference.py (93% under 64 tokens), all-MiniLM-L6-v2's 6 layers, the AMD EPYC
+    # (AVX2): attention alone 0.93-1.10 s -> 0.86-0.89 at 1 thread with matmuls up to 32 tokens, 0.93-1.00 s
+    # -> 0.51-0.81 at 2 threads up to 64 (longer groups were slower either way).
+    return 32 if torch.get_num_threads() == 1 else 64
+
+
+def short_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
+    """Attention on (sequences, heads, length, d) without a mask or dropout, as matmuls: for short sequences."""
+    query, key, value = (t.contiguous() for t in (query, key, value))  # strided views slow the batched matmul
+    scores = torch.matmul(query, key.transpose(-1, -2)).mul_(query.size(-1) ** -0.5)
+    return torch.matmul(scores.softmax(dim=-1), value)
+
+
 def length_grouped_attention(query: Tensor, key: Tensor, value: Tensor, packing: Packing, dropout_p: float) -> Tensor:
     groups = packing.length_groups
     if groups.order is not None:
         query, key, value = (t.index_select(0, groups.order) for t in (query, key, value))
-    contexts, start = [], 0
+    contexts, start, short = [], 0, short_length_limit()
     for count, length in groups.runs:
         end = start + count * length
-        grouped = (t[start:end].unflatten(0, (count, length)).transpose(1, 2) for t in (query, key, value))
-        context = F.scaled_dot_product_attention(*grouped, dropout_p=dropout_p)  # (count, heads, length, d)
+        grouped = [t[start:end].unflatten(0, (count, length)).transpose(1, 2) for t in (query, key, value)]
+        if length <= short and not dropout_p:
+            context = short_attention(*grouped)
+        else:
+            context = F.scaled_dot_product_attention(*grouped, dropout_p=dropout_p)  # (count, heads, length, d)
         contexts.append(context.transpose(1, 2).flatten(0, 1))
         start = end
     if not contexts:  # only empty sequences
         return torch.zeros_like(query)
     context = contexts[0] if len(contexts) == 1 else torch.cat(contexts)
     if groups.order is not None:  # back to the packed order
-        context = torch.empty_like(context).index_copy(0, groups.order, context)
+        context = context.index_select(0, groups.restore)
     return context
 
 
