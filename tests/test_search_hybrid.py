@@ -19,7 +19,7 @@ from bertforge.search.encoder import open_model
 from bertforge.search.index import Index, make_passages
 from bertforge.tasks.pretraining.corpus import read_documents
 from bertforge.tasks.retrieval.baselines import bm25_scores
-from bertforge.tasks.retrieval.evaluation import encoder_scorer
+from bertforge.tasks.retrieval.evaluation import RememberedVectors, encoder_scorer
 from bertforge.tasks.retrieval.hybrid import fuse, hybrid_scorer
 
 pytest.importorskip("faiss")
@@ -50,6 +50,31 @@ def ranking(scores: np.ndarray, k: int):
     """(rows, scores) of each query's k best, ties in row order: the reference ranking of a score matrix."""
     rows = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     return rows, np.take_along_axis(scores, rows, 1)
+
+
+class CountingEmbedder:
+    def __init__(self, embedder):
+        self.embedder, self.embedded = embedder, []
+
+    def encode(self, texts):
+        self.embedded.extend(texts)
+        return self.embedder.encode(texts)
+
+
+def test_remembered_vectors_embed_each_text_once_and_score_as_the_embedder(embedder, sentences):
+    """adapt's evaluations: a query set and two corpora that share passages cost one embedding per distinct text."""
+    counting = CountingEmbedder(embedder)
+    remembered = encoder_scorer(RememberedVectors(counting))
+    first, second = sentences[:40], sentences[20:60] + sentences[:5]
+    for documents in (first, second):
+        np.testing.assert_allclose(remembered(QUERIES, documents), encoder_scorer(embedder)(QUERIES, documents),
+                                   atol=1e-5)
+    assert sorted(counting.embedded) == sorted(QUERIES + sentences[:60])  # each text once, whatever came twice
+    spaced = sentences[0].replace(" ", "  \n")  # other whitespace, the same words: the same tokens and vector
+    vectors = RememberedVectors(counting).encode([spaced] + sentences[:2])
+    assert counting.embedded[-2:] == sentences[:2]  # embedded once, as the words of the first sentence
+    np.testing.assert_array_equal(vectors[0], vectors[1])
+    assert RememberedVectors(embedder).encode([]).shape == embedder.encode([]).shape
 
 
 @pytest.mark.parametrize("weight", [0.3, 0.7])

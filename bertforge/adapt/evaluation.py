@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from ..tasks.retrieval.baselines import bm25_scores
-from ..tasks.retrieval.evaluation import Scorer, encoder_embedder, encoder_scorer, evaluate_retrieval
+from ..tasks.retrieval.evaluation import (RememberedVectors, Scorer, encoder_embedder, encoder_scorer,
+                                          evaluate_retrieval)
 from ..tasks.retrieval.hybrid import WEIGHTS, best_weight, hybrid_scorer, remembered
 from ..tasks.retrieval.metrics import retrieval_metrics
 from ..tasks.retrieval.reader import RetrievalSet, beir_qrels, read_retrieval_set
@@ -61,7 +62,9 @@ class Evaluator:
         return Evaluator(self.held_out, tokenizer, self.beir, self.batch_size, self.lexical)
 
     def scorer(self, model) -> Scorer:
-        return encoder_scorer(encoder_embedder(model, self.tokenizer, batch_size=self.batch_size, progress=False))
+        """The model's cosines, each distinct text embedded once per scorer (the model must not train meanwhile)."""
+        embedder = encoder_embedder(model, self.tokenizer, batch_size=self.batch_size, progress=False)
+        return encoder_scorer(RememberedVectors(embedder))
 
     def everything(self, scorer: Scorer, held_out: dict[str, dict[str, float]] | None = None
                    ) -> dict[str, dict[str, float]]:
