@@ -126,12 +126,15 @@ def test_commands_start_openmp_with_a_short_spin(tmp_path):
     assert finished.stdout.split() == ["1", engine_threads.SHORT_SPIN]  # a user error, after the spin was set
 
 
-def test_an_embedder_choosing_its_threads_gives_the_same_vectors_and_hands_the_count_back(minilm_dir):
+def test_an_embedder_choosing_its_threads_gives_the_same_vectors_and_hands_the_count_back(minilm_dir, monkeypatch):
+    """A job too short for workers (engine/workers.py), whose batches run one by one at the chosen count."""
     import numpy as np
     import torch
 
+    from bertforge.embeddings import embed as embed_module
     from bertforge.embeddings.embed import Embedder
 
+    monkeypatch.setattr(embed_module, "worth_workers", lambda workers, batches: False)
     texts = [f"sentence number {i} about ships and the navy" * (1 + i % 3) for i in range(40)]
     fixed = Embedder.from_pretrained(minilm_dir, batch_size=4).encode(texts)
     chosen = Embedder.from_pretrained(minilm_dir, batch_size=4, threads="auto")

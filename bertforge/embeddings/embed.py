@@ -15,7 +15,9 @@ layer's output, 1..N the encoder layers, -1 the last.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import threading
 import weakref
 from typing import Iterable, Iterator
 
@@ -32,6 +34,7 @@ from ..engine.pipeline import HostResults, prefetched
 from ..engine.prepacked_linear import prepack_where_it_pays
 from ..engine.precision import check_inference_dtype, in_dtype
 from ..engine.threads import thread_governor
+from ..engine.workers import run_in_workers, worth_workers
 from ..models.folder import ModelFolder, read_model_folder
 from ..models.model import BertModel
 from ..models.outputs import EncoderOutput
@@ -195,12 +198,35 @@ class Embedder:
         show = self.progress if self.progress is not None else len(texts) > AUTO_PROGRESS_TEXTS
         with tqdm(total=len(texts), unit="text", disable=not show) as bar:
             results = HostResults(vectors, on_written=bar.update)
-            with torch.inference_mode(), eval_mode(self.model), self.thread_session() as governor:
-                for batch in prefetched(self.batches(texts)):
-                    with governor.run(batch.num_tokens) if governor else contextlib.nullcontext():
-                        results.add(batch.rows, self.pooled(batch.to(self.device, non_blocking=True)))
+            workers = self.cpu_workers()
+            if worth_workers(workers, batches=math.ceil(len(texts) / self.batch_size)):
+                self.encode_in_workers(texts, results, workers)
+            else:
+                with torch.inference_mode(), eval_mode(self.model), self.thread_session() as governor:
+                    for batch in prefetched(self.batches(texts)):
+                        with governor.run(batch.num_tokens) if governor else contextlib.nullcontext():
+                            results.add(batch.rows, self.pooled(batch.to(self.device, non_blocking=True)))
             results.finish()
         return vectors
+
+    def cpu_workers(self) -> int:
+        """How many single-threaded workers a long `encode` shares its batches among (engine/workers.py): on the
+        CPU, one per thread it would otherwise run on (the usable cores when the count is chosen); else 1."""
+        if self.device.type != "cpu" or self.graphs is not None:
+            return 1
+        return self.governor.counts[-1] if self.governor else torch.get_num_threads()
+
+    def encode_in_workers(self, texts: list[str], results: HostResults, workers: int) -> None:
+        """`encode`'s batches, each pooled by whichever worker is free, written to `results` in the texts' order."""
+        written = threading.Lock()
+
+        def pool_batch(batch: TokenBatch) -> None:
+            vectors = self.pooled(batch)
+            with written:
+                results.add(batch.rows, vectors)
+
+        with eval_mode(self.model):
+            run_in_workers(prefetched(self.batches(texts)), pool_batch, workers)
 
     def thread_session(self):
         """The governor's session for one `encode` (it yields None where the thread count is not chosen here)."""

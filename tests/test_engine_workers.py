@@ -1,0 +1,88 @@
+"""A long CPU encode shared among single-threaded workers (engine/workers.py): every batch once, the vectors of
+a batch-by-batch run in the caller's order, torch's thread count given back, and errors raised to the caller."""
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge import BertModel
+from bertforge.embeddings import embed as embed_module
+from bertforge.embeddings.embed import Embedder
+from bertforge.engine.workers import run_in_workers, worth_workers
+from bertforge.tokenization.tokenizer import BertTokenizer
+
+
+@pytest.fixture(scope="module")
+def cassette(cassette_dir):
+    return BertModel.from_pretrained(cassette_dir), BertTokenizer.from_pretrained(cassette_dir)
+
+
+@pytest.fixture(scope="module")
+def texts(data_dir):
+    lines = [line.strip() for line in (data_dir / "austen" / "emma.txt").read_text(encoding="utf-8").splitlines()]
+    return [line for line in lines if line][:300:3]  # 100 lines of every length Emma has
+
+
+def test_every_batch_runs_once_on_one_thread_in_inference_mode():
+    seen, names, lock = [], set(), threading.Lock()
+
+    def work(batch):
+        assert torch.get_num_threads() == 1 and torch.is_inference_mode_enabled()
+        with lock:
+            seen.append(batch)
+            names.add(threading.current_thread().name)
+
+    torch.set_num_threads(2)
+    run_in_workers(iter(range(40)), work, workers=3)
+    assert sorted(seen) == list(range(40))
+    assert names <= {f"bertforge-worker-{i}" for i in range(3)}
+    assert torch.get_num_threads() == 2  # the caller's count, given back
+
+
+@pytest.mark.parametrize("where", ["work", "batches"])
+def test_the_first_error_stops_the_workers_and_reaches_the_caller(where):
+    done = []
+
+    def batches():
+        for i in range(100):
+            if where == "batches" and i == 5:
+                raise ValueError("a bad text at 5")
+            yield i
+
+    def work(batch):
+        if where == "work" and batch == 5:
+            raise ValueError("a bad text at 5")
+        done.append(batch)
+
+    with pytest.raises(ValueError, match="a bad text at 5"):
+        run_in_workers(batches(), work, workers=2)
+    assert len(done) < 100  # stopped, not run to the end
+
+
+def test_only_jobs_of_several_batches_a_worker_are_shared():
+    assert not worth_workers(1, batches=100)
+    assert not worth_workers(2, batches=3)
+    assert worth_workers(2, batches=4)
+
+
+def test_workers_give_the_batch_by_batch_vectors_in_order(cassette, texts, monkeypatch):
+    model, tokenizer = cassette
+    torch.set_num_threads(2)
+    embedder = Embedder(model, tokenizer, batch_size=8, normalize=True)
+    assert embedder.cpu_workers() == 2
+    shared = embedder.encode(texts)  # 13 batches of at most 8: shared between 2 workers
+    assert torch.get_num_threads() == 2
+    monkeypatch.setattr(embed_module, "worth_workers", lambda workers, batches: False)
+    one_by_one = embedder.encode(texts)
+    assert np.abs(shared - one_by_one).max() < 1e-5
+    reversed_order = Embedder(model, tokenizer, batch_size=8, normalize=True).encode(texts[::-1])
+    assert np.abs(reversed_order[::-1] - one_by_one).max() < 1e-5
+
+
+def test_the_worker_count_follows_the_threads_the_encode_would_use(cassette, monkeypatch):
+    model, tokenizer = cassette
+    torch.set_num_threads(1)
+    assert Embedder(model, tokenizer).cpu_workers() == 1  # one thread: batch by batch, as before
+    monkeypatch.setattr("bertforge.engine.threads.usable_threads", lambda: 3)
+    assert Embedder(model, tokenizer, threads="auto").cpu_workers() == 3  # chosen: one worker per usable core
