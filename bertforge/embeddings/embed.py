@@ -90,7 +90,9 @@ class Embedder:
     threads: "auto" chooses the CPU thread count batch by batch (engine/governor.py: the usable cores or
         fewer, whichever runs faster on the machine as it is now; torch's own count is given back after
         each `encode`). None (the default) runs at torch's current count, except in a `bertforge` command
-        run without --threads, which chooses as "auto" does.
+        run without --threads, which chooses as "auto" does. An `encode` of at least two batches per
+        thread shares its batches among single-threaded workers instead, one per usable core ("auto") or
+        per torch thread (engine/workers.py).
     max_length: truncation in tokens; default the tokenizer's limit, capped at the
         model's position table.
     progress: True/False to force a tqdm bar on or off; None shows one for long inputs.
@@ -225,8 +227,8 @@ class Embedder:
             with written:
                 results.add(batch.rows, vectors)
 
-        with eval_mode(self.model):
-            run_in_workers(prefetched(self.batches(texts)), pool_batch, workers)
+        with eval_mode(self.model), contextlib.closing(prefetched(self.batches(texts))) as batches:
+            run_in_workers(batches, pool_batch, workers)  # closing: a worker's error stops the tokenizer's thread too
 
     def thread_session(self):
         """The governor's session for one `encode` (it yields None where the thread count is not chosen here)."""
