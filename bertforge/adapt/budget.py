@@ -125,7 +125,7 @@ def budgeted_epochs(run: RecipeRun, model: BiEncoder, fresh_batches: Callable, e
         train(trainee, fresh_batches(), config, device=run.device, topology=run.topology)
 
     step, seconds = timed_within(budget.seconds, train_steps, run.folder, run.topology)
-    every = max(1, per_epoch // evaluations_per_epoch)  # as the stage evaluates (methods.train_method)
+    every = evaluation_interval(per_epoch, evaluations_per_epoch)
     steps = steps_within(seconds, step, budget.evaluation, every, max(1, round(epochs * per_epoch)))
     chosen = min(epochs, round(steps / per_epoch, 2))
     if run.topology.is_main:
@@ -151,6 +151,11 @@ def steps_within(seconds: float, step_seconds: float | None, evaluation_seconds:
             evaluation_seconds > seconds:
         steps -= 1
     return steps
+
+
+def evaluation_interval(batches_per_epoch: int, evaluations_per_epoch: int) -> int:
+    """Steps between a stage's evaluations during training (methods.train_method evaluates and saves at it)."""
+    return max(1, batches_per_epoch // evaluations_per_epoch)
 
 
 def evaluations(steps: int, every: int) -> int:

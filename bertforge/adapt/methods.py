@@ -34,7 +34,7 @@ from ..train.best import best_model_folder
 from ..train.config import FinetuningConfig
 from ..train.run_log import METRICS_FILE
 from ..train.runner import RecipeRun, run_recipe
-from .budget import StageTime, budgeted_epochs
+from .budget import StageTime, budgeted_epochs, evaluation_interval
 from .corpus import Passage
 from .ict import MIN_QUERY_WORDS, IctCollator, training_passages
 from .mining import bm25_negatives
@@ -110,7 +110,7 @@ def train_method(init: Path, corpus: Sequence[Passage], texts: Sequence[str], se
         batches = fresh_batches()
         epochs = settings.epochs if budget is None else budgeted_epochs(run, model, fresh_batches, settings.epochs,
                                                                         budget, settings.evaluations_per_epoch)
-        every = max(1, batches.batches_per_epoch // settings.evaluations_per_epoch)
+        every = evaluation_interval(batches.batches_per_epoch, settings.evaluations_per_epoch)
         schedule = dataclasses.replace(run.schedule(batches, epochs, has_dev=True, default_metric="ndcg@10"),
                                        eval_every=every, save_every=every)
         logger.info("%s: %d examples, batch %d, %d steps", settings.method, len(collate), settings.batch_size,
