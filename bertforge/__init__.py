@@ -26,7 +26,8 @@ def __getattr__(name: str):
     """The public name `name`, after importing the whole public API once; AttributeError for any other."""
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from .embeddings.embed import Embedder, embed, token_vectors, word_vector
+    from .embeddings.embed import Embedder
+    from .embeddings.one_call import embed, token_vectors, word_vector
     from .models.config import BertConfig
     from .models.heads import (
         BertForMaskedLM,

@@ -13,7 +13,8 @@ import transformers
 
 from bertforge import BertModel
 from bertforge.embeddings import embed as embed_module
-from bertforge.embeddings.embed import Embedder, embed, token_vectors, word_vector
+from bertforge.embeddings.embed import Embedder
+from bertforge.embeddings.one_call import embed, token_vectors, word_vector
 from bertforge.engine import batching
 from bertforge.engine.batching import FIRST_TOKENIZE_WINDOW, TOKENIZE_WINDOW, tokenize_windows
 from bertforge.models.heads import BertForSequenceClassification

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..embeddings.embed import embed, word_vector
+from ..embeddings.one_call import embed, word_vector
 from ..models.model import BertModel
 from ..models.summary import parameter_table
 from ..tokenization.tokenizer import BertTokenizer
