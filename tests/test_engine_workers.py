@@ -60,6 +60,25 @@ def test_the_first_error_stops_the_workers_and_reaches_the_caller(where):
     assert len(done) < 100  # stopped, not run to the end
 
 
+def test_ctrl_c_stops_the_workers_and_reaches_the_caller():
+    """A signal may land on a worker thread; the caller, waiting for them, must still raise KeyboardInterrupt."""
+    import _thread
+    import time
+
+    done = []
+
+    def work(batch):
+        if batch == 0:
+            _thread.interrupt_main()  # SIGINT as Python sees it: a flag only the main thread acts on
+        time.sleep(0.01)
+        done.append(batch)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_in_workers(iter(range(1000)), work, workers=2)
+    assert len(done) < 1000  # stopped, not run to the end
+    assert not any(t.name.startswith("bertforge-worker") for t in threading.enumerate())  # none left running
+
+
 def test_only_jobs_of_several_batches_a_worker_are_shared():
     assert not worth_workers(1, batches=100)
     assert not worth_workers(2, batches=3)

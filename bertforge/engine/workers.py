@@ -22,6 +22,9 @@ Batch = TypeVar("Batch")
 # Fewer batches than this per worker: the job is too short to share (the last batch of each worker is the tail
 # the others wait for), and the caller runs it batch by batch on all its threads.
 MIN_BATCHES_PER_WORKER = 2
+# How often the caller wakes while the workers run: Python runs a signal's handler (Ctrl-C's KeyboardInterrupt) in
+# the main thread only, and a main thread blocked in a plain join would sleep through it to the job's end.
+JOIN_POLL_SECONDS = 0.1
 
 
 def worth_workers(workers: int, batches: int) -> bool:
@@ -67,10 +70,14 @@ def run_in_workers(batches: Iterable[Batch], work: Callable[[Batch], None], work
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join()
+            while thread.is_alive():  # a join without a timeout never wakes for Ctrl-C delivered to a worker
+                thread.join(JOIN_POLL_SECONDS)
     except BaseException as interrupted:  # Ctrl-C while waiting: the workers stop after their batch
         with lock:
             errors.append(interrupted)
+        for thread in threads:  # and are waited for: a process that exits under a running torch op aborts
+            if thread.is_alive():
+                thread.join()
         raise
     finally:
         torch.set_num_threads(before)  # the workers' count of 1 is also torch's default for new threads
