@@ -60,7 +60,19 @@ def test_the_first_error_stops_the_workers_and_reaches_the_caller(where):
     assert len(done) < 100  # stopped, not run to the end
 
 
-def test_ctrl_c_stops_the_workers_and_reaches_the_caller():
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT as an interactive user has it: pytest-xdist's workers start with it ignored."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers can be set from the main thread only")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_stops_the_workers_and_reaches_the_caller(ctrl_c_raises):
     """A signal may land on a worker thread; the caller, waiting for them, must still raise KeyboardInterrupt."""
     import _thread
     import time
