@@ -15,83 +15,26 @@ passages alone.
 The text comes from the Debian package python3.11-doc (the reStructuredText sources it ships
 under html/_sources), fetched with `apt-get download` from the Debian archive: no dataset hub.
 Inline markup is reduced to its text (`:func:`len`` -> len, `name <url>`_ -> name, `~a.b` -> a.b), directive
-lines dropped, code kept as text.
+lines dropped, code kept as text: bertforge.markup's reStructuredText reader, which adapt uses on .rst files.
 """
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bertforge.markup import rst_sections  # noqa: E402
 from bertforge.tasks.retrieval.reader import RetrievalSet, write_retrieval_set  # noqa: E402
 
 PACKAGE = "python3.11-doc"
 SOURCES = "usr/share/doc/python3.11/html/_sources"
 PARTS = ("faq", "tutorial", "howto")  # the FAQ's answers, then same-domain text that answers no question
 PASSAGE_WORDS = 150  # paragraphs are joined into passages of at most this many words (a longer one stays whole)
-UNDERLINE = re.compile(r"^([=\-~^*+#\"'`])\1{2,}\s*$")
-ROLE = re.compile(r":[\w:-]+:`([^`]*)`")
-LINK = re.compile(r"`([^`<]*?)\s*<[^>]*>`_{1,2}")
-REFERENCE = re.compile(r"`([^`]+)`_{1,2}")
-LITERAL = re.compile(r"``([^`]+)``")
-
-
-@dataclass
-class Section:
-    heading: str
-    paragraphs: list[str]
-
-
-def plain(text: str) -> str:
-    """Inline reStructuredText -> its words: roles, links and literals become their text."""
-    text = ROLE.sub(lambda match: re.sub(r"\s*<[^>]*>$", "", match.group(1)).lstrip("~!"), text)
-    text = LINK.sub(r"\1", text)
-    text = LITERAL.sub(r"\1", text)
-    return REFERENCE.sub(r"\1", text)
-
-
-def sections(source: str) -> list[Section]:
-    """A .rst file -> its sections in order: each heading and the paragraphs under it (directive lines dropped)."""
-    lines = source.splitlines()
-    found = [Section("", [])]
-    paragraph: list[str] = []
-    in_directive = False
-
-    def close_paragraph():
-        if paragraph:
-            found[-1].paragraphs.append(plain(" ".join(line.strip() for line in paragraph)))
-            paragraph.clear()
-
-    for number, line in enumerate(lines):
-        following = lines[number + 1] if number + 1 < len(lines) else ""
-        if UNDERLINE.match(line):  # an underline (or overline) of a heading
-            continue
-        if line.strip() and not line.startswith(" ") and UNDERLINE.match(following) \
-                and len(following.strip()) >= len(line.strip()) - 1:
-            close_paragraph()
-            found.append(Section(plain(line.strip()), []))
-            continue
-        if line.strip().startswith(".. "):  # a directive or a label; its indented options follow it
-            close_paragraph()
-            in_directive = True
-            continue
-        if not line.strip():
-            close_paragraph()
-            in_directive = False
-            continue
-        if in_directive and line.lstrip().startswith(":"):  # a directive's :option: lines
-            continue
-        in_directive = False
-        paragraph.append(line)
-    close_paragraph()
-    return [section for section in found if section.heading or section.paragraphs]
 
 
 def passages(paragraphs: list[str]) -> list[str]:
@@ -113,7 +56,7 @@ def build(sources: Path) -> RetrievalSet:
     for part in PARTS:
         for path in sorted((sources / part).glob("*.rst.txt")):
             page = path.name.removesuffix(".rst.txt")
-            for number, section in enumerate(sections(path.read_text(encoding="utf-8"))):
+            for number, section in enumerate(rst_sections(path.read_text(encoding="utf-8"))):
                 ids = []
                 for piece, text in enumerate(passages(section.paragraphs)):
                     ids.append(f"{part}-{page}-{number}-{piece}")

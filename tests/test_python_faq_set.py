@@ -54,23 +54,6 @@ Fast enough.
 """
 
 
-def test_inline_markup_becomes_its_text(faq_set):
-    # `~name` keeps the full dotted name the source wrote (Sphinx would show its last part)
-    assert faq_set.plain(":func:`~importlib.import_module` and ``x`` via `docs <https://a.b/>`_") == \
-        "importlib.import_module and x via docs"
-    assert faq_set.plain(":mod:`the index <sys>` `term`_") == "the index term"
-
-
-def test_sections_keep_headings_and_paragraphs_and_drop_directives(faq_set):
-    found = faq_set.sections(FAQ)
-    assert found[0].heading == ""  # the preamble (:tocdepth: 2): under 3 words, so never a passage
-    assert [section.heading for section in found[1:]] == ["Library FAQ", "General Questions", "How do I find a module?",
-                                                     "Is Python fast?"]
-    assert found[3].paragraphs == ["Check the index first, or read sys.path. See the docs for importlib.import_module.",
-                                   "Modules are cached."]
-    assert found[4].paragraphs == ["Fast enough."]
-
-
 def test_passages_join_whole_paragraphs_up_to_the_word_limit(faq_set, monkeypatch):
     monkeypatch.setattr(faq_set, "PASSAGE_WORDS", 6)
     assert faq_set.passages(["one two three", "four five six", "seven eight nine ten eleven twelve thirteen", "hi"]) \

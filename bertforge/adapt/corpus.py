@@ -6,7 +6,11 @@ Layouts, picked by each file's extension (compressed .gz / .xz read on the fly):
   novel's passages are paragraphs of prose, not "Yes, sir."
 - .jsonl: one passage per record, its text under `text` and an optional `title` (kept apart:
   a title is not a sentence an ICT query could be cut from);
-- .csv / .tsv: one passage per row, its text in `text_column`.
+- .csv / .tsv: one passage per row, its text in `text_column`;
+- HTML, Markdown, reStructuredText: plain text once the markup is gone (`markup.text_blocks`: a saved
+  documentation site's pages without their navigation, scripts and permalinks).
+A folder stands for the files of these kinds under it; others (a site's images, styles and scripts) are
+counted and named, not read, and hidden files and folders (.git) are left alone.
 Whitespace and HTML entities are normalised, exact duplicates are dropped (after normalisation), and a passage
 over `max_words` is split on sentence boundaries into passages of about that many words.
 
@@ -24,17 +28,20 @@ import os
 import re
 import tempfile
 from array import array
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..input_files import blank_line_blocks, jsonl_objects, text_suffix, utf8_problem
+from ..input_files import jsonl_objects, text_suffix, utf8_problem
+from ..markup import MARKUP_SUFFIXES, text_blocks
 from ..search.corpus import part_id
 from ..tasks.classification.reader import DELIMITERS, read_rows
-from ..tasks.pretraining.corpus import expand_paths, split_sentences
+from ..tasks.pretraining.corpus import expand_paths, folder_files, split_sentences
 
-TEXT_SUFFIXES = (".txt", ".text", ".md", "")
+TEXT_SUFFIXES = (".txt", ".text", "")
 JSONL = ".jsonl"
+READABLE = (*TEXT_SUFFIXES, *MARKUP_SUFFIXES, JSONL, *DELIMITERS)  # what a folder stands for
 MIN_WORDS = 40  # plain text: shorter blocks are joined with the next
 MAX_WORDS = 150  # ~200 word pieces: inside MiniLM's 256 tokens with room for rare words' pieces
 _WHITESPACE = re.compile(r"\s+")
@@ -113,6 +120,7 @@ class Corpus:
     duplicates: int = 0  # exact duplicate passages dropped
     split: int = 0  # passages that were over max_words and became several
     sources: dict = field(default_factory=dict)  # file -> passages read from it
+    skipped: dict = field(default_factory=dict)  # suffix -> files of that kind in the folders, not read
 
 
 def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", max_words: int = MAX_WORDS) -> Corpus:
@@ -121,8 +129,9 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
     Raises ValueError (one line naming the file and the fix) for a binary or non-UTF-8 file,
     a table without `text_column`, or a malformed JSONL line.
     """
-    files = expand_paths(list(paths), suffixes=None, recursive=True)  # a folder: every file under it
-    seen, corpus = set(), Corpus(PassageStore(), files)
+    paths = list(paths)
+    files = expand_paths(paths, suffixes=READABLE, recursive=True)  # a folder: its text files, however deep
+    seen, corpus = set(), Corpus(PassageStore(), files, skipped=unread_kinds(paths, files))
     for path in files:
         check_text_file(path)
         count = 0
@@ -140,6 +149,14 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
             count += len(pieces)
         corpus.sources[str(path)] = count
     return corpus
+
+
+def unread_kinds(paths: list, read: list[Path]) -> dict[str, int]:
+    """{suffix: count} of the files in the given folders that are not of a kind adapt reads, most first."""
+    read = set(read)
+    kinds = Counter(path.suffix.lower() or path.name for folder in map(Path, paths) if folder.is_dir()
+                    for path in folder_files(folder, recursive=True) if path not in read)
+    return dict(kinds.most_common())
 
 
 def passage_digest(passage: Passage) -> bytes:
@@ -181,10 +198,10 @@ def jsonl_passages(path: Path) -> Iterator[Passage]:
 
 
 def text_passages(path: Path) -> Iterator[Passage]:
-    """Blank-line blocks, short ones joined with the next until MIN_WORDS words."""
+    """Blank-line blocks (of the text, markup gone), short ones joined with the next until MIN_WORDS words."""
     pending: list[str] = []
     start = 0
-    for number, block in enumerate(blank_line_blocks(path)):
+    for number, block in enumerate(text_blocks(path)):
         if not pending:
             start = number
         pending.extend(sentences_of(block))

@@ -33,7 +33,7 @@ from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
 from ..train.distributed import Topology, barrier, process_group
 from .card import write_card
-from .corpus import MAX_WORDS, Corpus, read_corpus
+from .corpus import MAX_WORDS, READABLE, Corpus, read_corpus
 from .evaluation import Evaluator, read_beir_folder
 from .ict import HeldOut, held_out_queries, passage_text, training_passages
 from .budget import StageTime, mlm_seconds, read_budget, training_seconds
@@ -229,6 +229,10 @@ def check_corpus(corpus: Corpus, options: AdaptOptions) -> None:
 def print_corpus(corpus: Corpus, tokenizer) -> Fragmentation:
     print(f"corpus: {len(corpus.files)} file(s), {len(corpus.passages):,} passages, {corpus.words:,} words "
           f"({corpus.duplicates} exact duplicates dropped, {corpus.split} long passages split on sentences)")
+    if corpus.skipped:
+        kinds = ", ".join(f"{kind} {count:,}" for kind, count in list(corpus.skipped.items())[:6])
+        print(f"left out {sum(corpus.skipped.values()):,} files in the folders that are not text ({kinds}"
+              f"{', ...' if len(corpus.skipped) > 6 else ''}); adapt reads {', '.join(filter(None, READABLE))} files")
     vocabulary = fragmentation((p.text for p in corpus.passages), tokenizer)
     print(fragmentation_table(vocabulary))
     return vocabulary

@@ -200,15 +200,17 @@ def train_vocab(files: list[str | os.PathLike], vocab_size: int = 30522, min_fre
     """Learn a WordPiece vocabulary ({token: id}) from text files with `tokenizers`' WordPieceTrainer.
 
     Text goes through the same normalizer and pre-tokenizer as encoding (CJK split on); .gz and
-    .xz files are read as text. Ids: [PAD] 0, then [unused0..num_unused-1] (slots to repurpose
-    later, as Google's vocabularies have), then [UNK] [CLS] [SEP] [MASK], the alphabet, its
-    `##` continuations, then the learnt pieces in the order they were learnt.
+    .xz files are read as text, HTML, Markdown and reStructuredText without their markup. Ids:
+    [PAD] 0, then [unused0..num_unused-1] (slots to repurpose later, as Google's vocabularies
+    have), then [UNK] [CLS] [SEP] [MASK], the alphabet, its `##` continuations, then the learnt
+    pieces in the order they were learnt.
 
     Deterministic: the same files and settings give the same vocabulary in every process (the
     engine alone does not; see `pinned_alphabet`). Raises ValueError for a missing file or sizes
     that leave no room for learnt pieces, UnicodeDecodeError for a file that is not UTF-8.
     """
-    from ..input_files import open_text, require_file
+    from ..input_files import open_text, require_file, text_suffix
+    from ..markup import MARKUP_SUFFIXES, text_blocks
 
     files = [str(f) for f in ([files] if isinstance(files, (str, os.PathLike)) else files)]
     if not files:
@@ -223,6 +225,9 @@ def train_vocab(files: list[str | os.PathLike], vocab_size: int = 30522, min_fre
 
     def blocks():  # ~2,000 lines at a time: one engine call per block, not per line
         for file in files:
+            if text_suffix(file).lower() in MARKUP_SUFFIXES:  # a page or a document: its text, at once
+                yield "\n".join(text_blocks(file))
+                continue
             with open_text(file) as text:
                 while block := list(itertools.islice(text, 2000)):
                     yield "".join(block)

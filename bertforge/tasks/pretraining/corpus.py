@@ -12,8 +12,10 @@ Four layouts, picked by file extension and `document_boundary`:
   runs of true continuations, and enough documents to draw random next segments from.
 - JSON Lines (.jsonl): one document per line, its text under `text_field`; blank lines in the
   text separate paragraphs.
-Hard-wrapped lines are joined with spaces before sentence splitting. Any of these may be
-compressed (`.txt.gz`, `.jsonl.xz`): it is read as text on the fly.
+Hard-wrapped lines are joined with spaces before sentence splitting. HTML, Markdown and
+reStructuredText files are plain text once their markup is gone (`markup.text_blocks`: a page's
+content, not its navigation). Any of these may be compressed (`.txt.gz`, `.jsonl.xz`): it is read
+as text on the fly.
 """
 import os
 import re
@@ -21,7 +23,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Literal, get_args
 
-from ...input_files import blank_line_blocks, jsonl_objects, require_file, text_suffix
+from ...input_files import jsonl_objects, require_file, text_suffix
+from ...markup import MARKUP_SUFFIXES, text_blocks
 
 DocumentBoundary = Literal["blank_line", "file", "chapter"]
 DOCUMENT_BOUNDARIES = get_args(DocumentBoundary)
@@ -55,9 +58,10 @@ def split_lines(text: str) -> list[str]:
 
 
 def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike],
-                 suffixes: tuple[str, ...] | None = (".txt", *JSONL_SUFFIXES), recursive: bool = False) -> list[Path]:
-    """Files to read, in order: a folder stands for its files with these suffixes (None: any file not
-    hidden), sorted by name, its subfolders' too when recursive.
+                 suffixes: tuple[str, ...] | None = (".txt", *MARKUP_SUFFIXES, *JSONL_SUFFIXES),
+                 recursive: bool = False) -> list[Path]:
+    """Files to read, in order: a folder stands for its files with these suffixes (None: any file), sorted by
+    name, its subfolders' too when recursive; never a hidden file or one in a hidden folder (.git's objects).
 
     Raises ValueError for a path that does not exist, a folder without such files, or no paths.
     """
@@ -66,10 +70,10 @@ def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike],
     files = []
     for path in map(Path, paths):
         if path.is_dir():
-            found = sorted(p for p in (path.rglob("*") if recursive else path.iterdir()) if p.is_file()
-                           and (text_suffix(p) in suffixes if suffixes else not p.name.startswith(".")))
+            found = sorted(p for p in folder_files(path, recursive)
+                           if suffixes is None or text_suffix(p).lower() in suffixes)
             if not found:
-                kinds = "no " + " or ".join(suffixes) + " files" if suffixes else "no files"
+                kinds = "no " + ", ".join(suffixes) + " files" if suffixes else "no files"
                 raise ValueError(f"folder {path} has {kinds}; pass the files themselves")
             files.extend(found)
         else:
@@ -77,6 +81,13 @@ def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike],
     if not files:
         raise ValueError("no corpus files given; pass a file, a folder or a list of them")
     return files
+
+
+def folder_files(folder: Path, recursive: bool) -> Iterator[Path]:
+    """The files in a folder (and its subfolders when recursive) that are not hidden or in a hidden folder."""
+    for path in folder.rglob("*") if recursive else folder.iterdir():
+        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts):
+            yield path
 
 
 def read_documents(paths: str | os.PathLike | Iterable[str | os.PathLike], document_boundary: str = "blank_line",
@@ -98,19 +109,19 @@ def read_documents(paths: str | os.PathLike | Iterable[str | os.PathLike], docum
         elif document_boundary == "chapter":
             documents = _chapter_documents(path, split_sentences)
         else:
-            documents = (_sentences(block, split_sentences) for block in blank_line_blocks(path))
+            documents = (_sentences(block, split_sentences) for block in text_blocks(path))
         yield from (document for document in documents if document)
 
 
 def _file_document(path: Path, split: Callable[[str], list[str]]) -> Iterator[list[str]]:
     # Paragraphs are split one at a time so that no sentence runs across a paragraph
     # (a heading like "Chapter 1" has no full stop to end it).
-    yield [sentence for block in blank_line_blocks(path) for sentence in split(block)]
+    yield [sentence for block in text_blocks(path) for sentence in split(block)]
 
 
 def _chapter_documents(path: Path, split: Callable[[str], list[str]]) -> Iterator[list[str]]:
     document = []
-    for block in blank_line_blocks(path):
+    for block in text_blocks(path):
         if _HEADING.fullmatch(block.strip()):
             yield document
             document = []

@@ -1,0 +1,176 @@
+"""markup.py: HTML pages, Markdown and reStructuredText read as their text, by every corpus reader."""
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from bertforge.adapt.corpus import read_corpus
+from bertforge.adapt.pipeline import print_corpus
+from bertforge.markup import html_blocks, markdown_blocks, rst_blocks, rst_inline, rst_sections, text_blocks
+from bertforge.resources import resolve_model
+from bertforge.tasks.pretraining.corpus import read_documents
+from bertforge.tokenization.tokenizer import BertTokenizer
+from bertforge.tokenization.vocab_training import train_vocab
+
+# The shape of a Sphinx page (Python's documentation): navigation before and after the content, a sidebar, a
+# script, permalinks after the headings, a contents box, unclosed <p> and <li> tags, entities.
+SPHINX_PAGE = """<!DOCTYPE html>
+<html><head><title>Programming FAQ &mdash; Python 3.11 documentation</title>
+<script>var DOCUMENTATION_OPTIONS = {VERSION: '3.11'};</script><style>body { margin: 0 }</style></head>
+<body>
+<div class="mobile-nav"><nav class="nav-content" role="navigation"><a href="../index.html">Python</a></nav></div>
+<div class="related" role="navigation"><ul><li><a href="index.html">index</a></li><li>modules |</li></ul></div>
+<div class="document"><div class="body" role="main">
+<h1>Programming FAQ<a class="headerlink" href="#programming-faq">&#182;</a></h1>
+<nav class="contents" id="contents"><ul><li><a href="#general">General Questions</a></ul></nav>
+<h2>How do I make a script executable?<a class="headerlink" href="#how">&#182;</a></h2>
+<p>Add a <code>#!</code> line &amp; set the mode with <code class="docutils">chmod +x</code>.
+<p>On Windows, the installer associates <em>.py</em> files
+with python.exe.
+<ul><li>first item<li>second <strong>item</strong></ul>
+<pre>$ chmod +x script.py
+$ ./script.py</pre>
+</div></div>
+<div class="sphinxsidebar" role="navigation"><h3>Previous topic</h3><p>General FAQ</p></div>
+<div class="footer">&copy; Copyright 2001-2023, Python Software Foundation.</div>
+</body></html>
+"""
+
+
+def test_a_sphinx_page_is_its_content_without_navigation_scripts_or_permalinks():
+    assert html_blocks(SPHINX_PAGE) == [
+        "Programming FAQ", "How do I make a script executable?",
+        "Add a #! line & set the mode with chmod +x.",
+        "On Windows, the installer associates .py files with python.exe.",
+        "first item", "second item", "$ chmod +x script.py $ ./script.py"]
+
+
+def test_a_page_without_a_main_region_is_its_body_without_banner_and_footer():
+    page = ("<html><body><header><a href='/'>Home</a> | <a href='/blog'>Blog</a></header>"
+            "<article><header><h1>Release notes</h1></header><p>Version 2 is out.</p><footer>Posted in news"
+            "</footer></article><aside>Popular posts</aside><footer>Contact us</footer></body></html>")
+    # An article's own header and footer are its text; the page's banner, sidebar and footer are not.
+    assert html_blocks(page) == ["Release notes", "Version 2 is out.", "Posted in news"]
+
+
+def test_broken_html_still_gives_its_text():
+    assert html_blocks("<p>one <b>two</p> three</div><p>four") == ["one two", "three", "four"]
+    assert html_blocks("plain words, no tags") == ["plain words, no tags"]
+    assert html_blocks("") == []
+
+
+MARKDOWN = """---
+title: Install
+tags: [setup]
+---
+# Installing *foo*
+
+Run `pip install foo` ([the docs](https://foo.dev/install)) or see
+![the diagram](img/setup.png) below.
+
+Setup
+-----
+
+- **first** item
+- second item
+
+```bash
+pip install foo
+```
+
+| option | meaning |
+|--------|---------|
+| -v | verbose |
+
+[docs]: https://foo.dev
+<!-- a comment --> Done <br> now.
+"""
+
+
+def test_markdown_is_its_text_in_blocks():
+    assert list(markdown_blocks(MARKDOWN)) == [
+        "Installing *foo*", "Run pip install foo (the docs) or see\nthe diagram below.", "Setup",
+        "first item", "second item", "pip install foo", "option meaning\n-v verbose", "Done now."]
+
+
+RST = """\
+:tocdepth: 2
+
+=======
+Library
+=======
+
+.. _label:
+
+How do I find a module?
+-----------------------
+
+Check :mod:`the index <sys>` first, or read ``sys.path``.
+See `the docs <https://docs.python.org/>`_.
+
+.. code-block:: python
+   :linenos:
+
+   import sys
+"""
+
+
+def test_restructuredtext_inline_markup_becomes_its_text():
+    # `~name` keeps the full dotted name the source wrote (Sphinx would show its last part)
+    assert rst_inline(":func:`~importlib.import_module` and ``x`` via `docs <https://a.b/>`_") == \
+        "importlib.import_module and x via docs"
+    assert rst_inline(":mod:`the index <sys>` `term`_") == "the index term"
+
+
+def test_restructuredtext_sections_keep_headings_and_paragraphs_and_drop_directives():
+    found = rst_sections(RST)
+    assert [(section.heading, section.paragraphs) for section in found] == [
+        ("", [":tocdepth: 2"]), ("Library", []),
+        ("How do I find a module?", ["Check the index first, or read sys.path. See the docs.", "import sys"])]
+    assert list(rst_blocks(RST)) == [":tocdepth: 2", "Library", "How do I find a module?",
+                                     "Check the index first, or read sys.path. See the docs.", "import sys"]
+
+
+def test_every_corpus_reader_reads_pages_as_their_text(tmp_path):
+    (tmp_path / "site").mkdir()
+    with gzip.open(tmp_path / "site" / "faq.html.gz", "wt", encoding="utf-8") as file:
+        file.write(SPHINX_PAGE)
+    (tmp_path / "site" / "install.md").write_text(MARKDOWN, encoding="utf-8")
+    page = tmp_path / "site" / "faq.html.gz"
+    assert list(text_blocks(page)) == html_blocks(SPHINX_PAGE)  # by the suffix under the compression
+    documents = list(read_documents(tmp_path / "site"))  # pretraining: a folder stands for its pages too
+    words = " ".join(" ".join(document) for document in documents)
+    assert "chmod +x" in words and "Installing" in words
+    assert not {"<", "headerlink", "DOCUMENTATION_OPTIONS", "Copyright", "](", "```"} & set(words.split())
+    vocabulary = train_vocab([page], vocab_size=200, min_frequency=1)
+    assert "href" not in vocabulary and "headerlink" not in vocabulary  # the text, not the tags
+    assert "executable" in vocabulary
+
+
+def test_adapt_reads_a_saved_site_and_names_what_it_left_out(tmp_path, capsys):
+    site = tmp_path / "site"
+    (site / "_static").mkdir(parents=True)
+    (site / ".git" / "objects").mkdir(parents=True)
+    (site / "faq.html").write_text(SPHINX_PAGE, encoding="utf-8")
+    (site / "notes").write_text("A plain file without a suffix is text. It has two sentences.", encoding="utf-8")
+    (site / "_static" / "logo.png").write_bytes(bytes(range(256)))
+    (site / "_static" / "site.css").write_text("body { margin: 0 }", encoding="utf-8")
+    (site / ".git" / "objects" / "ab12").write_bytes(bytes(range(256)))  # hidden: neither read nor counted
+    corpus = read_corpus([site])
+    assert [path.name for path in corpus.files] == ["faq.html", "notes"]
+    assert corpus.skipped == {".css": 1, ".png": 1}
+    text = " ".join(passage.text for passage in corpus.passages)
+    assert "How do I make a script executable?" in text and "<p>" not in text and "modules |" not in text
+    print_corpus(corpus, BertTokenizer.from_pretrained(resolve_model("minilm")))
+    assert "left out 2 files in the folders that are not text (.css 1, .png 1); adapt reads .txt" \
+        in capsys.readouterr().out
+
+
+def test_a_named_file_of_another_kind_is_still_read_or_refused_in_one_line(tmp_path):
+    (tmp_path / "page.css").write_text("A stylesheet named on purpose is read as text. It has words.",
+                                       encoding="utf-8")
+    assert read_corpus([tmp_path / "page.css"]).passages[0].text.startswith("A stylesheet")
+    (tmp_path / "image.png").write_bytes(bytes(range(256)))
+    with pytest.raises(ValueError, match="not UTF-8 text"):
+        read_corpus([tmp_path / "image.png"])
