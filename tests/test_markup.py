@@ -174,3 +174,9 @@ def test_a_named_file_of_another_kind_is_still_read_or_refused_in_one_line(tmp_p
     (tmp_path / "image.png").write_bytes(bytes(range(256)))
     with pytest.raises(ValueError, match="not UTF-8 text"):
         read_corpus([tmp_path / "image.png"])
+
+
+def test_a_folder_with_nothing_adapt_reads_says_which_kinds_it_reads(tmp_path):
+    (tmp_path / "logo.png").write_bytes(bytes(range(256)))
+    with pytest.raises(ValueError, match=r"has no \.txt, \.text, \.html, .*\.tsv files; pass the files themselves"):
+        read_corpus([tmp_path])

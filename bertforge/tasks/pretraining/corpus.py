@@ -73,7 +73,7 @@ def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike],
             found = sorted(p for p in folder_files(path, recursive)
                            if suffixes is None or text_suffix(p).lower() in suffixes)
             if not found:
-                kinds = "no " + ", ".join(suffixes) + " files" if suffixes else "no files"
+                kinds = "no " + ", ".join(filter(None, suffixes)) + " files" if suffixes else "no files"
                 raise ValueError(f"folder {path} has {kinds}; pass the files themselves")
             files.extend(found)
         else:
