@@ -180,3 +180,23 @@ def test_a_folder_with_nothing_adapt_reads_says_which_kinds_it_reads(tmp_path):
     (tmp_path / "logo.png").write_bytes(bytes(range(256)))
     with pytest.raises(ValueError, match=r"has no \.txt, \.text, \.html, .*\.tsv files; pass the files themselves"):
         read_corpus([tmp_path])
+
+
+def test_files_of_one_name_in_several_folders_give_passages_of_distinct_ids(tmp_path):
+    # A documentation site has an index.html in every folder; their passages once shared the ids index.html:0...,
+    # and adapt failed at its last stage, the index, after the training.
+    for folder in ("tutorial", "howto"):
+        (tmp_path / "site" / folder).mkdir(parents=True)
+        (tmp_path / "site" / folder / "index.html").write_text(
+            f"<p>The {folder} starts here. It has two sentences.</p>", encoding="utf-8")
+    (tmp_path / "site" / "howto" / "sockets.html").write_text("<p>Sockets are ends. Of a link.</p>", encoding="utf-8")
+    corpus = read_corpus([tmp_path / "site"])
+    assert [passage.id for passage in corpus.passages] == ["howto/index.html:0", "sockets.html:0",
+                                                           "tutorial/index.html:0"]
+
+
+def test_two_records_with_one_id_are_refused_while_reading(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"id": "7", "text": "One text. Of two sentences."}\n', encoding="utf-8")
+    (tmp_path / "b.jsonl").write_text('{"id": "7", "text": "Another text. Also two."}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"b\.jsonl: the id '7' is also an earlier passage's; ids must be unique"):
+        read_corpus([tmp_path])

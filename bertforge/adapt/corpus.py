@@ -127,15 +127,15 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
     """Every file's passages, normalised, deduplicated and split to at most ~max_words words.
 
     Raises ValueError (one line naming the file and the fix) for a binary or non-UTF-8 file,
-    a table without `text_column`, or a malformed JSONL line.
+    a table without `text_column`, a malformed JSONL line, or an id that two records share.
     """
     paths = list(paths)
     files = expand_paths(paths, suffixes=READABLE, recursive=True)  # a folder: its text files, however deep
-    seen, corpus = set(), Corpus(PassageStore(), files, skipped=unread_kinds(paths, files))
-    for path in files:
+    seen, ids, corpus = set(), set(), Corpus(PassageStore(), files, skipped=unread_kinds(paths, files))
+    for path, name in source_names(files).items():
         check_text_file(path)
         count = 0
-        for passage in file_passages(path, text_column):
+        for passage in file_passages(path, name, text_column):
             key = passage_digest(passage)
             if key in seen:
                 corpus.duplicates += 1
@@ -144,11 +144,31 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
             pieces = split_long(passage, max_words)
             corpus.split += len(pieces) > 1
             for piece in pieces:
+                check_unique_id(piece.id, ids, path)
                 corpus.passages.append(piece)
                 corpus.words += piece.words
             count += len(pieces)
         corpus.sources[str(path)] = count
     return corpus
+
+
+def source_names(files: list[Path]) -> dict[Path, str]:
+    """{file: the name its passages' ids start with}: the file's name, or, where two files share a name (a site's
+    every folder has an index.html), its path from the folder the files have in common."""
+    names = Counter(path.name for path in files)
+    common = Path(os.path.commonpath([path.resolve().parent for path in files]))
+    return {path: path.name if names[path.name] == 1 else path.resolve().relative_to(common).as_posix()
+            for path in files}
+
+
+def check_unique_id(passage_id: str, seen: set[bytes], path: Path) -> None:
+    """ValueError when a passage (not an exact duplicate) takes an id an earlier one has: the index is keyed by
+    them, and it is better said now than after the training stages."""
+    key = hashlib.blake2b(passage_id.encode(), digest_size=16).digest()
+    if key in seen:
+        raise ValueError(f"{path}: the id {passage_id!r} is also an earlier passage's; ids must be unique: fix them, "
+                         "or drop the id field to number the passages")
+    seen.add(key)
 
 
 def unread_kinds(paths: list, read: list[Path]) -> dict[str, int]:
@@ -171,21 +191,22 @@ def check_text_file(path: Path) -> None:
                          "leave it out of the corpus")
 
 
-def file_passages(path: Path, text_column: str) -> Iterator[Passage]:
+def file_passages(path: Path, name: str, text_column: str) -> Iterator[Passage]:
+    """The passages of one file, their ids made from `name` (source_names) unless its records give ids."""
     suffix = text_suffix(path).lower()
     if suffix == JSONL:
-        yield from jsonl_passages(path)
+        yield from jsonl_passages(path, name)
     elif suffix in DELIMITERS:
         rows = read_rows(path, text_columns=[text_column])
         for number, (texts, row) in enumerate(zip(rows.texts, rows.row_numbers)):
             sentences = sentences_of(texts[0])
             if sentences:
-                yield Passage(f"{path.name}:{row}", sentences)
+                yield Passage(f"{name}:{row}", sentences)
     else:
-        yield from text_passages(path)
+        yield from text_passages(path, name)
 
 
-def jsonl_passages(path: Path) -> Iterator[Passage]:
+def jsonl_passages(path: Path, name: str) -> Iterator[Passage]:
     for line_number, record in jsonl_objects(path):
         text, title = record.get("text"), record.get("title") or ""
         if not isinstance(text, str) or not isinstance(title, str):
@@ -193,11 +214,11 @@ def jsonl_passages(path: Path) -> Iterator[Passage]:
                              f"found keys {sorted(record)}")
         sentences = sentences_of(text)
         if sentences:
-            passage_id = record.get("id", record.get("_id", f"{path.name}:{line_number}"))
+            passage_id = record.get("id", record.get("_id", f"{name}:{line_number}"))
             yield Passage(str(passage_id), sentences, normalise(title))
 
 
-def text_passages(path: Path) -> Iterator[Passage]:
+def text_passages(path: Path, name: str) -> Iterator[Passage]:
     """Blank-line blocks (of the text, markup gone), short ones joined with the next until MIN_WORDS words."""
     pending: list[str] = []
     start = 0
@@ -206,10 +227,10 @@ def text_passages(path: Path) -> Iterator[Passage]:
             start = number
         pending.extend(sentences_of(block))
         if sum(len(s.split()) for s in pending) >= MIN_WORDS:
-            yield Passage(f"{path.name}:{start}", pending)
+            yield Passage(f"{name}:{start}", pending)
             pending = []
     if pending:
-        yield Passage(f"{path.name}:{start}", pending)
+        yield Passage(f"{name}:{start}", pending)
 
 
 def sentences_of(text: str) -> list[str]:
