@@ -35,7 +35,7 @@ from pathlib import Path
 
 from ..input_files import jsonl_objects, text_suffix, utf8_problem
 from ..markup import MARKUP_SUFFIXES, text_blocks
-from ..search.corpus import part_id
+from ..search.corpus import UniqueIds, part_id
 from ..tasks.classification.reader import DELIMITERS, read_rows
 from ..tasks.pretraining.corpus import expand_paths, folder_files, split_sentences
 
@@ -131,7 +131,8 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
     """
     paths = list(paths)
     files = expand_paths(paths, suffixes=READABLE, recursive=True)  # a folder: its text files, however deep
-    seen, ids, corpus = set(), set(), Corpus(PassageStore(), files, skipped=unread_kinds(paths, files))
+    seen, ids = set(), UniqueIds()  # ids: the index is keyed by them, and a clash is better said now than at the end
+    corpus = Corpus(PassageStore(), files, skipped=unread_kinds(paths, files))
     for path, name in source_names(files).items():
         check_text_file(path)
         count = 0
@@ -144,7 +145,8 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
             pieces = split_long(passage, max_words)
             corpus.split += len(pieces) > 1
             for piece in pieces:
-                check_unique_id(piece.id, ids, path)
+                ids.check([piece], str(path))
+                ids.remember([piece])
                 corpus.passages.append(piece)
                 corpus.words += piece.words
             count += len(pieces)
@@ -159,16 +161,6 @@ def source_names(files: list[Path]) -> dict[Path, str]:
     common = Path(os.path.commonpath([path.resolve().parent for path in files]))
     return {path: path.name if names[path.name] == 1 else path.resolve().relative_to(common).as_posix()
             for path in files}
-
-
-def check_unique_id(passage_id: str, seen: set[bytes], path: Path) -> None:
-    """ValueError when a passage (not an exact duplicate) takes an id an earlier one has: the index is keyed by
-    them, and it is better said now than after the training stages."""
-    key = hashlib.blake2b(passage_id.encode(), digest_size=16).digest()
-    if key in seen:
-        raise ValueError(f"{path}: the id {passage_id!r} is also an earlier passage's; ids must be unique: fix them, "
-                         "or drop the id field to number the passages")
-    seen.add(key)
 
 
 def unread_kinds(paths: list, read: list[Path]) -> dict[str, int]:
