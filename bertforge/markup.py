@@ -32,8 +32,8 @@ from .input_files import blank_line_blocks, open_text, text_suffix
 
 # Elements whose text is never content. <header> and <footer> are skipped only outside <main> / <article>,
 # where they are the page's banner and footer rather than an article's own title line.
-SKIPPED = {"script", "style", "noscript", "template", "svg", "math", "head", "nav", "aside", "form", "button",
-           "select", "iframe", "object", "canvas"}
+SKIPPED = {"script", "style", "noscript", "template", "svg", "math", "head", "title", "nav", "aside", "form",
+           "button", "select", "iframe", "object", "canvas"}
 PAGE_FURNITURE = {"header", "footer"}
 SKIPPED_ROLES = {"navigation", "banner", "contentinfo", "search", "complementary"}
 SKIPPED_CLASSES = {"headerlink"}  # Sphinx's and MkDocs' pilcrow permalinks after every heading
@@ -73,6 +73,8 @@ class _PageText(HTMLParser):
             self.end_block()
         if tag in VOID:
             return
+        if tag == "body":
+            self.handle_endtag("head")  # a <head> left open (HTML lets </head> go unwritten) ends at <body>
         attributes = dict(attrs)
         parent = self.open[-1] if self.open else _Element("", False, False, False)
         content = parent.content or tag in CONTENT or attributes.get("role") == "main"
@@ -138,17 +140,22 @@ _LINK = re.compile(r"\[([^\]]+)\](?:\([^)]*\)|\[[^\]]*\])")
 _AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
 _TAG = re.compile(r"</?[A-Za-z][^>]*>|<!--.*?-->")
 _EMPHASIS = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
-_CODE = re.compile(r"`+([^`]+)`+")
+_CODE_SPAN = re.compile(r"(`+[^`]+`+)")
 
 
 def markdown_inline(text: str) -> str:
-    """Inline Markdown -> its words: images' alt text, links' text, code without backticks, no ** / __."""
-    text = _IMAGE.sub(r"\1", text)
-    text = _LINK.sub(r"\1", text)
-    text = _AUTOLINK.sub(r"\1", text)
-    text = _TAG.sub("", text)
-    text = _EMPHASIS.sub(r"\2", text)
-    return _CODE.sub(r"\1", text)
+    """Inline Markdown -> its words: images' alt text, links' text, code without backticks, no ** / __. Code spans
+    are left as written (`__init__` keeps its underscores; emphasis is not looked for inside code)."""
+    pieces = _CODE_SPAN.split(text)  # odd positions: the code spans, backticks included
+    for position in range(0, len(pieces), 2):
+        piece = _IMAGE.sub(r"\1", pieces[position])
+        piece = _LINK.sub(r"\1", piece)
+        piece = _AUTOLINK.sub(r"\1", piece)
+        piece = _TAG.sub("", piece)
+        pieces[position] = _EMPHASIS.sub(r"\2", piece)
+    for position in range(1, len(pieces), 2):
+        pieces[position] = pieces[position].strip("`")
+    return "".join(pieces)
 
 
 def markdown_blocks(source: str) -> Iterator[str]:

@@ -7,7 +7,8 @@ import pytest
 
 from bertforge.adapt.corpus import read_corpus
 from bertforge.adapt.pipeline import print_corpus
-from bertforge.markup import html_blocks, markdown_blocks, rst_blocks, rst_inline, rst_sections, text_blocks
+from bertforge.markup import (html_blocks, markdown_blocks, markdown_inline, rst_blocks, rst_inline, rst_sections,
+                              text_blocks)
 from bertforge.resources import resolve_model
 from bertforge.tasks.pretraining.corpus import read_documents
 from bertforge.tokenization.tokenizer import BertTokenizer
@@ -56,6 +57,9 @@ def test_a_page_without_a_main_region_is_its_body_without_banner_and_footer():
 
 def test_broken_html_still_gives_its_text():
     assert html_blocks("<p>one <b>two</p> three</div><p>four") == ["one two", "three", "four"]
+    # HTML lets </head> go unwritten, and <head> and <body> too: the body is still the text, the title is not
+    assert html_blocks("<html><head><title>T</title><body><p>Body text.</body>") == ["Body text."]
+    assert html_blocks("<!DOCTYPE html><title>T</title><p>Body text.") == ["Body text."]
     assert html_blocks("plain words, no tags") == ["plain words, no tags"]
     assert html_blocks("") == []
 
@@ -86,6 +90,11 @@ pip install foo
 [docs]: https://foo.dev
 <!-- a comment --> Done <br> now.
 """
+
+
+def test_markdown_code_spans_keep_what_they_say():
+    assert markdown_inline("Define `__init__` **once**, see [the docs](d.html) and `a ** b`.") == \
+        "Define __init__ once, see the docs and a ** b."
 
 
 def test_markdown_is_its_text_in_blocks():
