@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 import pytest
 
@@ -165,18 +166,28 @@ def test_adapt_reads_a_saved_site_and_names_what_it_left_out(tmp_path, capsys):
     (site / "notes").write_text("A plain file without a suffix is text. It has two sentences.", encoding="utf-8")
     (site / "_static" / "logo.png").write_bytes(bytes(range(256)))
     (site / "_static" / "site.css").write_text("body { margin: 0 }", encoding="utf-8")
+    (site / "results.csv").write_text("model,auroc\nbert,0.71\n", encoding="utf-8")  # a table, not text
+    (site / "questions.tsv").write_text("text\tsource\nWhat is a socket? A question from users.\tforum\n",
+                                        encoding="utf-8")
     (site / ".git" / "objects" / "ab12").write_bytes(bytes(range(256)))  # hidden: neither read nor counted
     corpus = read_corpus([site])
-    assert [path.name for path in corpus.files] == ["faq.html", "notes"]
+    assert [path.name for path in corpus.files] == ["faq.html", "notes", "questions.tsv", "results.csv"]
+    assert [Path(path).name for path in corpus.tables_without_text] == ["results.csv"]
+    assert [passage.id for passage in corpus.passages][-1] == "questions.tsv:2"
     assert corpus.skipped == {".css": 1, ".png": 1}
     text = " ".join(passage.text for passage in corpus.passages)
     assert "How do I make a script executable?" in text and "<p>" not in text and "modules |" not in text
     print_corpus(corpus, BertTokenizer.from_pretrained(resolve_model("minilm")))
-    assert "left out 2 files in the folders that are not text (.css 1, .png 1); adapt reads .txt" \
-        in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "left out 2 files in the folders that are not text (.css 1, .png 1); adapt reads .txt" in printed
+    assert f"left out 1 table(s) in the folders without a 'text' column ({site / 'results.csv'}); --text-column" \
+        in printed
 
 
 def test_a_named_file_of_another_kind_is_still_read_or_refused_in_one_line(tmp_path):
+    (tmp_path / "results.csv").write_text("model,auroc\nbert,0.71\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="no column 'text'"):  # named: the user meant it, so it is not skipped
+        read_corpus([tmp_path / "results.csv"])
     (tmp_path / "page.css").write_text("A stylesheet named on purpose is read as text. It has words.",
                                        encoding="utf-8")
     assert read_corpus([tmp_path / "page.css"]).passages[0].text.startswith("A stylesheet")

@@ -10,7 +10,8 @@ Layouts, picked by each file's extension (compressed .gz / .xz read on the fly):
 - HTML, Markdown, reStructuredText: plain text once the markup is gone (`markup.text_blocks`: a saved
   documentation site's pages without their navigation, scripts and permalinks).
 A folder stands for the files of these kinds under it; others (a site's images, styles and scripts) are
-counted and named, not read, and hidden files and folders (.git) are left alone.
+counted and named, not read, as are its tables without the text column (a data table beside the text);
+hidden files and folders (.git) are left alone.
 Whitespace and HTML entities are normalised, exact duplicates are dropped (after normalisation), and a passage
 over `max_words` is split on sentence boundaries into passages of about that many words.
 
@@ -36,7 +37,7 @@ from pathlib import Path
 from ..input_files import jsonl_objects, text_suffix, utf8_problem
 from ..markup import MARKUP_SUFFIXES, text_blocks
 from ..search.corpus import UniqueIds, part_id
-from ..tasks.classification.reader import DELIMITERS, read_rows
+from ..tasks.classification.reader import DELIMITERS, read_rows, table_columns
 from ..tasks.pretraining.corpus import expand_paths, folder_files, split_sentences
 
 TEXT_SUFFIXES = (".txt", ".text", "")
@@ -121,6 +122,8 @@ class Corpus:
     split: int = 0  # passages that were over max_words and became several
     sources: dict = field(default_factory=dict)  # file -> passages read from it
     skipped: dict = field(default_factory=dict)  # suffix -> files of that kind in the folders, not read
+    text_column: str = "text"  # the CSV/TSV column read
+    tables_without_text: list = field(default_factory=list)  # CSV/TSV files in the folders without that column
 
 
 def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", max_words: int = MAX_WORDS) -> Corpus:
@@ -132,9 +135,13 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
     paths = list(paths)
     files = expand_paths(paths, suffixes=READABLE, recursive=True)  # a folder: its text files, however deep
     seen, ids = set(), UniqueIds()  # ids: the index is keyed by them, and a clash is better said now than at the end
-    corpus = Corpus(PassageStore(), files, skipped=unread_kinds(paths, files))
+    corpus = Corpus(PassageStore(), files, skipped=unread_kinds(paths, files), text_column=text_column)
+    named = {Path(path) for path in paths if not Path(path).is_dir()}
     for path, name in source_names(files).items():
         check_text_file(path)
+        if path not in named and text_suffix(path).lower() in DELIMITERS and text_column not in table_columns(path):
+            corpus.tables_without_text.append(str(path))  # a data table beside the text, not a corpus of rows
+            continue
         count = 0
         for passage in file_passages(path, name, text_column):
             key = passage_digest(passage)

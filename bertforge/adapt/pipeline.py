@@ -229,6 +229,10 @@ def check_corpus(corpus: Corpus, options: AdaptOptions) -> None:
 def print_corpus(corpus: Corpus, tokenizer) -> Fragmentation:
     print(f"corpus: {len(corpus.files)} file(s), {len(corpus.passages):,} passages, {corpus.words:,} words "
           f"({corpus.duplicates} exact duplicates dropped, {corpus.split} long passages split on sentences)")
+    if corpus.tables_without_text:
+        tables = corpus.tables_without_text
+        print(f"left out {len(tables)} table(s) in the folders without a {corpus.text_column!r} column ({tables[0]}"
+              f"{', ...' if len(tables) > 1 else ''}); --text-column names the column that holds the text")
     if corpus.skipped:
         kinds = ", ".join(f"{kind} {count:,}" for kind, count in list(corpus.skipped.items())[:6])
         print(f"left out {sum(corpus.skipped.values()):,} files in the folders that are not text ({kinds}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import logging
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,13 +123,10 @@ def _row_problem(values: dict | str, text_columns: list[str], label_column: str 
 def _table_records(path: Path, columns: list[str]):
     """(start line, {column: str}) for each data row of a CSV/TSV file with a header; a str instead
     of the dict says why the row is malformed."""
-    # newline="" lets the csv module handle quoted fields that span lines.
-    with open_text(path, encoding="utf-8-sig", newline="") as file:
-        reader = csv.reader(file, delimiter=DELIMITERS[text_suffix(path).lower()])
-        header = next(reader, None)
+    with _open_table(path) as (file, reader):
+        header = _header(reader)
         if header is None:
             raise ValueError(f"{path}: the file is empty; it needs a header row naming its columns")
-        header = [name.strip() for name in header]
         _check_columns(path, columns, header)
         position = {name: header.index(name) for name in columns}
         previous_end = reader.line_num
@@ -141,6 +139,24 @@ def _table_records(path: Path, columns: list[str]):
                               "(an unquoted delimiter or quote inside a text?)")
                 continue
             yield start, {name: row[index] for name, index in position.items()}
+
+
+@contextmanager
+def _open_table(path: Path):
+    # newline="" lets the csv module handle quoted fields that span lines.
+    with open_text(path, encoding="utf-8-sig", newline="") as file:
+        yield file, csv.reader(file, delimiter=DELIMITERS[text_suffix(path).lower()])
+
+
+def _header(reader) -> list[str] | None:
+    header = next(reader, None)
+    return None if header is None else [name.strip() for name in header]
+
+
+def table_columns(path: str | Path) -> list[str]:
+    """The column names in a CSV/TSV file's header row ([] for an empty file)."""
+    with _open_table(Path(path)) as (_, reader):
+        return _header(reader) or []
 
 
 def _jsonl_records(path: Path, columns: list[str], text_columns: list[str]):
