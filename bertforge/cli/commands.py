@@ -222,7 +222,7 @@ def train_tokenizer(files: list[str], *, output: str, vocab_size: int = 30522, m
     """Train a new WordPiece vocabulary (a domain vocabulary) on text files.
 
     Args:
-        files: text files (.txt, .txt.gz; .html, .md, .rst read without their markup) or folders of them
+        files: text files (.txt, .txt.gz; .html, .md, .rst named: read without their markup) or folders of .txt files
         output: folder to write vocab.txt, tokenizer.json and tokenizer_config.json into
         vocab_size: number of tokens, special tokens included
         min_frequency: drop merges seen fewer times than this
@@ -232,7 +232,7 @@ def train_tokenizer(files: list[str], *, output: str, vocab_size: int = 30522, m
     from ..tasks.pretraining.corpus import expand_paths
     from ..tokenization.tokenizer import BertTokenizer
 
-    files = expand_paths(files)  # a folder stands for its text files (.txt, .html, .md, .rst); a missing file is named
+    files = expand_paths(files)  # a folder stands for its .txt files; a missing file is named
     tokenizer = BertTokenizer.train(files, vocab_size=vocab_size, min_frequency=min_frequency,
                                     lowercase=lowercase, num_unused=num_unused)
     tokenizer.save_pretrained(output)

@@ -13,8 +13,9 @@ Four layouts, picked by file extension and `document_boundary`:
 - JSON Lines (.jsonl): one document per line, its text under `text_field`; blank lines in the
   text separate paragraphs.
 Hard-wrapped lines are joined with spaces before sentence splitting. HTML, Markdown and
-reStructuredText files are plain text once their markup is gone (`markup.text_blocks`: a page's
-content, not its navigation). Any of these may be compressed (`.txt.gz`, `.jsonl.xz`): it is read
+reStructuredText files (named: a folder stands for its .txt and .jsonl files, so a corpus folder's README.md
+stays out) are plain text once their markup is gone (`markup.text_blocks`: a page's content, not its
+navigation). Any of these may be compressed (`.txt.gz`, `.jsonl.xz`): it is read
 as text on the fly.
 """
 import os
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from ...input_files import jsonl_objects, require_file, text_suffix
-from ...markup import MARKUP_SUFFIXES, text_blocks
+from ...markup import text_blocks
 
 DocumentBoundary = Literal["blank_line", "file", "chapter"]
 DOCUMENT_BOUNDARIES = get_args(DocumentBoundary)
@@ -58,8 +59,7 @@ def split_lines(text: str) -> list[str]:
 
 
 def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike],
-                 suffixes: tuple[str, ...] | None = (".txt", *MARKUP_SUFFIXES, *JSONL_SUFFIXES),
-                 recursive: bool = False) -> list[Path]:
+                 suffixes: tuple[str, ...] | None = (".txt", *JSONL_SUFFIXES), recursive: bool = False) -> list[Path]:
     """Files to read, in order: a folder stands for its files with these suffixes (None: any file), sorted by
     name, its subfolders' too when recursive; never a hidden file or one in a hidden folder (.git's objects).
 
