@@ -157,6 +157,18 @@ def test_fragmentation_counts_pieces_per_word_and_lists_the_most_split(cassette_
     assert report.most_split[0]["word"] == "rheumatologist" and "| rheumatologist | 6 |" in fragmentation_table(report)
 
 
+def test_numbers_do_not_crowd_the_most_split_words(cassette_dir):
+    from bertforge.adapt.vocabulary import fragmentation
+
+    tokenizer = BertTokenizer.from_pretrained(cassette_dir)
+    text = "the rheumatologist read 0x0000000000630ce2 and 3602879701896397 at PyArg_ParseTuple"
+    report = fragmentation([text] * 3, tokenizer, min_count=3)
+    listed = [row["word"] for row in report.most_split]
+    assert "rheumatologist" in listed and "PyArg_ParseTuple" in listed
+    assert "0x0000000000630ce2" not in listed and "3602879701896397" not in listed
+    assert report.words == 3 * len(text.split())  # left out of the table, still counted in the totals
+
+
 def test_a_binary_file_is_one_line(tmp_path, capsys):
     (tmp_path / "image.txt").write_bytes(bytes(range(256)) * 4)
     code, _, err = run(capsys, "adapt", tmp_path / "image.txt", "--output", tmp_path / "out")

@@ -27,7 +27,7 @@ class Fragmentation:
 
 def fragmentation(texts: Iterable[str], tokenizer, top: int = 15, min_count: int = 3) -> Fragmentation:
     """Counts over the corpus's words (each distinct word tokenized once); most_split: the `top` words seen
-    at least min_count times with the most pieces, ties by frequency."""
+    at least min_count times with the most pieces, ties by frequency, numbers left out (`is_term`)."""
     return counted_fragmentation(word_counts(texts), tokenizer, top, min_count)
 
 
@@ -44,10 +44,17 @@ def counted_fragmentation(counts: Counter, tokenizer, top: int = 15, min_count: 
     total = sum(counts.values())
     piece_count = sum(len(pieces[w]) * n for w, n in counts.items())
     split = sum(n for w, n in counts.items() if len(pieces[w]) > 1)
-    frequent = [w for w, n in counts.items() if n >= min_count and len(pieces[w]) > 1]
+    frequent = [w for w, n in counts.items() if n >= min_count and len(pieces[w]) > 1 and is_term(w)]
     frequent.sort(key=lambda w: (-len(pieces[w]), -counts[w], w))
     most_split = [{"word": w, "count": counts[w], "pieces": pieces[w]} for w in frequent[:top]]
     return Fragmentation(total, len(counts), piece_count / total, split / total, most_split)
+
+
+def is_term(word: str) -> bool:
+    """Whether a word can stand in the most-split table: mostly letters. A number or a hex address
+    (0x0000000000630ce2) is cut into many pieces by any vocabulary and would crowd out the domain's terms
+    (PyArg_ParseTuple, rheumatologist), which a domain vocabulary or more training can do something about."""
+    return 2 * sum(character.isdigit() for character in word) <= len(word)
 
 
 def fragmentation_table(report: Fragmentation) -> str:
