@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from html.parser import HTMLParser
 
 from .input_files import blank_line_blocks, open_text, text_suffix
@@ -53,20 +53,15 @@ class _Element:
     content: bool  # inside <main> or <article>, where <header> and <footer> belong to the text
 
 
-@dataclass
-class _Block:
-    text: list[str] = field(default_factory=list)
-    main: bool = False
-
-
 class _PageText(HTMLParser):
     """Collects a page's text blocks, remembering which lie inside its marked main content."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.open: list[_Element] = []
-        self.blocks: list[_Block] = []
-        self.current = _Block()
+        self.blocks: list[tuple[str, bool]] = []  # (text, whether it lies in the marked main content)
+        self.pieces: list[str] = []  # the text of the block being read
+        self.in_main = False  # whether any of it lies in the main content
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in BLOCKS:
@@ -102,19 +97,19 @@ class _PageText(HTMLParser):
         if element is not None and element.skipped:
             return
         if data.strip():
-            self.current.main = self.current.main or (element is not None and element.main)
-        self.current.text.append(data)
+            self.in_main = self.in_main or (element is not None and element.main)
+        self.pieces.append(data)
 
     def end_block(self) -> None:
-        text = " ".join("".join(self.current.text).split())
+        text = " ".join("".join(self.pieces).split())
         if text:
-            self.blocks.append(_Block([text], self.current.main))
-        self.current = _Block()
+            self.blocks.append((text, self.in_main))
+        self.pieces, self.in_main = [], False
 
     def page_blocks(self) -> list[str]:
         self.end_block()
-        main = [block.text[0] for block in self.blocks if block.main]
-        return main or [block.text[0] for block in self.blocks]
+        main = [text for text, in_main in self.blocks if in_main]
+        return main or [text for text, _ in self.blocks]
 
 
 def html_blocks(page: str) -> list[str]:
