@@ -217,7 +217,8 @@ def check_corpus(corpus: Corpus, options: AdaptOptions) -> None:
     where = " ".join(options.corpus)
     if not corpus.passages:
         raise UsageError(f"no text found in {where}; give text files (passages separated by blank lines), "
-                         ".jsonl with a 'text' field, or .csv/.tsv with --text-column")
+                         "HTML, Markdown or reStructuredText pages, .jsonl with a 'text' field, or .csv/.tsv with "
+                         "--text-column")
     if len(corpus.passages) < MIN_PASSAGES:
         raise UsageError(f"{where} holds {len(corpus.passages)} passage(s); adapt needs at least {MIN_PASSAGES} "
                          "(separate passages with blank lines, or give more text)")

@@ -13,7 +13,8 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
 
     Args:
         corpus: text files (passages separated by blank lines), .jsonl (text, optional id/title), .csv/.tsv
-            (with --text-column), .gz/.xz, or folders of them
+            (with --text-column), HTML / Markdown / reStructuredText pages (read as their text), .gz/.xz, or
+            folders of them
         output: folder for model/ (sentence-transformers), index/ (bertforge search), report.{json,md,png}
             and the stage cache (run again after a kill: finished stages are kept)
         base: the model to adapt: a sentence-transformers or BERT folder, or minilm
