@@ -13,10 +13,10 @@ Four layouts, picked by file extension and `document_boundary`:
 - JSON Lines (.jsonl): one document per line, its text under `text_field`; blank lines in the
   text separate paragraphs.
 Hard-wrapped lines are joined with spaces before sentence splitting. HTML, Markdown and
-reStructuredText files (named: a folder stands for its .txt and .jsonl files, so a corpus folder's README.md
-stays out) are plain text once their markup is gone (`markup.text_blocks`: a page's content, not its
-navigation). Any of these may be compressed (`.txt.gz`, `.jsonl.xz`): it is read
-as text on the fly.
+reStructuredText files are plain text once their markup is gone (`markup.text_blocks`: a page's
+content, not its navigation); they are read when named, since a folder stands for its .txt and
+.jsonl files (a corpus folder's README.md is about the data, not data). Any of these may be
+compressed (`.txt.gz`, `.jsonl.xz`): it is read as text on the fly.
 """
 import os
 import re
