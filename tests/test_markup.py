@@ -179,7 +179,7 @@ def test_adapt_reads_a_saved_site_and_names_what_it_left_out(tmp_path, capsys):
     assert "How do I make a script executable?" in text and "<p>" not in text and "modules |" not in text
     print_corpus(corpus, BertTokenizer.from_pretrained(resolve_model("minilm")))
     printed = capsys.readouterr().out
-    assert "left out 2 files in the folders that are not text (.css 1, .png 1); adapt reads .txt" in printed
+    assert "left out 2 files in the folders (.css 1, .png 1); adapt reads .txt" in printed
     assert f"left out 1 table(s) in the folders without a 'text' column ({site / 'results.csv'}); --text-column" \
         in printed
 
@@ -200,6 +200,22 @@ def test_a_folder_with_nothing_adapt_reads_says_which_kinds_it_reads(tmp_path):
     (tmp_path / "logo.png").write_bytes(bytes(range(256)))
     with pytest.raises(ValueError, match=r"has no \.txt, \.text, \.html, .*\.tsv files; pass the files themselves"):
         read_corpus([tmp_path])
+
+
+def test_a_sphinx_builds_copies_of_its_sources_are_left_out_for_its_pages(tmp_path):
+    build = tmp_path / "html"
+    (build / "_sources" / "howto").mkdir(parents=True)
+    (build / "faq.html").write_text(SPHINX_PAGE, encoding="utf-8")
+    (build / "_sources" / "faq.rst.txt").write_text(RST, encoding="utf-8")
+    (build / "_sources" / "howto" / "logging.rst.txt").write_text(RST, encoding="utf-8")
+    corpus = read_corpus([build])
+    assert [path.name for path in corpus.files] == ["faq.html"]
+    assert corpus.skipped == {"_sources/ (Sphinx's copies of the pages' sources)": 2}
+    assert [path.name for path in read_corpus([build / "_sources"]).files] == ["faq.rst.txt", "logging.rst.txt"]
+    # Without pages beside it, a folder named _sources is text like any other.
+    (tmp_path / "sources-only" / "_sources").mkdir(parents=True)
+    (tmp_path / "sources-only" / "_sources" / "faq.rst.txt").write_text(RST, encoding="utf-8")
+    assert [path.name for path in read_corpus([tmp_path / "sources-only"]).files] == ["faq.rst.txt"]
 
 
 def test_files_of_one_name_in_several_folders_give_passages_of_distinct_ids(tmp_path):

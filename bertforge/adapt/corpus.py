@@ -10,8 +10,8 @@ Layouts, picked by each file's extension (compressed .gz / .xz read on the fly):
 - HTML, Markdown, reStructuredText: plain text once the markup is gone (`markup.text_blocks`: a saved
   documentation site's pages without their navigation, scripts and permalinks).
 A folder stands for the files of these kinds under it; others (a site's images, styles and scripts) are
-counted and named, not read, as are its tables without the text column (a data table beside the text);
-hidden files and folders (.git) are left alone.
+counted and named, not read, as are its tables without the text column (a data table beside the text) and a
+Sphinx build's `_sources` copies of its pages' sources; hidden files and folders (.git) are left alone.
 Whitespace and HTML entities are normalised, exact duplicates are dropped (after normalisation), and a passage
 over `max_words` is split on sentence boundaries into passages of about that many words.
 
@@ -43,6 +43,7 @@ from ..tasks.pretraining.corpus import expand_paths, folder_files, split_sentenc
 TEXT_SUFFIXES = (".txt", ".text", "")
 JSONL = ".jsonl"
 READABLE = (*TEXT_SUFFIXES, *MARKUP_SUFFIXES, JSONL, *DELIMITERS)  # what a folder stands for
+SPHINX_SOURCES = "_sources/ (Sphinx's copies of the pages' sources)"  # how the files sphinx_sources finds are reported
 MIN_WORDS = 40  # plain text: shorter blocks are joined with the next
 MAX_WORDS = 150  # ~200 word pieces: inside MiniLM's 256 tokens with room for rare words' pieces
 _WHITESPACE = re.compile(r"\s+")
@@ -134,8 +135,11 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
     """
     paths = list(paths)
     files = expand_paths(paths, suffixes=READABLE, recursive=True)  # a folder: its text files, however deep
+    sources = sphinx_sources(files, paths)
+    files = [path for path in files if path not in sources]
     seen, ids = set(), UniqueIds()  # ids: the index is keyed by them, and a clash is better said now than at the end
-    corpus = Corpus(PassageStore(), files, skipped=unread_kinds(paths, files), text_column=text_column)
+    skipped = {**({SPHINX_SOURCES: len(sources)} if sources else {}), **unread_kinds(paths, files + sorted(sources))}
+    corpus = Corpus(PassageStore(), files, skipped=skipped, text_column=text_column)
     named = {Path(path) for path in paths if not Path(path).is_dir()}
     for path, name in source_names(files).items():
         check_text_file(path)
@@ -168,6 +172,26 @@ def source_names(files: list[Path]) -> dict[Path, str]:
     common = Path(os.path.commonpath([path.resolve().parent for path in files]))
     return {path: path.name if names[path.name] == 1 else path.resolve().relative_to(common).as_posix()
             for path in files}
+
+
+def sphinx_sources(files: list[Path], paths: list) -> set[Path]:
+    """The files in a Sphinx build's `_sources` folder (a folder beside .html pages) inside a folder given: its
+    copies of the sources the pages were built from, the same text again in another form; the pages are read
+    instead. A `_sources` folder given itself is read."""
+    given = {Path(path) for path in paths}
+    builds: dict[Path, bool] = {}
+    found = set()
+    for path in files:
+        for folder in path.parents:
+            if folder in given:
+                break
+            if folder.name == "_sources":
+                if folder.parent not in builds:
+                    builds[folder.parent] = any(folder.parent.glob("*.html"))
+                if builds[folder.parent]:
+                    found.add(path)
+                break
+    return found
 
 
 def unread_kinds(paths: list, read: list[Path]) -> dict[str, int]:

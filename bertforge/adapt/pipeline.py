@@ -236,7 +236,7 @@ def print_corpus(corpus: Corpus, tokenizer) -> Fragmentation:
               f"{', ...' if len(tables) > 1 else ''}); --text-column names the column that holds the text")
     if corpus.skipped:
         kinds = ", ".join(f"{kind} {count:,}" for kind, count in list(corpus.skipped.items())[:6])
-        print(f"left out {sum(corpus.skipped.values()):,} files in the folders that are not text ({kinds}"
+        print(f"left out {sum(corpus.skipped.values()):,} files in the folders ({kinds}"
               f"{', ...' if len(corpus.skipped) > 6 else ''}); adapt reads {', '.join(filter(None, READABLE))} files")
     vocabulary = fragmentation((p.text for p in corpus.passages), tokenizer)
     print(fragmentation_table(vocabulary))
