@@ -179,7 +179,8 @@ def test_adapt_reads_a_saved_site_and_names_what_it_left_out(tmp_path, capsys):
     assert "How do I make a script executable?" in text and "<p>" not in text and "modules |" not in text
     print_corpus(corpus, BertTokenizer.from_pretrained(resolve_model("minilm")))
     printed = capsys.readouterr().out
-    assert "left out 2 files in the folders (.css 1, .png 1); adapt reads .txt" in printed
+    assert "left out 2 files in the folders (.css 1, .png 1); in a folder adapt reads .txt" in printed
+    assert "name a file on the command line to read it as plain text" in printed
     assert f"left out 1 table(s) in the folders without a 'text' column ({site / 'results.csv'}); --text-column" \
         in printed
 

@@ -236,8 +236,10 @@ def print_corpus(corpus: Corpus, tokenizer) -> Fragmentation:
               f"{', ...' if len(tables) > 1 else ''}); --text-column names the column that holds the text")
     if corpus.skipped:
         kinds = ", ".join(f"{kind} {count:,}" for kind, count in list(corpus.skipped.items())[:6])
+        readable = ", ".join(filter(None, READABLE))
         print(f"left out {sum(corpus.skipped.values()):,} files in the folders ({kinds}"
-              f"{', ...' if len(corpus.skipped) > 6 else ''}); adapt reads {', '.join(filter(None, READABLE))} files")
+              f"{', ...' if len(corpus.skipped) > 6 else ''}); in a folder adapt reads {readable} files; name a file "
+              "on the command line to read it as plain text whatever its kind")
     vocabulary = fragmentation((p.text for p in corpus.passages), tokenizer)
     print(fragmentation_table(vocabulary))
     return vocabulary
