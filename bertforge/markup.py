@@ -71,13 +71,12 @@ class _PageText(HTMLParser):
         if tag == "body":
             self.handle_endtag("head")  # a <head> left open (HTML lets </head> go unwritten) ends at <body>
         attributes = dict(attrs)
+        role, classes = attributes.get("role"), set((attributes.get("class") or "").split())
         parent = self.open[-1] if self.open else _Element("", False, False, False)
-        content = parent.content or tag in CONTENT or attributes.get("role") == "main"
-        skipped = (parent.skipped or tag in SKIPPED or attributes.get("role") in SKIPPED_ROLES
-                   or (tag in PAGE_FURNITURE and not parent.content)
-                   or bool(SKIPPED_CLASSES & set((attributes.get("class") or "").split())))
-        main = parent.main or tag == "main" or attributes.get("role") == "main"
-        self.open.append(_Element(tag, skipped, main, content))
+        main = parent.main or tag == "main" or role == "main"
+        skipped = (parent.skipped or tag in SKIPPED or role in SKIPPED_ROLES or bool(SKIPPED_CLASSES & classes)
+                   or (tag in PAGE_FURNITURE and not parent.content))
+        self.open.append(_Element(tag, skipped, main, content=main or parent.content or tag in CONTENT))
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in BLOCKS:
