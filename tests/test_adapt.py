@@ -24,7 +24,7 @@ from bertforge import BertForMaskedLM
 from bertforge.adapt.budget import budgeted_steps
 from bertforge.adapt.corpus import Passage, PassageStore, read_corpus, split_long
 from bertforge.adapt.domain_vocabulary import corpus_pieces, grow_checkpoint, old_pieces, vocabulary_change
-from bertforge.adapt.ict import IctCollator, held_out_queries, training_passages
+from bertforge.adapt.ict import IctCollator, held_out_queries, ict_pair, training_passages
 from bertforge.adapt.methods import MethodSettings, TeacherVectors
 from bertforge.adapt.mlm import MLM_OFF, has_mlm_head, mlm_source
 from bertforge.adapt.pipeline import pick_final
@@ -248,6 +248,28 @@ def test_mined_negatives_are_top_bm25_passages_other_than_the_own_and_chunking_c
     tokenizer = BertTokenizer.from_pretrained(cassette_dir)
     batch = IctCollator(passages, examples, tokenizer, max_length=128, negatives=whole)(list(range(len(examples))))
     assert batch["negative_input_ids"].shape[0] == len(examples)
+
+
+def test_bm25_statistics_score_any_text_as_bm25s_scores_the_corpus_and_ict_batches_carry_them(cassette_dir):
+    from bertforge.tasks.retrieval.baselines import Bm25Statistics, bm25_index, bm25_query_scores
+
+    texts = prose(30, seed=3)
+    queries = texts[:5] + ["the and of", "winter winter winter harbour", texts[7].split(". ")[0]]
+    statistics = Bm25Statistics(texts)
+    np.testing.assert_allclose(statistics.scores(queries, texts), bm25_query_scores(bm25_index(texts), queries),
+                               rtol=1e-5, atol=1e-5)  # stop words only, a word said thrice: as bm25s
+    passages = [Passage(str(i), text.split(". ")) for i, text in enumerate(texts)]
+    tokenizer = BertTokenizer.from_pretrained(cassette_dir)
+    plain = IctCollator(passages, list(range(30)), tokenizer, max_length=128, keep_probability=0.0)
+    lexical = IctCollator(passages, list(range(30)), tokenizer, max_length=128, keep_probability=0.0,
+                          lexical=statistics)
+    batch, indices = lexical(list(range(6))), list(range(6))
+    assert "lexical_teacher" not in plain(indices)
+    assert all(batch[key].equal(value) for key, value in plain(indices).items())  # the same draw
+    rng = np.random.default_rng([0, *indices])
+    pairs = [ict_pair(passages[i], rng, 0.0)[:2] for i in indices]
+    expected = statistics.scores([sentence for sentence, _ in pairs], [context for _, context in pairs])
+    np.testing.assert_array_equal(batch["lexical_teacher"].numpy(), expected)  # against the passages without it
 
 
 def test_teacher_vectors_are_the_starting_models_vectors_of_the_batch(cassette_dir):
@@ -483,12 +505,27 @@ def test_the_run_writes_model_index_and_report(adapted):
         assert encoder["hybrid"]["dense_weight"] in WEIGHTS and {"dev", "test"} <= set(encoder["hybrid"]["metrics"])
     final = next(s for s in report["systems"] if s["name"] == report["final"])
     assert report["dense_weight"] == final["hybrid"]["dense_weight"]
+    ict, base = report["systems"][3], report["systems"][1]  # ICT's teacher: the base's hybrid, at its weight
+    assert ict["settings"]["distill_lexical"] == pytest.approx(1 - base["hybrid"]["dense_weight"])
     meta = json.loads((adapted / "index" / "meta.json").read_text())
     assert meta.get("dense_weight", 1.0) == report["dense_weight"]  # the index ranks as the report measured
     card = (adapted / "model" / "README.md").read_text()
     assert f"{read_model_folder(adapted / 'model').pooling} pooling" in card
     versions = json.loads((adapted / "model" / "config_sentence_transformers.json").read_text())["__version__"]
     assert {"sentence_transformers", "transformers", "pytorch"} <= set(versions)
+
+
+def test_distilled_ict_stages_take_bm25s_share_of_the_bases_engine_as_their_teachers():
+    from bertforge.adapt.presets import stage_settings, with_lexical_teacher
+
+    for preset in ("quick", "full"):
+        planned = stage_settings(preset, 1_000)
+        fused = dict(with_lexical_teacher(planned, 0.7))
+        assert fused["ict"].distill_lexical == pytest.approx(0.3)
+        assert all(settings.distill_lexical == 0 for name, settings in fused.items() if name != "ict")  # SimCSE
+        assert dict(with_lexical_teacher(planned, 1.0))["ict"].distill_lexical == 0  # BM25 did not help the base
+    undistilled = [("ict", replace(stage_settings("quick", 1_000)[0][1], distillation=0.0))]
+    assert with_lexical_teacher(undistilled, 0.5) == undistilled  # no teacher term: nothing to fuse
 
 
 def test_the_model_folder_loads_in_sentence_transformers_with_our_vectors(adapted):

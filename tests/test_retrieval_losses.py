@@ -11,7 +11,7 @@ import torch
 from bertforge.models.config import BertConfig
 from bertforge.models.model import BertModel
 from bertforge.tasks.retrieval.bi_encoder import BiEncoder, Objective
-from bertforge.tasks.retrieval.losses import (cosent_loss, cosine_similarity_loss, matryoshka,
+from bertforge.tasks.retrieval.losses import (cosent_loss, cosine_similarity_loss, fused_rows, matryoshka,
                                               multiple_negatives_ranking_loss, score_distillation_loss)
 
 st_losses = pytest.importorskip("sentence_transformers.sentence_transformer.losses")
@@ -277,3 +277,58 @@ def test_gradient_cache_under_torchrun_steps_with_the_mean_of_the_ranks_gradient
         mean = (alone[0][name] + alone[1][name]) / 2
         torch.testing.assert_close(ranks[0][name], mean, rtol=1e-4, atol=1e-6)
         torch.testing.assert_close(ranks[1][name], mean, rtol=1e-4, atol=1e-6)
+
+
+def test_a_lexical_teacher_reranks_each_row_within_the_dense_teachers_range():
+    anchors, positives, teacher_anchors = (vectors(BATCH, DIM, seed=seed) for seed in (4, 5, 6))
+    lexical = vectors(BATCH, BATCH, seed=8).abs() * 10  # BM25-like: >= 0, another scale than cosines
+    plain = score_distillation_loss(anchors, positives, teacher_anchors, positives, symmetric=True)
+    unused = score_distillation_loss(anchors, positives, teacher_anchors, positives, symmetric=True,
+                                     lexical=lexical, lexical_share=0.0)
+    torch.testing.assert_close(unused, plain)
+    cosines = (torch.nn.functional.normalize(teacher_anchors, dim=-1)
+               @ torch.nn.functional.normalize(positives, dim=-1).T)
+    fused = fused_rows(cosines, lexical, 1.0)  # BM25's order, the teacher's spread
+    assert torch.equal(fused.argsort(dim=-1), lexical.argsort(dim=-1))
+    torch.testing.assert_close(fused.amin(-1), cosines.amin(-1))
+    torch.testing.assert_close(fused.amax(-1), cosines.amax(-1))
+    half = fused_rows(cosines, lexical, 0.5)
+    torch.testing.assert_close(half, (cosines + fused) / 2)  # linear in the share
+    from bertforge.tasks.retrieval.hybrid import fuse  # the rule the index ranks by, on the cosines' range
+    low, high = cosines.amin(-1, keepdim=True), cosines.amax(-1, keepdim=True)
+    torch.testing.assert_close(fused_rows(cosines, lexical, 0.3),
+                               low + (high - low) * torch.from_numpy(fuse(cosines.numpy(), lexical.numpy(), 0.7)))
+    # The student that ranks as the fused teacher does pays nothing; each direction fuses its own rows.
+    student_anchors = vectors(BATCH, DIM, seed=9)
+    p = (fused_rows(cosines, lexical, 0.3) * 20).softmax(-1)
+    student = (torch.nn.functional.normalize(student_anchors, dim=-1)
+               @ torch.nn.functional.normalize(positives, dim=-1).T * 20)
+    q = student.softmax(-1)
+    forward = (p * (p.log() - q.log())).sum(-1).mean()
+    pt, qt = (fused_rows(cosines.T, lexical.T, 0.3) * 20).softmax(-1), student.T.softmax(-1)
+    expected = (forward + (pt * (pt.log() - qt.log())).sum(-1).mean()) / 2
+    got = score_distillation_loss(student_anchors, positives, teacher_anchors, positives, symmetric=True,
+                                  lexical=lexical, lexical_share=0.3)
+    torch.testing.assert_close(got, expected)
+
+
+def test_bi_encoder_passes_the_batchs_lexical_scores_to_the_teacher_term():
+    batch = tiny_batch(with_negatives=False)
+    plain = tiny_bi_encoder(Objective())
+    with torch.no_grad():
+        columns = [plain.sentence_vectors(batch[f"{n}_input_ids"], batch[f"{n}_attention_mask"])
+                   for n in ("anchor", "positive")]
+    size = len(columns[0])
+    teacher = {"anchor_teacher": columns[0].roll(1, dims=0), "positive_teacher": columns[1],
+               "lexical_teacher": vectors(size, size, seed=3).abs()}
+    expected = plain(**batch).loss + 0.5 * score_distillation_loss(
+        *columns, teacher["anchor_teacher"], teacher["positive_teacher"], lexical=teacher["lexical_teacher"],
+        lexical_share=0.4)
+    for mini_batch_size in (0, 4):
+        model = tiny_bi_encoder(Objective(distillation=0.5, distill_lexical=0.4, mini_batch_size=mini_batch_size))
+        torch.testing.assert_close(model(**batch, **teacher).loss, expected)
+    without_lexical = {k: v for k, v in teacher.items() if k != "lexical_teacher"}
+    with pytest.raises(ValueError, match="needs the batch's lexical scores"):
+        tiny_bi_encoder(Objective(distillation=0.5, distill_lexical=0.4))(**batch, **without_lexical)
+    with pytest.raises(ValueError, match="give loss.distillation a weight"):
+        Objective(distill_lexical=0.4)

@@ -22,6 +22,7 @@ import torch
 from .corpus import Passage
 
 if TYPE_CHECKING:  # mining reads the query candidates from here
+    from ..tasks.retrieval.baselines import Bm25Statistics
     from .mining import HardNegatives
 
 MIN_QUERY_WORDS = 5  # "Oh!" is not a query anyone could answer
@@ -153,16 +154,19 @@ class IctCollator:
     generated: {corpus index: queries a generator wrote for it} (pseudo_queries.py): for generated_share of
     those passages' examples the anchor is one of them and the positive the whole passage (nothing was cut from
     it); the hard negative is then the one mined for a sentence of the passage.
+    lexical: BM25 statistics of the corpus; each batch then carries the anchors' BM25 scores against its positives
+    (`lexical_teacher`, for the teacher term's distill_lexical).
     """
 
     def __init__(self, corpus: Sequence[Passage], examples: list[int], tokenizer, max_length: int,
                  query_max_length: int = 64, seed: int = 0, negatives: HardNegatives | None = None,
                  keep_probability: float = KEEP_PROBABILITY, generated: dict[int, list[str]] | None = None,
-                 generated_share: float = 0.0):
+                 generated_share: float = 0.0, lexical: Bm25Statistics | None = None):
         self.corpus, self.examples, self.tokenizer = corpus, examples, tokenizer
         self.max_length, self.query_max_length, self.seed = max_length, query_max_length, seed
         self.negatives, self.keep_probability = negatives, keep_probability
         self.generated, self.generated_share = generated or {}, generated_share
+        self.lexical = lexical
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -188,6 +192,8 @@ class IctCollator:
         batch.update(self.encode("positive", positives, self.max_length))
         if self.negatives is not None:
             batch.update(self.encode("negative", negatives, self.max_length))
+        if self.lexical is not None:
+            batch["lexical_teacher"] = torch.from_numpy(self.lexical.scores(anchors, positives))
         return batch
 
     def encode(self, name: str, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:

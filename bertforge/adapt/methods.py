@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ..models.model import set_attention_dropout
+from ..tasks.retrieval.baselines import Bm25Statistics
 from ..tasks.retrieval.bi_encoder import BiEncoder, Objective
 from ..tasks.retrieval.denoising import DenoisingAutoEncoder, DenoisingCollator
 from ..train.best import best_model_folder
@@ -62,6 +63,7 @@ class MethodSettings:
     evaluations_per_epoch: int = 1
     distillation: float = 0.0  # > 0: also keep the starting model's in-batch rankings (KL weight)
     distill_documents: float = 0.0  # > 0: the teacher term also keeps the passages' rankings among themselves
+    distill_lexical: float = 0.0  # > 0: BM25's share in the teacher's sentence-to-passage scores (a hybrid teacher)
     attention_dropout: float | None = None  # dropout on the attention probabilities while training; None: the model's
     generated_share: float = 0.0  # ICT: share of the anchors that are generated queries, where a passage has some
     seed: int = 0
@@ -98,7 +100,8 @@ def train_method(init: Path, corpus: Sequence[Passage], texts: Sequence[str], se
     def body(run: RecipeRun) -> dict:
         objective = Objective(loss="mnrl", scale=settings.scale, symmetric=settings.symmetric,
                               mini_batch_size=settings.mini_batch_size, distillation=settings.distillation,
-                              distill_documents=settings.distill_documents)
+                              distill_documents=settings.distill_documents,
+                              distill_lexical=settings.distill_lexical)
         model = run.build(model_class(settings.method), max_seq_length=settings.max_length, objective=objective)
         if settings.attention_dropout is not None:
             set_attention_dropout(model, settings.attention_dropout)
@@ -147,9 +150,10 @@ def make_collator(settings: MethodSettings, corpus: Sequence[Passage], texts: Se
     negatives = None
     if settings.hard_negatives and len(texts) > 1:
         negatives = bm25_negatives(corpus, texts, examples, np.random.default_rng(settings.seed))
+    lexical = Bm25Statistics(texts) if settings.distill_lexical else None
     return IctCollator(corpus, examples, tokenizer, settings.max_length, settings.query_max_length,
                        seed=settings.seed, negatives=negatives, keep_probability=settings.keep_probability,
-                       generated=generated, generated_share=settings.generated_share)
+                       generated=generated, generated_share=settings.generated_share, lexical=lexical)
 
 
 def tsdae_sentences(corpus: Sequence[Passage]) -> list[str]:

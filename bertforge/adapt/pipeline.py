@@ -39,10 +39,10 @@ from .ict import HeldOut, held_out_queries, passage_text, training_passages
 from .budget import StageTime, mlm_seconds, read_budget, training_seconds
 from .methods import MethodSettings, train_method
 from .mlm import mlm_source, run_mlm_stage
-from .presets import PRESETS, mlm_settings, query_count, scored_passages, stage_settings
+from .presets import PRESETS, mlm_settings, query_count, scored_passages, stage_settings, with_lexical_teacher
 from .pseudo_queries import (GENERATED_SHARE, QUERY_SHARE, QueryGenerator, QuerySettings, check_generator,
                              generate_queries, read_queries)
-from .report import build_report, engine, metrics_table, report_rows, write_report
+from .report import base_system, build_report, engine, metrics_table, report_rows, write_report
 from .stages import Stage, claim_output, remove_stale, stage_key
 from .vocabulary import Fragmentation, fragmentation, fragmentation_table
 
@@ -116,8 +116,7 @@ def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
     systems = finished(run, baseline, lambda: baseline.finish({"systems": baseline_systems(run)}))
     systems = systems["systems"] if systems else []
     stages, key, init = [], stage_key(run.corpus_key, run.base_key), run.base_folder
-    planned = [(name, replace(settings, max_length=min(settings.max_length, run.max_seq_length))) for name, settings
-               in stage_settings(options.preset, len(training_passages(run.held_out.corpus)), options.seed)]
+    planned = planned_stages(run, baseline)
     # A budget given on the command line is part of what a stage trained (the preset's own is not: a cached stage
     # stays valid on a faster or slower machine)
     minutes = [options.minutes] if options.minutes is not None else []
@@ -169,6 +168,16 @@ def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
     print(report["note"])
     print(f"model: {run.output / 'model'}   index: {run.output / 'index'}   report: {run.output / 'report.md'}")
     return report
+
+
+def planned_stages(run: Run, baseline: Stage) -> list[tuple[str, MethodSettings]]:
+    """The preset's training stages for this corpus, within the model's length, the distilled ones with the base's
+    hybrid as their teacher (`with_lexical_teacher`). Every process reads the base's fusion weight from the
+    baseline stage rank 0 recorded (its own list of systems is empty)."""
+    options = run.options
+    planned = [(name, replace(settings, max_length=min(settings.max_length, run.max_seq_length))) for name, settings
+               in stage_settings(options.preset, len(training_passages(run.held_out.corpus)), options.seed)]
+    return with_lexical_teacher(planned, engine(base_system(baseline.done["systems"]))["dense_weight"])
 
 
 def finished(run: Run, stage: Stage, make: Callable[[], dict | None]) -> dict | None:
@@ -341,7 +350,8 @@ def describe(settings: MethodSettings) -> str:
                "(against the whole passage)" if settings.generated_share else "")
     rankings = "in-batch rankings" + (f" (sentences over passages, and {settings.distill_documents:g} x passages "
                                       "over passages)" if settings.distill_documents else "")
-    distilled = (f", + {settings.distillation:g} x KL to the starting model's {rankings}"
+    hybrid = f" fused with BM25's ({settings.distill_lexical:g} BM25)" if settings.distill_lexical else ""
+    distilled = (f", + {settings.distillation:g} x KL to the starting model's {rankings}{hybrid}"
                  if settings.distillation else "")
     return (f"ICT (a sentence vs its passage without it, kept {settings.keep_probability:.0%}), in-batch "
             f"negatives{negatives}{queries}, {'symmetric ' if settings.symmetric else ''}MNRL scale {settings.scale:g}"
@@ -354,7 +364,7 @@ def pick_final(systems: list[dict]) -> dict:
     def dev(system: dict) -> float:
         return engine(system)["metrics"]["dev"]["ndcg@10"]
 
-    base = next(s for s in systems if s["name"] == "base")
+    base = base_system(systems)
     trained = [s for s in systems if s["name"] not in ("bm25", "base")]
     best = max(trained, key=dev, default=None)
     return base if best is None or dev(best) <= dev(base) else best

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -72,6 +74,38 @@ def bm25_query_scores(index, queries: Sequence[str]) -> np.ndarray:
     """
     return np.stack([index.get_scores(query) if query else np.zeros(index.scores["num_docs"])
                      for query in bm25_tokens(queries, return_ids=False)]).astype(np.float32)
+
+
+class Bm25Statistics:
+    """BM25 (BM25_ANALYZER, bm25s' Lucene variant) of any query against any text, with a corpus's word statistics.
+
+    A bm25s index scores only its own documents; adapt's teacher term needs the scores of ICT's passages without
+    their cut sentence, texts the index never held. `scores` gives what bm25s's `get_scores` would give a text with
+    the corpus's document frequencies and mean length (equal on the corpus's own documents: tests).
+    """
+
+    def __init__(self, documents: Sequence[str], k1: float = 1.5, b: float = 0.75):
+        require_bm25s()
+        tokens = bm25_tokens(documents, return_ids=False)
+        self.count, self.k1, self.b = len(tokens), k1, b
+        self.mean_length = sum(map(len, tokens)) / max(1, len(tokens))
+        self.frequency = Counter(word for words in tokens for word in set(words))
+
+    def idf(self, word: str) -> float:
+        frequency = self.frequency.get(word, 0)
+        return math.log(1 + (self.count - frequency + 0.5) / (frequency + 0.5))
+
+    def scores(self, queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
+        """(queries, texts) float32 scores; a word said twice in a query counts twice, as in bm25s."""
+        query_words = bm25_tokens(queries, return_ids=False)
+        out = np.zeros((len(query_words), len(texts)), dtype=np.float32)
+        for column, words in enumerate(bm25_tokens(texts, return_ids=False)):
+            counts, length = Counter(words), len(words)
+            norm = self.k1 * (1 - self.b + self.b * length / max(self.mean_length, 1e-9))
+            weights = {word: self.idf(word) * tf / (tf + norm) for word, tf in counts.items()}
+            for row, query in enumerate(query_words):
+                out[row, column] = sum(weights.get(word, 0.0) for word in query)
+        return out
 
 
 def tfidf_scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:

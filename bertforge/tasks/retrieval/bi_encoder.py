@@ -51,6 +51,7 @@ class Objective:
     mini_batch_size: int = 0  # > 0: gradient cache, the encoder sees this many texts at a time
     distillation: float = 0.0  # mnrl: weight of the KL to a teacher's in-batch scores (batches carry *_teacher)
     distill_documents: float = 0.0  # > 0: the teacher term also keeps positive-to-positive rankings, this weight
+    distill_lexical: float = 0.0  # > 0: the teacher's anchor-to-positive scores fused with BM25's, this share
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
@@ -63,6 +64,8 @@ class Objective:
                              f"loss {self.loss}")
         if self.distill_documents and not self.distillation:
             raise ValueError("loss.distill_documents extends the teacher term; give loss.distillation a weight too")
+        if self.distill_lexical and not self.distillation:
+            raise ValueError("loss.distill_lexical extends the teacher term; give loss.distillation a weight too")
         if self.symmetric and self.loss != "mnrl":
             raise ValueError("loss.symmetric applies to mnrl only (in-batch negatives in both directions)")
 
@@ -72,16 +75,21 @@ class Objective:
 
     def loss_of(self, vectors: list[Tensor], scores: Tensor | None, teacher: list[Tensor] | None = None) -> Tensor:
         """vectors: [anchors, positives(, negatives)], each (batch, dim); scores (batch,) for scored pairs;
-        teacher: a teacher's [anchors, positives] vectors when distillation > 0."""
+        teacher: a teacher's [anchors, positives] vectors when distillation > 0, and with distill_lexical the
+        (anchors, positives) lexical scores third."""
         loss = self.task_loss(vectors, scores)
         if not self.distillation:
             return loss
         if teacher is None:
             raise ValueError("loss.distillation needs the teacher's vectors in the batch (anchor_teacher, "
                              "positive_teacher)")
-        return loss + self.distillation * score_distillation_loss(*vectors[:2], *teacher, scale=self.scale,
+        lexical = teacher[2] if len(teacher) > 2 else None
+        if self.distill_lexical and lexical is None:
+            raise ValueError("loss.distill_lexical needs the batch's lexical scores (lexical_teacher)")
+        return loss + self.distillation * score_distillation_loss(*vectors[:2], *teacher[:2], scale=self.scale,
                                                                   symmetric=self.symmetric,
-                                                                  documents=self.distill_documents)
+                                                                  documents=self.distill_documents,
+                                                                  lexical=lexical, lexical_share=self.distill_lexical)
 
     def task_loss(self, vectors: list[Tensor], scores: Tensor | None) -> Tensor:
         if self.loss == "mnrl":
@@ -149,7 +157,8 @@ class BiEncoder(nn.Module):
     def forward(self, anchor_input_ids: Tensor, anchor_attention_mask: Tensor, positive_input_ids: Tensor,
                 positive_attention_mask: Tensor, negative_input_ids: Tensor | None = None,
                 negative_attention_mask: Tensor | None = None, scores: Tensor | None = None,
-                anchor_teacher: Tensor | None = None, positive_teacher: Tensor | None = None) -> BiEncoderOutput:
+                anchor_teacher: Tensor | None = None, positive_teacher: Tensor | None = None,
+                lexical_teacher: Tensor | None = None) -> BiEncoderOutput:
         """Tokenised columns (batch, seq) [negatives (batch * k, seq)], gold scores (batch,) and a teacher's
         vectors of anchors and positives (batch, dim) -> the loss."""
         columns = [(anchor_input_ids, anchor_attention_mask), (positive_input_ids, positive_attention_mask)]
@@ -159,6 +168,8 @@ class BiEncoder(nn.Module):
             raise ValueError(f"loss {self.objective.loss!r} needs gold scores: train it on scored pairs")
 
         teacher = None if anchor_teacher is None else [anchor_teacher, positive_teacher]
+        if teacher is not None and lexical_teacher is not None:
+            teacher.append(lexical_teacher)
 
         def loss_of(vectors: list[Tensor]) -> Tensor:
             return self.objective.loss_of(vectors, scores, teacher)

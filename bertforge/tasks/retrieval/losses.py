@@ -54,7 +54,8 @@ def multiple_negatives_ranking_loss(anchors: Tensor, positives: Tensor, negative
 
 
 def score_distillation_loss(anchors: Tensor, positives: Tensor, teacher_anchors: Tensor, teacher_positives: Tensor,
-                            *, scale: float = 20.0, symmetric: bool = False, documents: float = 0.0) -> Tensor:
+                            *, scale: float = 20.0, symmetric: bool = False, documents: float = 0.0,
+                            lexical: Tensor | None = None, lexical_share: float = 0.0) -> Tensor:
     """KL(teacher || student) of each anchor's softmax over the batch's positives (both directions if symmetric).
 
     anchors, positives: (batch, dim) student vectors; teacher_*: the teacher's vectors of the same texts
@@ -62,16 +63,37 @@ def score_distillation_loss(anchors: Tensor, positives: Tensor, teacher_anchors:
     documents: the weight of a second KL, of each positive's softmax over the other positives (itself left
     out), so the teacher's document-to-document similarities are kept too: ICT moves sentences toward
     their passages, and a search with a whole review for similar ones needs the passages' own geometry.
+    lexical: (batch, batch) lexical scores of the same anchors and positives (BM25); the teacher's anchor-to-positive
+    scores are then its cosines re-ranked by them, at lexical_share (`fused_rows`): the ranking a hybrid search gives.
     """
     student = cosine_matrix(anchors, positives).float() * scale
-    teacher = cosine_matrix(teacher_anchors, teacher_positives).float() * scale
-    loss = kl_divergence(student, teacher)
-    loss = (loss + kl_divergence(student.T, teacher.T)) / 2 if symmetric else loss
+    teacher = cosine_matrix(teacher_anchors, teacher_positives).float()
+    backward = teacher.T
+    if lexical is not None and lexical_share:
+        teacher, backward = (fused_rows(teacher, lexical.float(), lexical_share),
+                             fused_rows(backward, lexical.float().T, lexical_share))
+    loss = kl_divergence(student, teacher * scale)
+    loss = (loss + kl_divergence(student.T, backward * scale)) / 2 if symmetric else loss
     if not documents or len(positives) < 3:  # with two documents each has one other: nothing to rank
         return loss
     return loss + documents * kl_divergence(off_diagonal(cosine_matrix(positives, positives).float() * scale),
                                             off_diagonal(cosine_matrix(teacher_positives, teacher_positives).float()
                                                          * scale))
+
+
+def fused_rows(cosines: Tensor, lexical: Tensor, share: float) -> Tensor:
+    """Each row of cosines re-ranked by a lexical scorer: `hybrid.fuse`'s rule (both rows min-max normalised and
+    mixed, `share` the lexical one's weight, 1 - share the dense weight), here on tensors and mapped back onto the
+    row's own cosine range, so the softmax over it is as sharp as the dense teacher's (tested equal to `fuse`)."""
+    low, high = cosines.min(dim=-1, keepdim=True).values, cosines.max(dim=-1, keepdim=True).values
+    mixed = (1 - share) * min_max(cosines) + share * min_max(lexical)
+    return low + (high - low) * mixed
+
+
+def min_max(scores: Tensor) -> Tensor:
+    """Each row scaled onto [0, 1] (a row of equal scores: all 0)."""
+    low, high = scores.min(dim=-1, keepdim=True).values, scores.max(dim=-1, keepdim=True).values
+    return (scores - low) / (high - low).clamp(min=1e-12)
 
 
 def kl_divergence(student: Tensor, teacher: Tensor) -> Tensor:
