@@ -511,6 +511,8 @@ def test_the_run_writes_model_index_and_report(adapted):
     assert meta.get("dense_weight", 1.0) == report["dense_weight"]  # the index ranks as the report measured
     card = (adapted / "model" / "README.md").read_text()
     assert f"{read_model_folder(adapted / 'model').pooling} pooling" in card
+    share = ict["settings"]["distill_lexical"]
+    assert (f"sentences over passages fused with BM25's at {share:g}" in card) == (share > 0)  # the card says so
     versions = json.loads((adapted / "model" / "config_sentence_transformers.json").read_text())["__version__"]
     assert {"sentence_transformers", "transformers", "pytorch"} <= set(versions)
 

@@ -348,10 +348,12 @@ def describe(settings: MethodSettings) -> str:
     negatives = " + a BM25-mined hard negative" if settings.hard_negatives else ""
     queries = (f"; {settings.generated_share:.0%} of the anchors of passages with generated queries are one of them "
                "(against the whole passage)" if settings.generated_share else "")
-    rankings = "in-batch rankings" + (f" (sentences over passages, and {settings.distill_documents:g} x passages "
-                                      "over passages)" if settings.distill_documents else "")
-    hybrid = f" fused with BM25's ({settings.distill_lexical:g} BM25)" if settings.distill_lexical else ""
-    distilled = (f", + {settings.distillation:g} x KL to the starting model's {rankings}{hybrid}"
+    hybrid = f" fused with BM25's at {settings.distill_lexical:g}" if settings.distill_lexical else ""
+    parts = [f"sentences over passages{hybrid}"] if settings.distill_documents or hybrid else []
+    if settings.distill_documents:
+        parts.append(f"{settings.distill_documents:g} x passages over passages")
+    rankings = "in-batch rankings" + (f" ({', and '.join(parts)})" if parts else "")
+    distilled = (f", + {settings.distillation:g} x KL to the starting model's {rankings}"
                  if settings.distillation else "")
     return (f"ICT (a sentence vs its passage without it, kept {settings.keep_probability:.0%}), in-batch "
             f"negatives{negatives}{queries}, {'symmetric ' if settings.symmetric else ''}MNRL scale {settings.scale:g}"
