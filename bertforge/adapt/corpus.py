@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..input_files import jsonl_objects, text_suffix, utf8_problem
-from ..markup import MARKUP_SUFFIXES, text_blocks
+from ..markup import HTML_SUFFIXES, MARKUP_SUFFIXES, text_blocks
 from ..search.corpus import UniqueIds, part_id
 from ..tasks.classification.reader import DELIMITERS, read_rows, table_columns
 from ..tasks.pretraining.corpus import expand_paths, folder_files, split_sentences
@@ -44,6 +44,8 @@ TEXT_SUFFIXES = (".txt", ".text", "")
 JSONL = ".jsonl"
 READABLE = (*TEXT_SUFFIXES, *MARKUP_SUFFIXES, JSONL, *DELIMITERS)  # what a folder stands for
 SPHINX_SOURCES = "_sources/ (Sphinx's copies of the pages' sources)"  # how the files sphinx_sources finds are reported
+PAGE_SOURCES = ".md/.rst sources of HTML pages of the same name"  # how the files page_sources finds are reported
+SOURCE_SUFFIXES = (".md", ".markdown", ".rst")
 MIN_WORDS = 40  # plain text: shorter blocks are joined with the next
 MAX_WORDS = 150  # ~200 word pieces: inside MiniLM's 256 tokens with room for rare words' pieces
 _WHITESPACE = re.compile(r"\s+")
@@ -135,10 +137,12 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
     """
     paths = list(paths)
     files = expand_paths(paths, suffixes=READABLE, recursive=True)  # a folder: its text files, however deep
-    sources = sphinx_sources(files, paths)
-    files = [path for path in files if path not in sources]
+    sources = {SPHINX_SOURCES: sphinx_sources(files, paths), PAGE_SOURCES: page_sources(files, paths)}
+    left_out = set().union(*sources.values())
+    files = [path for path in files if path not in left_out]
     seen, ids = set(), UniqueIds()  # ids: the index is keyed by them, and a clash is better said now than at the end
-    skipped = {**({SPHINX_SOURCES: len(sources)} if sources else {}), **unread_kinds(paths, files + sorted(sources))}
+    skipped = {**{why: len(found) for why, found in sources.items() if found},
+               **unread_kinds(paths, files + sorted(left_out))}
     corpus = Corpus(PassageStore(), files, skipped=skipped, text_column=text_column)
     named = {Path(path) for path in paths if not Path(path).is_dir()}
     for path, name in source_names(files).items():
@@ -192,6 +196,17 @@ def sphinx_sources(files: list[Path], paths: list) -> set[Path]:
                     found.add(path)
                 break
     return found
+
+
+def page_sources(files: list[Path], paths: list) -> set[Path]:
+    """The Markdown and reStructuredText files inside a folder given that share their name (less the suffix) with an
+    HTML page among the files: a site's sources beside the pages built from them (npm's docs/content/*.md and
+    docs/output/*.html), the same text again, which would put every passage in the index twice and let a held-out
+    query's sentence be found in its twin. The pages are read; a file named on the command line is read."""
+    named = {Path(path) for path in paths}
+    pages = {path.stem for path in files if text_suffix(path).lower() in HTML_SUFFIXES}
+    return {path for path in files
+            if path not in named and text_suffix(path).lower() in SOURCE_SUFFIXES and path.stem in pages}
 
 
 def unread_kinds(paths: list, read: list[Path]) -> dict[str, int]:
