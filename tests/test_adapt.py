@@ -258,6 +258,8 @@ def test_bm25_statistics_score_any_text_as_bm25s_scores_the_corpus_and_ict_batch
     statistics = Bm25Statistics(texts)
     np.testing.assert_allclose(statistics.scores(queries, texts), bm25_query_scores(bm25_index(texts), queries),
                                rtol=1e-5, atol=1e-5)  # stop words only, a word said thrice: as bm25s
+    np.testing.assert_array_equal(Bm25Statistics(texts, chunk=7).scores(queries, texts),
+                                  statistics.scores(queries, texts))  # counted a chunk at a time: the same
     passages = [Passage(str(i), text.split(". ")) for i, text in enumerate(texts)]
     tokenizer = BertTokenizer.from_pretrained(cassette_dir)
     plain = IctCollator(passages, list(range(30)), tokenizer, max_length=128, keep_probability=0.0)

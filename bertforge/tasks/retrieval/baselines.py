@@ -84,12 +84,14 @@ class Bm25Statistics:
     the corpus's document frequencies and mean length (equal on the corpus's own documents: tests).
     """
 
-    def __init__(self, documents: Sequence[str], k1: float = 1.5, b: float = 0.75):
+    def __init__(self, documents: Sequence[str], k1: float = 1.5, b: float = 0.75, chunk: int = 10_000):
         require_bm25s()
-        tokens = bm25_tokens(documents, return_ids=False)
-        self.count, self.k1, self.b = len(tokens), k1, b
-        self.mean_length = sum(map(len, tokens)) / max(1, len(tokens))
-        self.frequency = Counter(word for words in tokens for word in set(words))
+        self.count, self.k1, self.b, self.frequency, length = 0, k1, b, Counter(), 0
+        for start in range(0, len(documents), chunk):  # a big corpus's words are counted, not held
+            for words in bm25_tokens(documents[start:start + chunk], return_ids=False):
+                self.count, length = self.count + 1, length + len(words)
+                self.frequency.update(set(words))
+        self.mean_length = length / max(1, self.count)
 
     def idf(self, word: str) -> float:
         frequency = self.frequency.get(word, 0)
