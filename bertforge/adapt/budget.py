@@ -24,6 +24,7 @@ from ..atomic import write_text
 from ..errors import TrainingInterrupted
 from ..train.distributed import all_reduce_sum, barrier
 from ..train.loop import train
+from .stages import base_system
 
 if TYPE_CHECKING:
     from ..tasks.retrieval.bi_encoder import BiEncoder
@@ -83,7 +84,7 @@ def training_seconds(run: Run, systems: list[dict | None], settings: MethodSetti
         return None
     left, evaluation = 0.0, 0.0
     if run.topology.is_main:
-        base = next(s for s in systems if s and s["name"] == "base")
+        base = base_system(systems)
         scoring = base["seconds"]
         evaluation = base.get("held_out_seconds", scoring)  # a baseline cached before this was measured: the whole
         index = evaluation * len(run.corpus.passages) / len(run.held_out.scored_indices())

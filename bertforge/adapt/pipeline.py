@@ -42,8 +42,8 @@ from .mlm import mlm_source, run_mlm_stage
 from .presets import PRESETS, mlm_settings, query_count, scored_passages, stage_settings, with_lexical_teacher
 from .pseudo_queries import (GENERATED_SHARE, QUERY_SHARE, QueryGenerator, QuerySettings, check_generator,
                              generate_queries, read_queries)
-from .report import base_system, build_report, engine, metrics_table, report_rows, write_report
-from .stages import Stage, claim_output, remove_stale, stage_key
+from .report import build_report, engine, metrics_table, report_rows, write_report
+from .stages import Stage, base_system, claim_output, remove_stale, stage_key
 from .vocabulary import Fragmentation, fragmentation, fragmentation_table
 
 logger = logging.getLogger("bertforge")

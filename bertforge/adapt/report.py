@@ -27,11 +27,6 @@ def engine(system: dict) -> dict:
     return system.get("hybrid") or {"dense_weight": 1.0, "metrics": system["metrics"]}
 
 
-def base_system(systems: list[dict]) -> dict:
-    """The base model's record among a run's systems (None for a stage another process recorded: skipped)."""
-    return next(s for s in systems if s and s["name"] == "base")
-
-
 def engine_name(system: dict) -> str:
     weight = engine(system)["dense_weight"]
     return f"{system['name']} + BM25 ({weight:g})" if weight < 1 else system["name"]

@@ -24,6 +24,11 @@ STAGES = "stages"
 DONE = "done.json"
 
 
+def base_system(systems: list[dict | None]) -> dict:
+    """The base model's record among a run's stage records (None, a stage another process recorded, skipped)."""
+    return next(s for s in systems if s and s["name"] == "base")
+
+
 def stage_key(*parts) -> str:
     """12 hex digits of sha256 over the parts' JSON (dataclasses as their dicts, paths as strings)."""
     text = json.dumps(parts, sort_keys=True, default=lambda value: getattr(value, "__dict__", str(value)))
