@@ -217,13 +217,19 @@ def test_document_distillation_adds_the_kl_of_each_positives_ranking_of_the_othe
         Objective(distill_documents=1.0)
 
 
-def test_bi_encoder_adds_the_weighted_distillation_term_with_and_without_the_gradient_cache():
+def distillation_case():
+    """A batch, a bi-encoder without a teacher term, its anchor and positive vectors, and a teacher's vectors of the
+    same texts that rank them otherwise (the anchors rolled by one)."""
     batch = tiny_batch(with_negatives=False)
     plain = tiny_bi_encoder(Objective())
     with torch.no_grad():
         columns = [plain.sentence_vectors(batch[f"{n}_input_ids"], batch[f"{n}_attention_mask"])
                    for n in ("anchor", "positive")]
-    teacher = {"anchor_teacher": columns[0].roll(1, dims=0), "positive_teacher": columns[1]}
+    return batch, plain, columns, {"anchor_teacher": columns[0].roll(1, dims=0), "positive_teacher": columns[1]}
+
+
+def test_bi_encoder_adds_the_weighted_distillation_term_with_and_without_the_gradient_cache():
+    batch, plain, columns, teacher = distillation_case()
     task = plain(**batch).loss
     distilled = tiny_bi_encoder(Objective(distillation=0.5))
     expected = task + 0.5 * score_distillation_loss(*columns, *teacher.values())
@@ -313,14 +319,9 @@ def test_a_lexical_teacher_reranks_each_row_within_the_dense_teachers_range():
 
 
 def test_bi_encoder_passes_the_batchs_lexical_scores_to_the_teacher_term():
-    batch = tiny_batch(with_negatives=False)
-    plain = tiny_bi_encoder(Objective())
-    with torch.no_grad():
-        columns = [plain.sentence_vectors(batch[f"{n}_input_ids"], batch[f"{n}_attention_mask"])
-                   for n in ("anchor", "positive")]
+    batch, plain, columns, teacher = distillation_case()
     size = len(columns[0])
-    teacher = {"anchor_teacher": columns[0].roll(1, dims=0), "positive_teacher": columns[1],
-               "lexical_teacher": vectors(size, size, seed=3).abs()}
+    teacher["lexical_teacher"] = vectors(size, size, seed=3).abs()
     expected = plain(**batch).loss + 0.5 * score_distillation_loss(
         *columns, teacher["anchor_teacher"], teacher["positive_teacher"], lexical=teacher["lexical_teacher"],
         lexical_share=0.4)
