@@ -198,3 +198,28 @@ def test_a_pretraining_run_replayed_from_a_cuda_graph_trains_as_eager_steps_do(c
     resumed = losses(run)
     for step in range(7, 13):
         assert resumed[step] == pytest.approx(runs[True][step], rel=1e-4), step
+
+
+def test_the_hybrid_teacher_term_on_cuda_equals_cpu_and_never_waits_for_the_gpu():
+    """adapt's ICT teacher (cosines re-ranked by BM25's scores, `fused_rows`) runs every step: on the GPU it may not
+    synchronise with the host, and it must give the CPU's loss."""
+    from bertforge.tasks.retrieval.losses import score_distillation_loss
+
+    g = torch.Generator().manual_seed(0)
+    student = [torch.randn(16, 32, generator=g, requires_grad=True) for _ in range(2)]
+    teacher = [torch.randn(16, 32, generator=g) for _ in range(2)]
+    lexical = torch.rand(16, 16, generator=g) * 10
+    options = dict(symmetric=True, documents=0.5, lexical=lexical, lexical_share=0.3)
+    expected = score_distillation_loss(*student, *teacher, **options)
+    on_gpu = [t.detach().to(CUDA).requires_grad_(t.requires_grad) for t in student + teacher]
+    options["lexical"] = lexical.to(CUDA)
+    score_distillation_loss(*on_gpu, **options)  # warm-up: first-call set-up may sync
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loss = score_distillation_loss(*on_gpu, **options)
+        loss.backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(loss.cpu(), expected.detach(), atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(on_gpu[0].grad).all()
