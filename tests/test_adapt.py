@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+import bertforge.search
 from bertforge import BertForMaskedLM
 from bertforge.adapt.budget import budgeted_steps
 from bertforge.adapt.corpus import Passage, PassageStore, read_corpus, split_long
@@ -838,3 +839,14 @@ def test_two_processes_under_torchrun_adapt_as_one(corpus_folder, cassette_dir, 
     assert all(np.isfinite(s["metrics"]["test"]["ndcg@10"]) for s in report["systems"])
     for name in ("report.md", "model/README.md", "index/meta.json"):
         assert (output / name).is_file()
+
+
+def test_a_missing_index_library_is_one_line_before_any_stage(tmp_path, corpus_folder, capsys, monkeypatch):
+    """FAISS builds the last stage's index: where it is missing, adapt says so at once rather than after minutes of
+    training (as it did on a GPU machine without faiss-cpu)."""
+    monkeypatch.setitem(sys.modules, "faiss", None)  # `import faiss` raises ImportError
+    monkeypatch.delitem(sys.modules, "bertforge.search.ann", raising=False)  # imported by an earlier test: again
+    monkeypatch.delattr(bertforge.search, "ann", raising=False)
+    code, _, err = run(capsys, "adapt", corpus_folder, "--output", tmp_path / "out")
+    assert code != 0 and "vector search needs FAISS: pip install" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()

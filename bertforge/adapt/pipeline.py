@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import shutil
 import time
@@ -21,7 +20,6 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..atomic import published_folder
 from ..errors import TrainingInterrupted, UsageError
 from ..models.folder import read_model_folder
 from ..resources import resolve_model
@@ -32,13 +30,13 @@ from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
 from ..train.distributed import Topology, barrier, process_group
-from .card import write_card
 from .corpus import MAX_WORDS, READABLE, Corpus, read_corpus
 from .evaluation import Evaluator, read_beir_folder
-from .ict import HeldOut, held_out_queries, passage_text, training_passages
+from .ict import HeldOut, held_out_queries, training_passages
 from .budget import StageTime, mlm_seconds, read_budget, training_seconds
 from .methods import MethodSettings, train_method
 from .mlm import mlm_source, run_mlm_stage
+from .outputs import build_corpus_index, require_index_library, write_model
 from .presets import PRESETS, mlm_settings, query_count, scored_passages, stage_settings, with_lexical_teacher
 from .pseudo_queries import (GENERATED_SHARE, QUERY_SHARE, QueryGenerator, QuerySettings, check_generator,
                              generate_queries, read_queries)
@@ -100,6 +98,7 @@ def run_adapt(options: AdaptOptions) -> dict:
     """
     if options.preset not in PRESETS:
         raise UsageError(f"--preset {options.preset!r} is not one of {', '.join(PRESETS)}")
+    require_index_library()  # the last stage's: said before the training rather than after it
     with process_group(select_device(options.device)) as topology:
         quiet = contextlib.nullcontext() if topology.is_main else contextlib.redirect_stdout(io.StringIO())
         try:
@@ -370,31 +369,3 @@ def pick_final(systems: list[dict]) -> dict:
     trained = [s for s in systems if s["name"] not in ("bm25", "base")]
     best = max(trained, key=dev, default=None)
     return base if best is None or dev(best) <= dev(base) else best
-
-
-def write_model(run: Run, final: dict, report: dict) -> None:
-    """DIR/model: the final stage's folder (or the base as a sentence-transformers folder), versions and card."""
-    target = run.output / "model"
-    with published_folder(target, existing="replace") as model:  # this command's own output: replaced whole
-        if final["name"] == "base":
-            BiEncoder.from_pretrained(run.base_folder).save_pretrained(model, tokenizer=run.tokenizer)
-        else:
-            shutil.copytree(run.output / "stages" / f"{final['name']}-{final['key']}" / "model", model,
-                            dirs_exist_ok=True)
-        write_card(model, report)
-
-
-def build_corpus_index(run: Run, dense_weight: float) -> None:
-    """DIR/index: every passage (whole, as read) embedded by DIR/model, a `bertforge search` index that ranks
-    by the model's cosines fused with BM25 at `dense_weight` (1: the model alone)."""
-    from ..atomic import replaced_file
-    from ..search.build import build_index
-
-    passages = run.output / "passages.jsonl"
-    with replaced_file(passages) as temporary, temporary.open("w", encoding="utf-8") as lines:  # a line at a time
-        for passage in run.corpus.passages:
-            lines.write(json.dumps({"id": passage.id, "text": passage_text(passage)}, ensure_ascii=False) + "\n")
-    index = run.output / "index"
-    shutil.rmtree(index, ignore_errors=True)
-    shutil.rmtree(index.with_name("index.partial"), ignore_errors=True)
-    build_index(passages, index, model=run.output / "model", dense_weight=dense_weight)
