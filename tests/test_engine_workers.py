@@ -117,3 +117,15 @@ def test_the_worker_count_follows_the_threads_the_encode_would_use(cassette, mon
     assert Embedder(model, tokenizer).cpu_workers() == 1  # one thread: batch by batch, as before
     monkeypatch.setattr("bertforge.engine.threads.usable_threads", lambda: 3)
     assert Embedder(model, tokenizer, threads="auto").cpu_workers() == 3  # chosen: one worker per usable core
+
+
+def test_a_callers_progress_hook_is_told_every_row_a_batch_at_a_time(cassette, texts, monkeypatch):
+    """`encode(on_rows=...)`: an index build's bar over its chunks moves as batches land, with workers or without."""
+    model, tokenizer = cassette
+    torch.set_num_threads(2)
+    for shared in (True, False):
+        if not shared:
+            monkeypatch.setattr(embed_module, "worth_workers", lambda workers, batches: False)
+        told = []
+        Embedder(model, tokenizer, batch_size=8, progress=False).encode(texts, on_rows=told.append)
+        assert sum(told) == len(texts) and len(told) > 1

@@ -31,13 +31,13 @@ class KilledAt:
 
     def __init__(self, monkeypatch, at=None):
         self.calls, self.at = 0, at
-        monkeypatch.setattr(Embedder, "encode", lambda embedder, texts: self(embedder, texts))
+        monkeypatch.setattr(Embedder, "encode", lambda embedder, texts, **options: self(embedder, texts, **options))
 
-    def __call__(self, embedder, texts):
+    def __call__(self, embedder, texts, **options):
         self.calls += 1
         if self.calls == self.at:
             raise KeyboardInterrupt
-        return REAL_ENCODE(embedder, texts)
+        return REAL_ENCODE(embedder, texts, **options)
 
 
 def test_build_resumes_from_the_chunks_a_kill_left(tmp_path, monkeypatch, corpus_lines, cassette_dir, capsys):

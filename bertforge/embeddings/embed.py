@@ -19,7 +19,7 @@ import math
 import os
 import threading
 import weakref
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -190,16 +190,22 @@ class Embedder:
 
     # --- sentence vectors ------------------------------------------------------------------
 
-    def encode(self, texts: Iterable[str]) -> np.ndarray:
+    def encode(self, texts: Iterable[str], on_rows: Callable[[int], None] | None = None) -> np.ndarray:
         """texts -> float32 array (len(texts), dim), row i for texts[i].
 
+        on_rows(count) is told of the rows as they are written (a caller's own progress bar over several calls).
         Raises ValueError when texts is a single str or holds a non-str item.
         """
         texts = check_texts(texts)
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
         show = self.progress if self.progress is not None else len(texts) > AUTO_PROGRESS_TEXTS
         with tqdm(total=len(texts), unit="text", disable=not show) as bar:
-            results = HostResults(vectors, on_written=bar.update)
+            def written(count: int) -> None:
+                bar.update(count)
+                if on_rows is not None:
+                    on_rows(count)
+
+            results = HostResults(vectors, on_written=written)
             workers = self.cpu_workers()
             if worth_workers(workers, batches=math.ceil(len(texts) / self.batch_size)):
                 self.encode_in_workers(texts, results, workers)

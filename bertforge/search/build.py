@@ -62,12 +62,12 @@ class ChunkFiles:
                 path = self.path(number)
                 if path.is_file() and np.load(path, mmap_mode="r").shape == (len(chunk), embedder.dim):
                     reused += 1
-                else:
-                    vectors = embedder.encode([passage.text for passage in chunk])
+                    bar.update(len(chunk))
+                else:  # the bar moves a batch at a time: a chunk takes minutes on a CPU
+                    vectors = embedder.encode([passage.text for passage in chunk], on_rows=bar.update)
                     with replaced_file(path) as temporary, open(temporary, "wb") as file:
                         np.save(file, vectors)
                 self.sizes.append(len(chunk))
-                bar.update(len(chunk))
         return reused
 
     def vectors(self) -> Iterator[np.ndarray]:
