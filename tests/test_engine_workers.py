@@ -129,3 +129,26 @@ def test_a_callers_progress_hook_is_told_every_row_a_batch_at_a_time(cassette, t
         told = []
         Embedder(model, tokenizer, batch_size=8, progress=False).encode(texts, on_rows=told.append)
         assert sum(told) == len(texts) and len(told) > 1
+
+
+def test_an_interrupted_caller_waits_for_every_batch_in_hand_even_when_threading_says_they_ended(ctrl_c_raises,
+                                                                                                 monkeypatch):
+    """Python 3.11's Thread.join, interrupted by Ctrl-C, can mark a running thread as stopped (bpo-45274's
+    handling); a worker left running its torch op while the process exits aborts it ("terminate called"). So the
+    caller must not trust is_alive: here it always says False, and every batch begun must still end first."""
+    import _thread
+    import time
+
+    monkeypatch.setattr(threading.Thread, "is_alive", lambda thread: False)
+    begun, ended = [], []
+
+    def work(batch):
+        begun.append(batch)
+        if batch == 0:
+            _thread.interrupt_main()
+        time.sleep(0.2)
+        ended.append(batch)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_in_workers(iter(range(100)), work, workers=2)
+    assert sorted(begun) == sorted(ended) and len(ended) < 100

@@ -45,6 +45,8 @@ def test_prefetched_positions_are_where_the_loop_stands_not_the_thread():
     assert batches.state_dict()["batches_done"] > 3  # the thread is ahead of the loop...
     assert stream.state_dict() == {"epoch": 0, "batches_done": 3}  # ...the saved position is not
     stream.close()
+    assert stream.producer.finished.is_set()  # the thread has left the batches: it only has to return
+    stream.producer.thread.join(timeout=5)
     assert not stream.producer.thread.is_alive()
 
     again = counting_batches()

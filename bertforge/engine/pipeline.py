@@ -34,6 +34,7 @@ class Producer:
         self.items = items
         self.ready: queue.Queue = queue.Queue(maxsize=depth)
         self.stopping = threading.Event()
+        self.finished = threading.Event()  # set by the thread as it ends (not Thread.join: see engine/workers.py)
         self.thread: threading.Thread | None = None
 
     def next(self) -> Item:
@@ -50,7 +51,7 @@ class Producer:
     def close(self, timeout: float = 10) -> None:
         self.stopping.set()
         if self.thread is not None:
-            self.thread.join(timeout=timeout)
+            self.finished.wait(timeout=timeout)
 
     def _produce(self) -> None:
         try:
@@ -60,6 +61,8 @@ class Producer:
             self._put(_DONE)
         except BaseException as error:  # handed to the consumer, which raises it where the user can see it
             self._put(error)
+        finally:
+            self.finished.set()
 
     def _put(self, item) -> bool:
         """Queue `item` unless the consumer has stopped listening; False when it has."""

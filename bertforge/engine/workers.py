@@ -53,31 +53,39 @@ def run_in_workers(batches: Iterable[Batch], work: Callable[[Batch], None], work
                 errors.append(error)
                 return None
 
-    def loop() -> None:
-        torch.set_num_threads(1)
-        with torch.inference_mode():
-            while (taken := next_batch()) is not None:
-                try:
-                    work(taken[0])
-                except BaseException as error:
-                    with lock:
-                        errors.append(error)
-                    return
+    def loop(done: threading.Event) -> None:
+        try:
+            torch.set_num_threads(1)
+            with torch.inference_mode():
+                while (taken := next_batch()) is not None:
+                    try:
+                        work(taken[0])
+                    except BaseException as error:
+                        with lock:
+                            errors.append(error)
+                        return
+        finally:
+            done.set()
 
     before = torch.get_num_threads()
-    threads = [threading.Thread(target=loop, name=f"bertforge-worker-{i}", daemon=True) for i in range(workers)]
+    # Each worker says it is done with an event of its own, not through Thread.join / is_alive: on Python 3.11 a
+    # Ctrl-C that lands inside join() marks a still-running thread as stopped (threading's bpo-45274 handling), the
+    # worker was then not waited for, and the process aborted under its running torch op ("terminate called").
+    finished = [threading.Event() for _ in range(workers)]
+    threads = [threading.Thread(target=loop, args=(done,), name=f"bertforge-worker-{i}", daemon=True)
+               for i, done in enumerate(finished)]
     try:
         for thread in threads:
             thread.start()
-        for thread in threads:
-            while thread.is_alive():  # a join without a timeout never wakes for Ctrl-C delivered to a worker
-                thread.join(JOIN_POLL_SECONDS)
+        for done in finished:
+            while not done.wait(JOIN_POLL_SECONDS):  # a wait without a timeout never wakes for Ctrl-C
+                pass
     except BaseException as interrupted:  # Ctrl-C while waiting: the workers stop after their batch
         with lock:
             errors.append(interrupted)
-        for thread in threads:  # and are waited for: a process that exits under a running torch op aborts
-            if thread.is_alive():
-                thread.join()
+        for done, thread in zip(finished, threads):  # and are waited for: a process that exits under a running
+            if thread.ident is not None:  # torch op aborts (a thread never started has nothing to wait for)
+                done.wait()
         raise
     finally:
         torch.set_num_threads(before)  # the workers' count of 1 is also torch's default for new threads
