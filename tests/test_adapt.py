@@ -290,6 +290,24 @@ def test_teacher_vectors_are_the_starting_models_vectors_of_the_batch(cassette_d
     assert not batch["anchor_input_ids"].is_inference()  # the student's forward can use them with autograd
 
 
+def test_a_cpu_teacher_runs_on_one_thread_beside_the_training_step_and_gives_the_count_back(cassette_dir,
+                                                                                            monkeypatch):
+    from bertforge.tasks.retrieval.bi_encoder import BiEncoder
+
+    teacher, seen = BiEncoder.from_pretrained(cassette_dir), []
+    real = teacher.sentence_vectors
+    monkeypatch.setattr(teacher, "sentence_vectors", lambda *a: seen.append(torch.get_num_threads()) or real(*a))
+    ict = IctCollator([Passage(str(i), t.split(". ")) for i, t in enumerate(prose(4))], list(range(4)),
+                      BertTokenizer.from_pretrained(cassette_dir), max_length=128)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        TeacherVectors(ict, teacher)(list(range(4)))
+        assert seen == [1, 1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 # ---------------------------------------------------------------- stages and the final model
 
 def test_stage_keys_change_with_settings_and_upstream(tmp_path):

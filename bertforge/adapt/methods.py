@@ -15,6 +15,7 @@ run_dir/best (the loop's best-model tracking, metric ndcg@10).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -27,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..engine.threads import torch_threads
 from ..models.model import set_attention_dropout
 from ..tasks.retrieval.baselines import Bm25Statistics
 from ..tasks.retrieval.bi_encoder import BiEncoder, Objective
@@ -177,10 +179,15 @@ class TeacherVectors:
     def __call__(self, indices: list[int]) -> dict[str, torch.Tensor]:
         batch = self.collate(indices)
         device = next(self.teacher.parameters()).device
-        for column in ("anchor", "positive"):
-            ids, mask = batch[f"{column}_input_ids"].to(device), batch[f"{column}_attention_mask"].to(device)
-            with torch.no_grad():  # not inference_mode: the batch's tensors must stay usable by autograd
-                batch[f"{column}_teacher"] = self.teacher.sentence_vectors(ids, mask).float().cpu()
+        # On a CPU this runs in the loop's prefetch thread, beside the training step: on every core as well, the two
+        # thread teams oversubscribed them and the time budget's timed steps came out short of the run's (Python's
+        # FAQ, 2 cores: 5.0 s timed, 5.7 run; Python's docs 3.0 and 3.9); on one thread the timing held (5.8 and
+        # 5.9) at the same speed within the noise
+        with torch_threads(1) if device.type == "cpu" else contextlib.nullcontext():
+            for column in ("anchor", "positive"):
+                ids, mask = batch[f"{column}_input_ids"].to(device), batch[f"{column}_attention_mask"].to(device)
+                with torch.no_grad():  # not inference_mode: the batch's tensors must stay usable by autograd
+                    batch[f"{column}_teacher"] = self.teacher.sentence_vectors(ids, mask).float().cpu()
         return batch
 
 

@@ -9,8 +9,10 @@ than 1 (issue 24).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 CPU_SYSFS = Path("/sys/devices/system/cpu")
@@ -85,6 +87,20 @@ def chosen_while_running(threads: int | None, environ=os.environ) -> bool:
     """Whether a command given `threads` (its --threads) leaves the count to the governor: neither it nor
     OMP_NUM_THREADS names one."""
     return threads is None and requested_threads(environ) is None
+
+
+@contextlib.contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """The block runs torch's CPU operations on `count` threads in this thread; the count before is set again after
+    (under OpenMP the count is the calling thread's own)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def use_threads(threads: int | None) -> None:
