@@ -80,12 +80,15 @@ def run_in_workers(batches: Iterable[Batch], work: Callable[[Batch], None], work
         for done in finished:
             while not done.wait(JOIN_POLL_SECONDS):  # a wait without a timeout never wakes for Ctrl-C
                 pass
+        for thread in threads:  # past their last batch: only returning is left
+            thread.join()
     except BaseException as interrupted:  # Ctrl-C while waiting: the workers stop after their batch
         with lock:
             errors.append(interrupted)
         for done, thread in zip(finished, threads):  # and are waited for: a process that exits under a running
             if thread.ident is not None:  # torch op aborts (a thread never started has nothing to wait for)
                 done.wait()
+                thread.join(timeout=1)
         raise
     finally:
         torch.set_num_threads(before)  # the workers' count of 1 is also torch's default for new threads
