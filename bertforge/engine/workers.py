@@ -10,6 +10,10 @@ for each other lose most of theirs (engine/governor.py).
 
 Each worker has its own autograd state (inference mode is per thread) and torch's thread count of 1 (per
 thread under OpenMP); the count in force before the job is set again after it.
+
+Each worker says it is done with an event of its own, not through Thread.join / is_alive: on Python 3.11 a Ctrl-C
+that lands inside join() can mark a still-running thread as stopped (threading's bpo-45274 handling); such a worker
+was not waited for, and the process aborted under its running torch op ("terminate called").
 """
 from __future__ import annotations
 
@@ -68,9 +72,6 @@ def run_in_workers(batches: Iterable[Batch], work: Callable[[Batch], None], work
             done.set()
 
     before = torch.get_num_threads()
-    # Each worker says it is done with an event of its own, not through Thread.join / is_alive: on Python 3.11 a
-    # Ctrl-C that lands inside join() marks a still-running thread as stopped (threading's bpo-45274 handling), the
-    # worker was then not waited for, and the process aborted under its running torch op ("terminate called").
     finished = [threading.Event() for _ in range(workers)]
     threads = [threading.Thread(target=loop, args=(done,), name=f"bertforge-worker-{i}", daemon=True)
                for i, done in enumerate(finished)]
