@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
+import sys
 from collections import Counter
 from collections.abc import Sequence
 
@@ -21,7 +23,15 @@ BM25_ANALYZER = "bm25s Okapi k1=1.5 b=0.75; English stop words; Snowball English
 
 
 def require_bm25s():
-    """The bm25s module, or ValueError saying how to install it (an optional extra, with PyStemmer)."""
+    """The bm25s module, or ValueError saying how to install it (an optional extra, with PyStemmer).
+
+    Where JAX is installed, bm25s runs a JAX op as it is imported (to pick its top-k backend), and JAX with CUDA then
+    takes 75% of the GPU's memory for itself: an adapt or a server on a GPU box that has JAX (Colab's have) would
+    train and embed in the quarter left, and five adapt processes on one H200 ran out of memory. Unless the caller
+    chose JAX's platform or JAX is already in use, it is kept on the CPU (bm25s' top-k is a few numbers a query).
+    """
+    if "jax" not in sys.modules:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
     try:
         import bm25s
         import Stemmer  # noqa: F401 (PyStemmer: the stems bm25_tokens uses)
@@ -47,10 +57,8 @@ def bm25_index(documents: Sequence[str]):
 
 def bm25_tokens(texts: Sequence[str], return_ids: bool = True):
     """`texts` tokenised as bm25_index tokenises its documents: lower-cased words of 2+ letters, English stop
-    words dropped, each word's Snowball stem (bm25s and PyStemmer are imported by then)."""
-    import bm25s
-
-    return bm25s.tokenize(list(texts), stopwords="en", stemmer=english_stemmer(), return_ids=return_ids,
+    words dropped, each word's Snowball stem."""
+    return require_bm25s().tokenize(list(texts), stopwords="en", stemmer=english_stemmer(), return_ids=return_ids,
                           show_progress=False)
 
 
