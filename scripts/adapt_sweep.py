@@ -23,7 +23,7 @@ from bertforge.adapt.methods import MethodSettings
 from bertforge.adapt.report import engine
 
 FIELDS = {field.name for field in dataclasses.fields(MethodSettings)}
-PRESET_STAGES = pipeline.stage_settings
+PLANNED_STAGES = pipeline.with_lexical_teacher  # the last step of planning the stages
 
 
 def parsed_value(text: str):
@@ -50,11 +50,12 @@ def changed(settings: MethodSettings, variant: str) -> MethodSettings:
 
 
 def with_variant(variant: str):
-    """pipeline.stage_settings with each ICT stage changed by `variant` (the pipeline reads it by its module name)."""
-    def stage_settings(preset: str, training_passages: int, seed: int = 0):
+    """The pipeline's planned stages with each ICT stage changed by `variant`: applied after the hybrid teacher's
+    share is set, so `distill_lexical` is a knob too (the pipeline reads the function by its module name)."""
+    def planned(stages, base_dense_weight: float):
         return [(name, changed(settings, variant) if settings.method == "ict" else settings)
-                for name, settings in PRESET_STAGES(preset, training_passages, seed)]
-    return stage_settings
+                for name, settings in PLANNED_STAGES(stages, base_dense_weight)]
+    return planned
 
 
 def scores(metrics: dict) -> dict:
@@ -88,7 +89,7 @@ def main() -> None:
     pipeline.require_index_library = lambda: None
     pipeline.build_corpus_index = lambda run, dense_weight: None
     for variant in variants:
-        pipeline.stage_settings = with_variant(variant)
+        pipeline.with_lexical_teacher = with_variant(variant)
         name = "".join(c if c.isalnum() or c in ".-" else "_" for c in variant)
         options = pipeline.AdaptOptions(corpus=corpus, output=str(Path(args.root) / name), eval=args.eval,
                                         text_column=args.text_column, seed=args.seed)
