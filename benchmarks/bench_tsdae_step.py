@@ -18,7 +18,7 @@ import time
 import numpy as np
 import torch
 
-from bertforge.adapt.corpus import read_corpus
+from bertforge.search.documents import read_corpus
 from bertforge.adapt.ict import IctCollator, training_passages
 from bertforge.adapt.methods import tsdae_sentences
 from bertforge.resources import resolve_model

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertforge.adapt.corpus import read_corpus
+from bertforge.search.documents import read_corpus
 from bertforge.adapt.evaluation import Evaluator, read_beir_folder
 from bertforge.adapt.ict import held_out_queries
 from bertforge.adapt.methods import MethodSettings, train_method

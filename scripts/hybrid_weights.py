@@ -14,7 +14,7 @@ import argparse
 import numpy as np
 import torch
 
-from bertforge.adapt.corpus import MAX_WORDS, read_corpus
+from bertforge.search.documents import MAX_WORDS, read_corpus
 from bertforge.adapt.evaluation import Evaluator, read_beir_folder
 from bertforge.adapt.ict import held_out_queries
 from bertforge.adapt.presets import query_count, scored_passages

@@ -23,7 +23,7 @@ import torch
 import bertforge.search
 from bertforge import BertForMaskedLM
 from bertforge.adapt.budget import budgeted_steps
-from bertforge.adapt.corpus import Passage, PassageStore, read_corpus, split_long
+from bertforge.search.documents import Passage, PassageStore, read_corpus, split_long
 from bertforge.adapt.domain_vocabulary import corpus_pieces, grow_checkpoint, old_pieces, vocabulary_change
 from bertforge.adapt.ict import IctCollator, held_out_queries, ict_pair, training_passages
 from bertforge.adapt.methods import MethodSettings, TeacherVectors
@@ -195,7 +195,7 @@ def test_cut_sentences_are_gone_from_the_index_and_from_training(tmp_path):
 
 def test_a_big_corpus_is_scored_against_its_queries_passages_and_a_sample_of_the_rest():
     from bertforge.adapt.evaluation import ict_metrics
-    from bertforge.adapt.ict import passage_text
+    from bertforge.search.documents import passage_text
 
     passages = [Passage(str(i), text.split(". ")) for i, text in enumerate(prose(60))]
     whole = held_out_queries(passages, 20, np.random.default_rng(0))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bertforge.adapt.corpus import read_corpus
+from bertforge.search.documents import read_corpus
 from bertforge.adapt.pipeline import print_corpus
 from bertforge.markup import (html_blocks, markdown_blocks, markdown_inline, rst_blocks, rst_inline, rst_sections,
                               text_blocks)

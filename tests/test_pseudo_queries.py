@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge.adapt.corpus import Passage
-from bertforge.adapt.ict import IctCollator, passage_text
+from bertforge.search.documents import Passage
+from bertforge.adapt.ict import IctCollator
+from bertforge.search.documents import passage_text
 from bertforge.adapt.pseudo_queries import (PLAN_FILE, QUERIES_FILE, QueryGenerator, QuerySettings, drawing_order,
                                             generate_queries, read_queries)
 from bertforge.cli.parser import main

@@ -1,4 +1,5 @@
 """Streaming builds from corpus files: chunk files, resuming after a kill, adding a corpus, corpus formats."""
+import csv
 import json
 
 import numpy as np
@@ -8,6 +9,7 @@ from bertforge.tasks.pretraining.corpus import read_documents
 from bertforge.embeddings.embed import Embedder
 from bertforge.search.build import add_corpus, build_index
 from bertforge.search.corpus import read_passages
+from bertforge.search.documents import passage_text, passages_file, read_corpus
 from bertforge.search.index import Index
 
 pytest.importorskip("faiss")
@@ -130,8 +132,11 @@ def test_bad_corpora_fail_before_any_embedding(tmp_path, monkeypatch, cassette_d
         build_index(empty, tmp_path / "index", cassette_dir)
     with pytest.raises(ValueError, match="does not exist"):
         build_index(tmp_path / "missing.txt", tmp_path / "index", cassette_dir)
-    with pytest.raises(ValueError, match="is a folder"):
+    with pytest.raises(ValueError, match="no text found in"):  # a folder is read as adapt reads it: blank here
         build_index(tmp_path, tmp_path / "index", cassette_dir)
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(ValueError, match="has no .txt"):
+        build_index(tmp_path / "nothing", tmp_path / "index", cassette_dir)
     taken = tmp_path / "taken"
     taken.mkdir()
     with pytest.raises(ValueError, match="already exists"):
@@ -233,3 +238,78 @@ def test_index_add_killed_loses_nothing_already_indexed_and_completes_when_run_a
     assert not (tmp_path / "index.adding").exists()
     hit = grown.search(corpus_lines[150], top_k=1)[0]
     assert (hit.id, hit.text) == ("more.txt:91", corpus_lines[150])
+
+
+def write_site(folder, lines):
+    """A folder as people keep documentation: an HTML page, a Markdown page, notes in blank-line blocks, and a
+    style sheet (not text: left out)."""
+    folder.mkdir()
+    paragraphs = ["".join(f"<p>{line}</p>" for line in lines[i:i + 4]) for i in range(0, 40, 4)]
+    (folder / "guide.html").write_text(f"<html><body><nav>Home</nav><main>{''.join(paragraphs)}</main></body></html>",
+                                       encoding="utf-8")
+    (folder / "intro.md").write_text("# Chapter one\n\n" + "\n\n".join(" ".join(lines[i:i + 4])
+                                                                      for i in range(40, 80, 4)), encoding="utf-8")
+    (folder / "notes.txt").write_text("\n\n".join("\n".join(lines[i:i + 5]) for i in range(80, 130, 5)),
+                                      encoding="utf-8")
+    (folder / "style.css").write_text("p { margin: 0 }", encoding="utf-8")
+    return folder
+
+
+def stored(index: Index) -> list[tuple[str, str]]:
+    return [(passage.id, passage.text) for passage in index.passages(range(len(index)))]
+
+
+def test_a_folder_of_pages_indexes_the_passages_adapt_reads(tmp_path, corpus_lines, cassette_dir, capsys):
+    site = write_site(tmp_path / "site", corpus_lines)
+    meta = build_index(site, tmp_path / "index", cassette_dir)
+    expected = [(p.id, passage_text(p)) for p in read_corpus([site]).passages]
+    assert {passage_id.split(":")[0] for passage_id, _ in expected} == {"guide.html", "intro.md", "notes.txt"}
+    index = Index.load(tmp_path / "index")
+    assert stored(index) == expected and meta["count"] == len(expected) and meta["corpus"] == str(site.resolve())
+    assert not (tmp_path / "index.passages.jsonl").exists()  # the passages it read live in the index now
+    printed = capsys.readouterr().out
+    assert f"corpus: 3 file(s), {len(expected)} passages" in printed
+    assert "left out 1 files in the folders (.css 1); in a folder index build reads" in printed
+    hit = index.search(expected[5][1], top_k=1)[0]
+    assert hit.id == expected[5][0] and "<p>" not in hit.text and "Home" not in stored(index)[0][1]
+
+
+def test_a_table_indexes_its_text_column(tmp_path, corpus_lines, cassette_dir):
+    table = tmp_path / "reviews.csv"
+    with table.open("w", newline="", encoding="utf-8") as file:
+        csv.writer(file).writerows([("drug", "review"), *((f"d{i}", line) for i, line in enumerate(corpus_lines[:30]))])
+    build_index(table, tmp_path / "index", cassette_dir, text_field="review")
+    expected = [(p.id, passage_text(p)) for p in read_corpus([table], text_column="review").passages]
+    assert stored(Index.load(tmp_path / "index")) == expected and len(expected) == 30
+    with pytest.raises(ValueError, match="'text'"):  # the column it looks for by default is not there
+        build_index(table, tmp_path / "other", cassette_dir)
+
+
+def test_a_killed_folder_build_keeps_its_chunks(tmp_path, monkeypatch, corpus_lines, cassette_dir, capsys):
+    site = write_site(tmp_path / "site", corpus_lines)
+    KilledAt(monkeypatch, at=2)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(site, tmp_path / "index", cassette_dir, chunk_size=10)
+    read_file = tmp_path / "index.passages.jsonl"
+    written = read_file.stat().st_mtime_ns
+    resumed = KilledAt(monkeypatch)
+    meta = build_index(site, tmp_path / "index", cassette_dir, chunk_size=10)
+    assert "kept 1 chunk(s)" in capsys.readouterr().out
+    assert resumed.calls == -(-meta["count"] // 10) - 1 and not read_file.exists()
+    monkeypatch.undo()
+    passages_file(site, read_file)  # the same passages: the file, and its time, are left as they were
+    assert read_file.stat().st_mtime_ns == passages_file(site, read_file).stat().st_mtime_ns
+    assert written > 0
+    (site / "notes.txt").write_text("A new note, with a sentence of its own. And a second one.", encoding="utf-8")
+    before = read_file.read_text(encoding="utf-8")
+    assert passages_file(site, read_file).read_text(encoding="utf-8") != before
+
+
+def test_index_add_takes_a_folder(tmp_path, corpus_lines, cassette_dir):
+    build_index(write_lines(tmp_path / "first.txt", corpus_lines[200:230]), tmp_path / "index", cassette_dir)
+    site = write_site(tmp_path / "site", corpus_lines)
+    meta, added = add_corpus(tmp_path / "index", site)
+    expected = [(p.id, passage_text(p)) for p in read_corpus([site]).passages]
+    assert added == len(expected) and meta["count"] == 30 + added
+    assert stored(Index.load(tmp_path / "index"))[30:] == expected
+    assert not (tmp_path / "index.adding.passages.jsonl").exists()

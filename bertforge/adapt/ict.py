@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .corpus import Passage
+from ..search.documents import Passage, passage_text
 
 if TYPE_CHECKING:  # mining reads the query candidates from here
     from ..tasks.retrieval.baselines import Bm25Statistics
@@ -82,11 +82,6 @@ class HeldOut:
     def scored_texts(self) -> list[str]:
         """What each evaluation embeds and ranks: the scored passages, in corpus order."""
         return [passage_text(self.corpus[i]) for i in self.scored_indices()]
-
-
-def passage_text(passage: Passage) -> str:
-    """What is indexed and encoded: the title (when there is one) before the sentences."""
-    return f"{passage.title}. {passage.text}" if passage.title else passage.text
 
 
 def query_candidates(passage: Passage) -> list[int]:

@@ -38,7 +38,7 @@ from ..train.config import FinetuningConfig
 from ..train.run_log import METRICS_FILE
 from ..train.runner import RecipeRun, run_recipe
 from .budget import StageTime, budgeted_epochs, evaluation_interval
-from .corpus import Passage
+from ..search.documents import Passage
 from .ict import MIN_QUERY_WORDS, IctCollator, training_passages
 from .mining import bm25_negatives
 

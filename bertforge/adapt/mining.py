@@ -16,7 +16,7 @@ import numpy as np
 
 from ..search.corpus import chunked
 from ..tasks.retrieval.baselines import bm25_index, bm25_tokens
-from .corpus import Passage
+from ..search.documents import Passage
 from .ict import query_candidates
 
 CHUNK_SENTENCES = 20_000  # query sentences ranked per bm25s call

@@ -3,14 +3,13 @@ DIR/index (a `bertforge search` index of the corpus); and the check, made before
 can be built at all (FAISS is an optional extra, and a run that trained for minutes must not stop at its end)."""
 from __future__ import annotations
 
-import json
 import shutil
 from typing import TYPE_CHECKING
 
-from ..atomic import published_folder, replaced_file
+from ..atomic import published_folder
+from ..search.documents import write_passages_file
 from ..tasks.retrieval.bi_encoder import BiEncoder
 from .card import write_card
-from .ict import passage_text
 
 if TYPE_CHECKING:
     from .pipeline import Run
@@ -39,9 +38,7 @@ def build_corpus_index(run: Run, dense_weight: float) -> None:
     from ..search.build import build_index
 
     passages = run.output / "passages.jsonl"
-    with replaced_file(passages) as temporary, temporary.open("w", encoding="utf-8") as lines:  # a line at a time
-        for passage in run.corpus.passages:
-            lines.write(json.dumps({"id": passage.id, "text": passage_text(passage)}, ensure_ascii=False) + "\n")
+    write_passages_file(run.corpus.passages, passages)
     index = run.output / "index"
     shutil.rmtree(index, ignore_errors=True)
     shutil.rmtree(index.with_name("index.partial"), ignore_errors=True)

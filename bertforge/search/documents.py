@@ -1,4 +1,5 @@
-"""A folder of domain text -> passages (each a list of sentences), the unit adapt indexes and trains on.
+"""A folder of text -> passages (each a list of sentences): what adapt trains on and indexes, and what
+`bertforge index build` reads from a folder, pages or a table (`passages_file`).
 
 Layouts, picked by each file's extension (compressed .gz / .xz read on the fly):
 - plain text: a passage per blank-line block; hard-wrapped lines are joined. Consecutive short
@@ -20,6 +21,7 @@ and read back by position, so a corpus larger than memory streams through (the f
 """
 from __future__ import annotations
 
+import filecmp
 import hashlib
 import html
 import json
@@ -34,9 +36,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..atomic import replaced_file
 from ..input_files import jsonl_objects, text_suffix, utf8_problem
 from ..markup import HTML_SUFFIXES, MARKUP_SUFFIXES, text_blocks
-from ..search.corpus import UniqueIds, part_id
+from .corpus import UniqueIds, part_id
 from ..tasks.classification.reader import DELIMITERS, read_rows, table_columns
 from ..tasks.pretraining.corpus import expand_paths, folder_files, split_sentences
 
@@ -46,6 +49,7 @@ READABLE = (*TEXT_SUFFIXES, *MARKUP_SUFFIXES, JSONL, *DELIMITERS)  # what a fold
 SPHINX_SOURCES = "_sources/ (Sphinx's copies of the pages' sources)"  # how the files sphinx_sources finds are reported
 PAGE_SOURCES = ".md/.rst sources of HTML pages of the same name"  # how the files page_sources finds are reported
 SOURCE_SUFFIXES = tuple(s for s in MARKUP_SUFFIXES if s not in HTML_SUFFIXES)  # Markdown and reStructuredText
+DOCUMENT_SUFFIXES = (*MARKUP_SUFFIXES, *DELIMITERS)  # index build reads these as adapt does, not a line a passage
 MIN_WORDS = 40  # plain text: shorter blocks are joined with the next
 MAX_WORDS = 150  # ~200 word pieces: inside MiniLM's 256 tokens with room for rare words' pieces
 _WHITESPACE = re.compile(r"\s+")
@@ -271,6 +275,11 @@ def text_passages(path: Path, name: str) -> Iterator[Passage]:
         yield Passage(f"{name}:{start}", pending)
 
 
+def passage_text(passage: Passage) -> str:
+    """What is indexed and encoded: the title (when there is one) before the sentences."""
+    return f"{passage.title}. {passage.text}" if passage.title else passage.text
+
+
 def sentences_of(text: str) -> list[str]:
     """Sentences of one text; blank lines inside it end a sentence (a heading has no full stop)."""
     return [normalise(s) for paragraph in re.split(r"\n\s*\n", text) for s in split_sentences(paragraph)
@@ -297,3 +306,53 @@ def split_long(passage: Passage, max_words: int) -> list[Passage]:
         position += words
     pieces = [piece for piece in pieces if piece]
     return [Passage(part_id(passage.id, i), sentences, passage.title) for i, sentences in enumerate(pieces)]
+
+
+def corpus_summary(corpus: Corpus, command: str = "adapt", text_option: str = "--text-column") -> list[str]:
+    """What was read and what was left out, a line each (adapt and `index build` print them)."""
+    lines = [f"corpus: {len(corpus.files)} file(s), {len(corpus.passages):,} passages, {corpus.words:,} words "
+             f"({corpus.duplicates} exact duplicates dropped, {corpus.split} long passages split on sentences)"]
+    if corpus.tables_without_text:
+        tables = corpus.tables_without_text
+        lines.append(f"left out {len(tables)} table(s) in the folders without a {corpus.text_column!r} column "
+                     f"({tables[0]}{', ...' if len(tables) > 1 else ''}); {text_option} names the column that holds "
+                     "the text")
+    if corpus.skipped:
+        kinds = ", ".join(f"{kind} {count:,}" for kind, count in list(corpus.skipped.items())[:6])
+        readable = ", ".join(filter(None, READABLE))
+        lines.append(f"left out {sum(corpus.skipped.values()):,} files in the folders ({kinds}"
+                     f"{', ...' if len(corpus.skipped) > 6 else ''}); in a folder {command} reads {readable} "
+                     "files; name a file on the command line to read it as plain text whatever its kind")
+    return lines
+
+
+def reads_as_documents(path: Path) -> bool:
+    """A folder, HTML / Markdown / reStructuredText pages or a CSV / TSV table: `index build` reads them as adapt
+    does (read_corpus). A plain text file and .jsonl it streams a line a passage (search/corpus.py)."""
+    return path.is_dir() or text_suffix(path).lower() in DOCUMENT_SUFFIXES
+
+
+def write_passages_file(passages: Iterable[Passage], path: Path) -> None:
+    """`passages` as the JSONL an index reads: {"id", "text"} a line, the text as it is encoded (`passage_text`)."""
+    with replaced_file(path) as temporary, temporary.open("w", encoding="utf-8") as lines:  # a line at a time
+        for passage in passages:
+            lines.write(json.dumps({"id": passage.id, "text": passage_text(passage)}, ensure_ascii=False) + "\n")
+
+
+def passages_file(source: Path, target: Path, text_column: str = "text", text_option: str = "--text-field") -> Path:
+    """The passages of a folder, pages or a table (`read_corpus`), written to `target` as an index's JSONL. A
+    `target` that already holds them is left as it was, its time too: an interrupted build's chunks, made from
+    it, are kept. Prints what was read and left out; raises ValueError when no text is found."""
+    corpus = read_corpus([source], text_column=text_column)
+    if not corpus.passages:
+        raise ValueError(f"no text found in {source}; give text files (passages separated by blank lines), HTML, "
+                         f"Markdown or reStructuredText pages, .jsonl with a 'text' field, or .csv/.tsv with "
+                         f"{text_option}")
+    print("\n".join(corpus_summary(corpus, "index build", text_option)), flush=True)
+    fresh = target.with_name(target.name + ".new")
+    write_passages_file(corpus.passages, fresh)
+    if target.is_file() and filecmp.cmp(fresh, target, shallow=False):
+        fresh.unlink()
+    else:
+        fresh.replace(target)
+    return target
