@@ -39,9 +39,9 @@ from pathlib import Path
 from ..atomic import replaced_file
 from ..input_files import jsonl_objects, text_suffix, utf8_problem
 from ..markup import HTML_SUFFIXES, MARKUP_SUFFIXES, text_blocks
-from .corpus import UniqueIds, part_id
 from ..tasks.classification.reader import DELIMITERS, read_rows, table_columns
 from ..tasks.pretraining.corpus import expand_paths, folder_files, split_sentences
+from .corpus import UniqueIds, part_id
 
 TEXT_SUFFIXES = (".txt", ".text", "")
 JSONL = ".jsonl"
