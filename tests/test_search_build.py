@@ -274,7 +274,7 @@ def test_a_folder_of_pages_indexes_the_passages_adapt_reads(tmp_path, corpus_lin
     assert hit.id == expected[5][0] and "<p>" not in hit.text and "Home" not in stored(index)[0][1]
 
 
-def test_a_table_indexes_its_text_column(tmp_path, corpus_lines, cassette_dir):
+def test_a_table_indexes_its_text_column(tmp_path, corpus_lines, cassette_dir, capsys):
     table = tmp_path / "reviews.csv"
     with table.open("w", newline="", encoding="utf-8") as file:
         csv.writer(file).writerows([("drug", "review"), *((f"d{i}", line) for i, line in enumerate(corpus_lines[:30]))])
@@ -283,6 +283,12 @@ def test_a_table_indexes_its_text_column(tmp_path, corpus_lines, cassette_dir):
     assert stored(Index.load(tmp_path / "index")) == expected and len(expected) == 30
     with pytest.raises(ValueError, match="'text'"):  # the column it looks for by default is not there
         build_index(table, tmp_path / "other", cassette_dir)
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    table.rename(folder / table.name)
+    with pytest.raises(ValueError, match="no text found in"):  # in a folder, a table without it is left out
+        build_index(folder, tmp_path / "other", cassette_dir)
+    assert "--text-field names the column" in capsys.readouterr().out
 
 
 def test_a_killed_folder_build_keeps_its_chunks(tmp_path, monkeypatch, corpus_lines, cassette_dir, capsys):
@@ -313,3 +319,6 @@ def test_index_add_takes_a_folder(tmp_path, corpus_lines, cassette_dir):
     assert added == len(expected) and meta["count"] == 30 + added
     assert stored(Index.load(tmp_path / "index"))[30:] == expected
     assert not (tmp_path / "index.adding.passages.jsonl").exists()
+    with pytest.raises(ValueError, match=f"duplicate id 'guide.html:0' in {site} .* named after their files"):
+        add_corpus(tmp_path / "index", site)  # the same folder again: said in its words, not the id field's
+    assert len(Index.load(tmp_path / "index")) == 30 + added

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -28,7 +29,7 @@ from ..atomic import replaced_file
 from ..errors import UsageError
 from ..input_files import require_file
 from . import ann
-from .corpus import UniqueIds, check_corpus_file, chunked, count_passages, read_passages
+from .corpus import ID_ADVICE, UniqueIds, check_corpus_file, chunked, count_passages, read_passages
 from .documents import passages_file, reads_as_documents
 from .encoder import open_model
 from .folder import refuse_existing_output, write_new_folder
@@ -58,12 +59,12 @@ class ChunkFiles:
     def path(self, number: int) -> Path:
         return self.work / f"chunk-{number:06d}.npy"
 
-    def embed(self, passages, embedder, total: int, ids: UniqueIds, source: str) -> int:
+    def embed(self, passages, embedder, total: int, ids: UniqueIds, source: str, advice: str = ID_ADVICE) -> int:
         """Embed every chunk not already on disk; check ids on the way. Returns the number of chunks reused."""
         reused = 0
         with tqdm(total=total, unit="text", desc="embedding", disable=None) as bar:
             for number, chunk in enumerate(chunked(passages, self.chunk_size)):
-                ids.check(chunk, source)
+                ids.check(chunk, source, advice)
                 ids.remember(chunk)
                 path = self.path(number)
                 if path.is_file() and np.load(path, mmap_mode="r").shape == (len(chunk), embedder.dim):
@@ -92,13 +93,30 @@ def corpus_job(corpus: Path, spec, chunk_size: int, text_field: str, id_field: s
             **extra}
 
 
-def index_input(corpus: str | Path, work_file: Path, text_field: str, id_field: str) -> tuple[Path, str, str]:
-    """(the file the index reads, its text field, its id field): the corpus itself (a text file, a line a passage,
-    or JSONL), or, for a folder, pages or a table, its passages as JSONL in `work_file` (the module's doc)."""
+@dataclass(frozen=True)
+class IndexInput:
+    """What a build or an add reads: a file of passages (`read_passages`), its fields, and for messages the corpus
+    as given and what a duplicate id means there."""
+
+    file: Path
+    text_field: str
+    id_field: str
+    name: str
+    advice: str = ID_ADVICE
+
+    def passages(self):
+        return read_passages(self.file, self.text_field, self.id_field)
+
+
+def index_input(corpus: str | Path, work_file: Path, text_field: str, id_field: str) -> IndexInput:
+    """The corpus itself (a text file, a line a passage, or JSONL), or, for a folder, pages or a table, its passages
+    as JSONL in `work_file` (the module's doc)."""
     source = Path(corpus)
     if source.exists() and reads_as_documents(source):
-        return passages_file(source, work_file, text_column=text_field), "text", "id"
-    return check_corpus_file(source), text_field, id_field
+        return IndexInput(passages_file(source, work_file, text_column=text_field), "text", "id", str(source),
+                          "its passages are named after their files (FILE:BLOCK): is it, or a file of the same name, "
+                          "in the index already?")
+    return IndexInput(check_corpus_file(source), text_field, id_field, str(source))
 
 
 def checked_total(corpus: Path) -> int:
@@ -128,8 +146,8 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
         raise UsageError(f"index kind {kind!r} is not one of {ann.KINDS}")
     dense_weight = check_dense_weight(dense_weight)
     read_file = output.with_name(output.name + ".passages.jsonl")
-    corpus, text_field, id_field = index_input(source, read_file, text_field, id_field)
-    total = checked_total(corpus)
+    corpus = index_input(source, read_file, text_field, id_field)
+    total = checked_total(corpus.file)
     if tune_queries is not None:  # read_passages would call it a corpus
         require_file(tune_queries, "tune-queries file")
     query_texts = [p.text for p in read_passages(tune_queries)] if tune_queries is not None else None
@@ -137,8 +155,8 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
         raise ValueError(f"tune-queries file {tune_queries} holds no text; give one query per line")
     spec, embedder = open_model(model, pooling=pooling, normalize=normalize, batch_size=batch_size, progress=False)
     chunks = ChunkFiles(output.with_name(output.name + ".partial"),
-                        corpus_job(corpus, spec, chunk_size, text_field, id_field), chunk_size)
-    reused = chunks.embed(read_passages(corpus, text_field, id_field), embedder, total, UniqueIds(), str(corpus))
+                        corpus_job(corpus.file, spec, chunk_size, corpus.text_field, corpus.id_field), chunk_size)
+    reused = chunks.embed(corpus.passages(), embedder, total, UniqueIds(), corpus.name, corpus.advice)
     if reused:
         print(f"kept {reused} chunk(s) embedded by an earlier, interrupted run")
     count = sum(chunks.sizes)
@@ -154,7 +172,7 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
             **({"dense_weight": dense_weight} if dense_weight is not None else {}),
             **measure_recall(faiss_index, kind, chunks.vectors, rng,
                              queries=embedder.encode(query_texts) if query_texts and kind != "flat" else None)}
-    meta = write_new_folder(output, meta, faiss_index, read_passages(corpus, text_field, id_field))
+    meta = write_new_folder(output, meta, faiss_index, corpus.passages())
     chunks.remove()
     read_file.unlink(missing_ok=True)
     return meta
@@ -172,15 +190,15 @@ def add_corpus(folder: str | Path, corpus: str | Path, model: str | Path | None 
     folder = Path(folder)
     index = Index.load(folder, model=model)
     read_file = folder.with_name(folder.name + ".adding.passages.jsonl")
-    corpus, text_field, id_field = index_input(corpus, read_file, text_field, id_field)
-    total = checked_total(corpus)
+    corpus = index_input(corpus, read_file, text_field, id_field)
+    total = checked_total(corpus.file)
     embedder = index.embedder
     embedder.progress, embedder.batch_size = False, batch_size
-    job = corpus_job(corpus, index.spec, chunk_size, text_field, id_field, index_generation=index.meta["generation"])
+    job = corpus_job(corpus.file, index.spec, chunk_size, corpus.text_field, corpus.id_field,
+                     index_generation=index.meta["generation"])
     chunks = ChunkFiles(folder.with_name(folder.name + ".adding"), job, chunk_size)
-    chunks.embed(read_passages(corpus, text_field, id_field), embedder, total, index.ids, str(corpus))
-    passages = read_passages(corpus, text_field, id_field)
-    for vectors, chunk in zip(chunks.vectors(), chunked(passages, chunk_size)):
+    chunks.embed(corpus.passages(), embedder, total, index.ids, corpus.name, corpus.advice)
+    for vectors, chunk in zip(chunks.vectors(), chunked(corpus.passages(), chunk_size)):
         index.faiss_index.add(np.ascontiguousarray(vectors))
         index.pending.extend(chunk)
     added = len(index.pending)

@@ -23,6 +23,7 @@ PassageId = str | int
 # is a few hundred tokens (a few kB), so such a line is a whole document or a file without line breaks.
 MAX_LINE_BYTES = 131_072
 PART_ID = re.compile(r"(.+)#\d+")
+ID_ADVICE = "ids must be unique: fix the corpus, or drop the id field to number lines"
 
 
 @dataclass(frozen=True)
@@ -112,13 +113,13 @@ class UniqueIds:
     def __init__(self, existing: Iterable[PassageId] = ()):
         self.seen = set(existing)
 
-    def check(self, passages: list[Passage], source: str) -> None:
+    def check(self, passages: list[Passage], source: str, advice: str = ID_ADVICE) -> None:
         """Raise ValueError for an id already seen or repeated within passages; remembers nothing."""
         batch = set()
         for passage in passages:
             if passage.id in self.seen or passage.id in batch:
                 raise ValueError(f"duplicate id {passage.id!r} in {source} (already in the index or earlier in the "
-                                 "corpus); ids must be unique: fix the corpus, or drop the id field to number lines")
+                                 f"corpus); {advice}")
             batch.add(passage.id)
 
     def remember(self, passages: list[Passage]) -> None:

@@ -344,11 +344,11 @@ def passages_file(source: Path, target: Path, text_column: str = "text", text_op
     `target` that already holds them is left as it was, its time too: an interrupted build's chunks, made from
     it, are kept. Prints what was read and left out; raises ValueError when no text is found."""
     corpus = read_corpus([source], text_column=text_column)
+    print("\n".join(corpus_summary(corpus, "index build", text_option)), flush=True)
     if not corpus.passages:
         raise ValueError(f"no text found in {source}; give text files (passages separated by blank lines), HTML, "
                          f"Markdown or reStructuredText pages, .jsonl with a 'text' field, or .csv/.tsv with "
                          f"{text_option}")
-    print("\n".join(corpus_summary(corpus, "index build", text_option)), flush=True)
     fresh = target.with_name(target.name + ".new")
     write_passages_file(corpus.passages, fresh)
     if target.is_file() and filecmp.cmp(fresh, target, shallow=False):
