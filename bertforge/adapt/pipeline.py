@@ -30,7 +30,7 @@ from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
 from ..train.distributed import Topology, barrier, process_group
-from ..search.documents import MAX_WORDS, Corpus, corpus_summary, read_corpus
+from ..search.documents import MAX_WORDS, Corpus, corpus_summary, no_text_found, read_corpus
 from .evaluation import Evaluator, read_beir_folder
 from .ict import HeldOut, held_out_queries, training_passages
 from .budget import StageTime, mlm_seconds, read_budget, training_seconds
@@ -224,9 +224,7 @@ def check_corpus(corpus: Corpus, options: AdaptOptions) -> None:
     """One line saying what to do when the corpus cannot be adapted to."""
     where = " ".join(options.corpus)
     if not corpus.passages:
-        raise UsageError(f"no text found in {where}; give text files (passages separated by blank lines), "
-                         "HTML, Markdown or reStructuredText pages, .jsonl with a 'text' field, or .csv/.tsv with "
-                         "--text-column")
+        raise UsageError(no_text_found(where))
     if len(corpus.passages) < MIN_PASSAGES:
         raise UsageError(f"{where} holds {len(corpus.passages)} passage(s); adapt needs at least {MIN_PASSAGES} "
                          "(separate passages with blank lines, or give more text)")

@@ -326,6 +326,12 @@ def corpus_summary(corpus: Corpus, command: str = "adapt", text_option: str = "-
     return lines
 
 
+def no_text_found(where: str, text_option: str = "--text-column") -> str:
+    """The one line for a corpus that holds no passage: what is read, and how."""
+    return (f"no text found in {where}; give text files (passages separated by blank lines), HTML, Markdown or "
+            f"reStructuredText pages, .jsonl with a 'text' field, or .csv/.tsv with {text_option}")
+
+
 def reads_as_documents(path: Path) -> bool:
     """A folder, HTML / Markdown / reStructuredText pages or a CSV / TSV table: `index build` reads them as adapt
     does (read_corpus). A plain text file and .jsonl it streams a line a passage (search/corpus.py)."""
@@ -346,9 +352,7 @@ def passages_file(source: Path, target: Path, text_column: str = "text", text_op
     corpus = read_corpus([source], text_column=text_column)
     print("\n".join(corpus_summary(corpus, "index build", text_option)), flush=True)
     if not corpus.passages:
-        raise ValueError(f"no text found in {source}; give text files (passages separated by blank lines), HTML, "
-                         f"Markdown or reStructuredText pages, .jsonl with a 'text' field, or .csv/.tsv with "
-                         f"{text_option}")
+        raise ValueError(no_text_found(str(source), text_option))
     fresh = target.with_name(target.name + ".new")
     write_passages_file(corpus.passages, fresh)
     if target.is_file() and filecmp.cmp(fresh, target, shallow=False):
