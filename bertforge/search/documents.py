@@ -310,7 +310,8 @@ def split_long(passage: Passage, max_words: int) -> list[Passage]:
 
 def corpus_summary(corpus: Corpus, command: str = "adapt", text_option: str = "--text-column") -> list[str]:
     """What was read and what was left out, a line each (adapt and `index build` print them)."""
-    lines = [f"corpus: {len(corpus.files)} file(s), {len(corpus.passages):,} passages, {corpus.words:,} words "
+    read = len(corpus.files) - len(corpus.tables_without_text)  # those tables are said below, not read
+    lines = [f"corpus: {read} file(s), {len(corpus.passages):,} passages, {corpus.words:,} words "
              f"({corpus.duplicates} exact duplicates dropped, {corpus.split} long passages split on sentences)"]
     if corpus.tables_without_text:
         tables = corpus.tables_without_text
