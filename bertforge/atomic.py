@@ -19,7 +19,9 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import BinaryIO, Iterator, Literal
+
+import numpy as np
 
 TEMP_MARK = ".tmp-"  # .{name}.tmp-{pid}-{random}: hidden, and says whose it is
 STALE_NAME = re.compile(rf"^\..+{re.escape(TEMP_MARK)}(\d+)-")
@@ -149,6 +151,22 @@ def write_text(target: str | os.PathLike, text: str) -> Path:
     with replaced_file(target) as temporary:
         temporary.write_text(text, encoding="utf-8")
     return Path(target)
+
+
+def write_array(target: str | os.PathLike, array: np.ndarray) -> Path:
+    """`np.save(target, array)`, atomically (the name is kept as given: no `.npy` is added)."""
+    array = np.ascontiguousarray(array)
+    with replaced_file(target) as temporary, open(temporary, "wb") as file:
+        np.lib.format.write_array_header_1_0(file, np.lib.format.header_data_from_array_1_0(array))
+        append_array(file, array)
+    return Path(target)
+
+
+def append_array(file: BinaryIO, array: np.ndarray) -> None:
+    """array's bytes at the end of an open file, as `ndarray.tofile` writes them. Not tofile (nor np.save, which
+    calls it): given a file object it first asks whether it is os.PathLike, and a Ctrl-C that lands in that check
+    comes out as a TypeError ("expected str, bytes or os.PathLike object"), a traceback instead of "interrupted"."""
+    file.write(memoryview(np.ascontiguousarray(array)))
 
 
 def current_umask() -> int:

@@ -1,9 +1,10 @@
 """Atomic writes publish files and folders whole, with the permissions a plain write would give."""
 import os
 
+import numpy as np
 import pytest
 
-from bertforge.atomic import flush_folder, published_folder, write_text
+from bertforge.atomic import append_array, flush_folder, published_folder, write_array, write_text
 
 
 def test_a_new_file_gets_the_umasks_mode_and_a_replaced_one_keeps_its_own(tmp_path):
@@ -196,3 +197,23 @@ def test_a_folder_that_cannot_be_opened_is_left_unflushed_without_an_error(tmp_p
     monkeypatch.setattr(os, "open", refuse)
     monkeypatch.setattr(os, "fsync", lambda descriptor: pytest.fail("nothing was opened to flush"))
     flush_folder(tmp_path)
+
+
+@pytest.mark.parametrize("array", [np.arange(12, dtype=np.float32).reshape(3, 4), np.arange(5, dtype=np.int64),
+                                   np.zeros((0, 384), dtype=np.float32), np.arange(6.0).reshape(2, 3).T],
+                         ids=["float32 rows", "int64", "no rows", "transposed"])
+def test_write_array_reads_back_as_np_save_writes_it(tmp_path, array):
+    """The same bytes as np.save for a C-ordered array (a transposed one is stored C-ordered: the same values)."""
+    write_array(tmp_path / "ours.bin", array)
+    np.save(tmp_path / "numpy.npy", np.ascontiguousarray(array))
+    assert (tmp_path / "ours.bin").read_bytes() == (tmp_path / "numpy.npy").read_bytes()
+    assert np.array_equal(np.load(tmp_path / "ours.bin"), array)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_append_array_writes_what_tofile_writes(tmp_path):
+    arrays = [np.zeros(1, np.int64), np.arange(7, dtype=np.uint16), np.arange(3, dtype=np.int64)[::-1]]
+    with open(tmp_path / "ours.bin", "wb") as file:
+        for array in arrays:
+            append_array(file, array)
+    assert (tmp_path / "ours.bin").read_bytes() == b"".join(a.tobytes() for a in arrays)

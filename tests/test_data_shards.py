@@ -1,5 +1,7 @@
 """prepare_corpus / TokenizedCorpus: round trip, dtype, vocab check, chunking, held-out views, errors."""
+import io
 import json
+import os
 import pickle
 
 import numpy as np
@@ -180,3 +182,24 @@ def test_not_a_prepared_folder(tmp_path):
 def test_batch_size_must_be_positive(sources, tokenizer, tmp_path):
     with pytest.raises(ValueError, match="batch_size must be at least 1, got 0"):
         prepare_corpus(sources, tokenizer, tmp_path / "out", batch_size=0)
+
+
+def test_writing_a_batch_leaves_no_place_for_a_ctrl_c_to_become_a_type_error(sources, tokenizer, tmp_path,
+                                                                             monkeypatch):
+    """numpy's tofile, given a file object, first asks whether it is os.PathLike, and an interrupt landing in that
+    check came out as a TypeError (`bertforge prepare` stopped with Ctrl-C: a traceback and exit 1, not 130). The
+    batches are written without that check: here an interrupt waits in it, and the corpus is written whole."""
+    def interrupted(cls, subclass):
+        if issubclass(subclass, io.BufferedWriter):
+            raise KeyboardInterrupt
+        return NotImplemented
+
+    monkeypatch.setattr(os.PathLike, "__subclasshook__", classmethod(interrupted))
+    os.PathLike._abc_caches_clear()
+    try:
+        corpus = prepare_corpus(sources[:1], tokenizer, tmp_path / "c", batch_size=50, progress=False)
+    finally:
+        monkeypatch.undo()
+        os.PathLike._abc_caches_clear()
+    documents = list(read_documents(sources[:1]))
+    assert corpus.num_documents == len(documents) > 50

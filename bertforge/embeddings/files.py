@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..atomic import replaced_file
+from ..atomic import replaced_file, write_array
 from ..train.distributed import Topology, barrier
 from .embed import Embedder
 
@@ -72,8 +72,7 @@ def embed_file(texts: list[str], output: str | Path, embedder: Embedder, setting
               disable=not topology.is_main or not todo) as bar:
         for index in todo:
             vectors = embedder.encode(texts[index * part_texts:(index + 1) * part_texts])
-            with replaced_file(part_file(folder, index)) as temporary, open(temporary, "wb") as f:
-                np.save(f, vectors)
+            write_array(part_file(folder, index), vectors)
             bar.update(len(vectors))
     barrier(topology)  # every part is on disk
     if topology.is_main:
@@ -111,11 +110,10 @@ def part_is_whole(folder: Path, index: int, rows: int, dim: int) -> bool:
 
 def assemble(folder: Path, num_parts: int, output: Path, num_texts: int, dim: int) -> None:
     """Concatenate the parts, in order, into output through a memory map (the array never sits in memory)."""
+    if num_texts == 0:  # numpy cannot map zero bytes
+        write_array(output, np.zeros((0, dim), dtype=np.float32))
+        return
     with replaced_file(output) as temporary:
-        if num_texts == 0:  # numpy cannot map zero bytes
-            with open(temporary, "wb") as f:
-                np.save(f, np.zeros((0, dim), dtype=np.float32))
-            return
         merged = np.lib.format.open_memmap(temporary, mode="w+", dtype=np.float32, shape=(num_texts, dim))
         row = 0
         for index in range(num_parts):

@@ -25,7 +25,7 @@ from typing import Iterator
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..atomic import replaced_file
+from ..atomic import replaced_file, write_array
 from ..errors import UsageError
 from ..input_files import require_file
 from . import ann
@@ -72,8 +72,7 @@ class ChunkFiles:
                     bar.update(len(chunk))
                 else:  # the bar moves a batch at a time: a chunk takes minutes on a CPU
                     vectors = embedder.encode([passage.text for passage in chunk], on_rows=bar.update)
-                    with replaced_file(path) as temporary, open(temporary, "wb") as file:
-                        np.save(file, vectors)
+                    write_array(path, vectors)
                 self.sizes.append(len(chunk))
         return reused
 

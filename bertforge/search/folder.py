@@ -21,7 +21,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ..atomic import published_folder, replaced_file
+from ..atomic import published_folder, replaced_file, write_array
 from ..errors import UsageError
 from .ann import faiss
 from .corpus import Passage
@@ -76,8 +76,7 @@ def commit(folder: Path, meta: dict, faiss_index: faiss.Index, offsets: np.ndarr
     files = {"faiss": f"index-{generation}.faiss", "offsets": f"offsets-{generation}.npy"}
     with replaced_file(folder / files["faiss"]) as temporary:
         faiss.write_index(faiss_index, str(temporary))
-    with replaced_file(folder / files["offsets"]) as temporary, open(temporary, "wb") as file:
-        np.save(file, offsets)
+    write_array(folder / files["offsets"], offsets)
     meta = write_meta(folder, {**meta, "generation": generation, "count": int(faiss_index.ntotal),
                                "texts_bytes": int(offsets[-1]), "files": files})
     for pattern in ("index-*.faiss", "offsets-*.npy"):

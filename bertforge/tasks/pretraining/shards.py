@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...atomic import staging_folder
+from ...atomic import append_array, staging_folder
 from ...input_files import fingerprints
 from ...validation import checked
 from .corpus import DOCUMENT_BOUNDARIES, expand_paths, read_documents, split_sentences
@@ -97,13 +97,13 @@ def _write_token_files(documents, tokenizer, dtype: np.dtype, output_dir: Path, 
             open(output_dir / "sentence_offsets.bin", "wb") as sentence_file, \
             open(output_dir / "document_offsets.bin", "wb") as document_file, \
             tqdm(desc="tokenizing", unit=" docs", disable=not progress) as bar:
-        np.zeros(1, np.int64).tofile(sentence_file)
-        np.zeros(1, np.int64).tofile(document_file)
+        append_array(sentence_file, np.zeros(1, np.int64))
+        append_array(document_file, np.zeros(1, np.int64))
         while batch := list(itertools.islice(documents, batch_size)):
             token_ids, sentence_lengths, document_sizes = _tokenize_batch(batch, tokenizer, dtype)
-            token_ids.tofile(tokens_file)
-            (counts["tokens"] + np.cumsum(sentence_lengths)).tofile(sentence_file)
-            (counts["sentences"] + np.cumsum(document_sizes)).tofile(document_file)
+            append_array(tokens_file, token_ids)
+            append_array(sentence_file, counts["tokens"] + np.cumsum(sentence_lengths))
+            append_array(document_file, counts["sentences"] + np.cumsum(document_sizes))
             counts["documents"] += len(document_sizes)
             counts["sentences"] += len(sentence_lengths)
             counts["tokens"] += len(token_ids)
