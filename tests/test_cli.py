@@ -60,6 +60,15 @@ def test_parsing_and_help_load_no_command_library():
     assert loaded & set(NOT_AT_PARSE_TIME) == set()
 
 
+def test_python_dash_m_bertforge_is_the_bertforge_command():
+    """`python -m bertforge` is what a user types where the script's folder is not on PATH (it was "No module named
+    bertforge.__main__")."""
+    run = subprocess.run([sys.executable, "-m", "bertforge", "tokenize", "coronaviruses", "--vocab", "minilm"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert [line.split()[0] for line in run.stdout.splitlines()] == ["corona", "##virus", "##es"]
+
+
 def test_tokenize_shows_pieces_and_ids(capsys):
     code, out, _ = run(capsys, "tokenize", "The unaffable coronaviruses", "--vocab", "minilm")
     assert code == 0
