@@ -27,6 +27,7 @@ ROWS = (
     ("search", "readmission", "export"),
     ("serve", "adapt"),  # adapt/: a domain's encoder from its raw text (indexes with search/, trains with train/)
     ("cli",),
+    ("__main__",),  # __main__.py: `python -m bertforge`, the command line again
 )
 PLUMBING = {"atomic", "errors", "input_files", "markup", "resources", "settings", "validation"}
 ROW = {unit: number for number, row in enumerate(ROWS) for unit in row}

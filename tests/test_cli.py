@@ -69,6 +69,34 @@ def test_python_dash_m_bertforge_is_the_bertforge_command():
     assert [line.split()[0] for line in run.stdout.splitlines()] == ["corona", "##virus", "##es"]
 
 
+INTERRUPTED_WHILE_IMPORTING = """
+import sys
+import bertforge.cli
+
+
+class Interrupt:  # Ctrl-C while the commands' modules load (the first ~0.5 s of every command)
+    def find_spec(self, name, path, target=None):
+        if name == "bertforge.cli.parser":
+            raise KeyboardInterrupt
+
+
+sys.meta_path.insert(0, Interrupt())
+sys.exit(bertforge.cli.main(["--help"]))
+"""
+
+
+def test_a_ctrl_c_while_the_command_line_is_read_ends_in_one_line(capsys, monkeypatch):
+    """A Ctrl-C in the first second of a command was a 30-line traceback (killed by SIGINT, no exit code)."""
+    run = subprocess.run([sys.executable, "-c", INTERRUPTED_WHILE_IMPORTING], capture_output=True, text=True)
+    assert (run.returncode, run.stderr) == (130, "bertforge: interrupted\n")
+
+    def interrupted():  # and while the parser is built from them
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("bertforge.cli.parser.build_parser", interrupted)
+    assert main(["--help"]) == 130 and capsys.readouterr().err == "bertforge: interrupted\n"
+
+
 def test_tokenize_shows_pieces_and_ids(capsys):
     code, out, _ = run(capsys, "tokenize", "The unaffable coronaviruses", "--vocab", "minilm")
     assert code == 0

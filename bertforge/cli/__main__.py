@@ -1,6 +1,6 @@
 """`python -m bertforge.cli` (what torchrun runs): the same as the `bertforge` command."""
 import sys
 
-from .parser import main
+from . import main
 
 sys.exit(main())

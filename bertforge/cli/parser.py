@@ -183,11 +183,13 @@ def run_command(function, arguments: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit code (0, 1 failed, 2 usage, 130 interrupted)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    parser = build_parser()
     try:
+        parser = build_parser()
         parsed = parser.parse_args(argv)
     except SystemExit as exit:  # --help, --print-config (0) or a usage error, already printed
         return exit.code if isinstance(exit.code, int) else USAGE
+    except KeyboardInterrupt as error:  # Ctrl-C while the parser is built: the same line as during a command
+        return report(*describe(error, "bertforge"))
     function, arguments, command = selected_command(parser, parsed)
     if function is None:  # no command, or a group without its sub-command: say what there is
         command.print_help()
