@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import bertforge
-from bertforge import BertConfig, BertForMaskedLM, BertModel
+from bertforge import BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
 from bertforge.errors import BertforgeError
 from bertforge.engine import devices
 from bertforge.train import loop
@@ -177,3 +177,21 @@ def test_a_stop_requested_at_the_last_step_saves_the_end_and_still_stops():
     assert not loop.due_at(5, config, stop_requested=False, can_evaluate=True, device=cpu).stopping
     middle = loop.due_at(3, config, stop_requested=True, can_evaluate=True, device=cpu)
     assert middle.stopping and middle.saving and not middle.end
+
+
+def test_a_ctrl_c_before_the_first_step_closes_the_bar(tmp_path, capsys):
+    """Ctrl-C during the evaluation at the start: the bar was left open until the process exited, so it was drawn
+    again after "bertforge: interrupted" and the message shared the bar's line."""
+    def interrupted(model):
+        raise KeyboardInterrupt
+
+    config = TrainConfig(output_dir=str(tmp_path / "run"), max_steps=4, eval_at_start=True, eval_every=2,
+                         plot=False, tensorboard=False)
+    err = "not interrupted"
+    try:
+        train(BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                                       num_attention_heads=2, intermediate_size=32)),
+              counting_batches(), config, evaluate=interrupted)
+    except KeyboardInterrupt:  # read here, as the CLI reports it: the traceback keeps the loop's frame alive
+        err = capsys.readouterr().err
+    assert err.endswith("\n") and "train:" in err  # the bar drew its last state and ended its line

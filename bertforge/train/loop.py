@@ -71,16 +71,16 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
     forward_model = wrap_for_training(model, config, topology, device)
     log = RunLog(run_dir, resume_step=step, tensorboard=config.tensorboard) if topology.is_main else None
     progress = tqdm(total=config.max_steps, initial=step, desc="train", disable=not topology.is_main, dynamic_ncols=True)
-    if evaluate is not None and step == 0 and config.eval_at_start:
-        run_evaluation(model, evaluate, 0, log, progress, topology)
-    running = RunningMetrics(device, first_step=step + 1)
-    steps = StepRunner.build(model, forward_model, optimizer, scheduler, batches, config, topology, device, running,
-                             statistics, forward_kwargs or {})
-    stream = steps.stream
-    model.train()
-    compiled_at = step + 1 if config.compile and topology.is_main else None  # the step that pays for compiling
-    stop = StopRequests().install()  # Ctrl-C / SIGTERM: finish the step, save, then stop (train/interrupt.py)
+    stop = steps = None  # a Ctrl-C before the first step closes the bar too, so "interrupted" gets its own line
     try:
+        if evaluate is not None and step == 0 and config.eval_at_start:
+            run_evaluation(model, evaluate, 0, log, progress, topology)
+        running = RunningMetrics(device, first_step=step + 1)
+        steps = StepRunner.build(model, forward_model, optimizer, scheduler, batches, config, topology, device,
+                                 running, statistics, forward_kwargs or {})
+        model.train()
+        compiled_at = step + 1 if config.compile and topology.is_main else None  # the step that pays for compiling
+        stop = StopRequests().install()  # Ctrl-C / SIGTERM: finish the step, save, then stop (train/interrupt.py)
         while step < config.max_steps and not (best and best.should_stop):
             started = time.perf_counter()
             # Dropout noise is a function of (seed, rank, step): a resumed run draws what the original would have.
@@ -93,7 +93,7 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
             if due.reading:
                 running.raise_if_diverged(topology, run_dir)  # reading the losses waits for the device
             if due.logging:
-                log_step(step, scheduler.get_last_lr()[0], running.summary(topology, stream), progress, log)
+                log_step(step, scheduler.get_last_lr()[0], running.summary(topology, steps.stream), progress, log)
             end = due.end
             if due.evaluating:
                 scores = run_evaluation(model, evaluate, step, log, progress, topology)
@@ -101,12 +101,12 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
                                                                progress, topology)
                 end = end or stop_early
             if due.saving or end:  # end: early stopping decided by this evaluation
-                save_training_state(run_dir, step, model, optimizer, scheduler, stream, config, best, tokenizer,
+                save_training_state(run_dir, step, model, optimizer, scheduler, steps.stream, config, best, tokenizer,
                                     topology)
             if due.stopping:
                 raise stop.interrupted(step, run_dir)
     finally:
-        close_run(stop, stream, progress, log)
+        close_run(stop, steps and steps.stream, progress, log)
     model.eval()
     return finished_records(log, run_dir, config.plot)
 
@@ -202,10 +202,13 @@ def tidy_after_step(step: int, compiled_at: int | None, started: float, progress
         release_freed_memory()
 
 
-def close_run(stop: StopRequests, stream: Prefetcher, progress, log: RunLog | None) -> None:
-    """Give back what a run holds, finished or not: signal handlers, the prefetch thread, the bar, the log."""
-    stop.uninstall()
-    stream.close()
+def close_run(stop: StopRequests | None, stream: Prefetcher | None, progress, log: RunLog | None) -> None:
+    """Give back what a run holds, finished or not: signal handlers, the prefetch thread, the bar, the log (None:
+    not taken yet)."""
+    if stop:
+        stop.uninstall()
+    if stream:
+        stream.close()
     progress.close()
     if log:
         log.close()
