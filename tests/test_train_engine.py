@@ -1,5 +1,6 @@
 """The loop's engine parts on CPU: batches made ahead with exact positions, statistics read back only
 at log steps, device/precision choice, fused AdamW, and the torchrun device check."""
+import signal
 import time
 
 import pytest
@@ -7,10 +8,11 @@ import torch
 
 import bertforge
 from bertforge import BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
-from bertforge.errors import BertforgeError
+from bertforge.errors import BertforgeError, TrainingInterrupted
 from bertforge.engine import devices
 from bertforge.train import loop
 from bertforge.train.batches import ShuffledBatches
+from bertforge.train.checkpointing import list_checkpoints
 from bertforge.train.config import TrainConfig
 from bertforge.tasks.retrieval.bi_encoder import BiEncoder
 from bertforge.train.loop import precision_of, train
@@ -195,3 +197,25 @@ def test_a_ctrl_c_before_the_first_step_closes_the_bar(tmp_path, capsys):
     except KeyboardInterrupt:  # read here, as the CLI reports it: the traceback keeps the loop's frame alive
         err = capsys.readouterr().err
     assert err.endswith("\n") and "train:" in err  # the bar drew its last state and ended its line
+
+
+def test_a_ctrl_c_during_the_last_evaluation_stops_the_command_after_the_saved_end(tmp_path):
+    """The loop asks for stop requests before a step's evaluation and save; one that came during the last step's
+    evaluation was dropped when the loop ended, and adapt went on to its next stage (found by a Ctrl-C fuzz: the
+    process ran on for minutes). Now the finished, saved run ends as interrupted."""
+    evaluated = []
+
+    def ctrl_c_at_the_end(model):
+        evaluated.append(True)
+        if len(evaluated) == 2:  # step 4 of 4 (every 2 steps)
+            signal.raise_signal(signal.SIGINT)
+        return {"score": 1.0}
+
+    config = TrainConfig(output_dir=str(tmp_path / "run"), max_steps=4, eval_every=2, eval_at_start=False,
+                         save_every=0, plot=False, tensorboard=False)
+    with pytest.raises(TrainingInterrupted, match="interrupted by SIGINT at step 4; saved .*step-000004"):
+        train(BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                                       num_attention_heads=2, intermediate_size=32)),
+              counting_batches(), config, evaluate=ctrl_c_at_the_end)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back
+    assert [c.name for c in list_checkpoints(tmp_path / "run")] == ["step-000004"]

@@ -49,6 +49,13 @@ class StopRequests:
             return self.received is not None
         return all_reduce_sum(torch.tensor([float(self.received is not None)]), topology).item() > 0
 
+    def raise_if_requested(self, step: int, run_dir: Path, topology: Topology) -> None:
+        """After the last step: a request that came once the loop had last asked (while the final evaluation or
+        save ran) would otherwise be dropped, and the command would go on with what follows training. The run is
+        whole and saved; it stops as asked."""
+        if self.requested(topology):
+            raise self.interrupted(step, run_dir)
+
     def interrupted(self, step: int, run_dir: Path) -> TrainingInterrupted:
         return TrainingInterrupted(f"interrupted by {self.received or 'a signal on another rank'} at step {step}; "
                                    f"saved {checkpoint_folder(run_dir, step)}")

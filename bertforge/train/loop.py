@@ -97,9 +97,8 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
             end = due.end
             if due.evaluating:
                 scores = run_evaluation(model, evaluate, step, log, progress, topology)
-                stop_early = best is not None and keep_if_best(best, scores, step, model, run_dir, tokenizer,
-                                                               progress, topology)
-                end = end or stop_early
+                end = (best is not None and keep_if_best(best, scores, step, model, run_dir, tokenizer, progress,
+                                                         topology)) or end  # or early stopping
             if due.saving or end:  # end: early stopping decided by this evaluation
                 save_training_state(run_dir, step, model, optimizer, scheduler, steps.stream, config, best, tokenizer,
                                     topology)
@@ -107,6 +106,7 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
                 raise stop.interrupted(step, run_dir)
     finally:
         close_run(stop, steps and steps.stream, progress, log)
+    stop.raise_if_requested(step, run_dir, topology)  # asked during the last step's evaluation or save
     model.eval()
     return finished_records(log, run_dir, config.plot)
 
