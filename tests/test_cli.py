@@ -7,7 +7,9 @@ import sys
 import numpy as np
 
 import bertforge
+from bertforge.cli.boundary import describe
 from bertforge.cli.parser import build_parser, main
+from bertforge.errors import TrainingInterrupted
 from bertforge.models.summary import parameter_table
 from bertforge.resources import resolve_model
 
@@ -95,6 +97,32 @@ def test_a_ctrl_c_while_the_command_line_is_read_ends_in_one_line(capsys, monkey
 
     monkeypatch.setattr("bertforge.cli.parser.build_parser", interrupted)
     assert main(["--help"]) == 130 and capsys.readouterr().err == "bertforge: interrupted\n"
+
+
+def failed_while_handling(interrupt: BaseException | None) -> RuntimeError:
+    """What torch.onnx.export raised when a Ctrl-C landed while it imported torch._dynamo: its own error, caused by an
+    AttributeError raised while the KeyboardInterrupt was being handled."""
+    try:
+        try:
+            if interrupt is not None:
+                raise interrupt
+            raise OSError("no interrupt here")
+        except BaseException:
+            raise AttributeError("partially initialized module 'torch._dynamo' has no attribute 'decorators'")
+    except AttributeError as inner:
+        try:
+            raise RuntimeError("Failed to export the model with torch.export") from inner
+        except RuntimeError as outer:
+            return outer
+
+
+def test_an_error_raised_while_a_library_handled_a_ctrl_c_is_the_ctrl_c():
+    """Found by scripts/probe_interrupts.py: `bertforge export onnx` stopped at the wrong moment was a 60-line
+    TorchExportError traceback, the KeyboardInterrupt two links down its chain."""
+    assert describe(failed_while_handling(KeyboardInterrupt()), "onnx") == ("interrupted", 130)
+    stopped = TrainingInterrupted("interrupted by SIGINT at step 7; saved runs/x/step-000007")
+    assert describe(failed_while_handling(stopped), "finetune") == (str(stopped), 130)  # its own words kept
+    assert describe(failed_while_handling(None), "onnx") is None  # a bug: the traceback is shown
 
 
 def test_tokenize_shows_pieces_and_ids(capsys):

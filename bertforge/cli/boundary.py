@@ -38,8 +38,9 @@ OS_HINTS = {
 
 def describe(error: BaseException, command: str) -> tuple[str, int] | None:
     """(one-line message, exit code) for an error a user can cause; None for a bug (show the traceback)."""
-    if isinstance(error, KeyboardInterrupt):
-        return (str(error) if str(error) else "interrupted"), INTERRUPTED
+    interrupt = interrupt_behind(error)
+    if interrupt is not None:
+        return (str(interrupt) if str(interrupt) else "interrupted"), INTERRUPTED
     if isinstance(error, UnicodeDecodeError):  # a ValueError too: it must come first
         return not_utf8(error), FAILED
     if isinstance(error, UsageError):
@@ -54,6 +55,21 @@ def describe(error: BaseException, command: str) -> tuple[str, int] | None:
         return os_problem(OSError(number, os.strerror(number)), command), FAILED
     if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":  # torch's, without importing it
         return "out of memory: lower --batch-size (or the recipe's batch_size / max_length)", FAILED
+    return None
+
+
+def interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C `error` is or came from, through its causes and contexts; None where there is none.
+
+    A library that is interrupted half-way can fail in its own words while handling the Ctrl-C: torch.onnx.export
+    stopped while it imports torch._dynamo raises "TorchExportError: ... partially initialized module
+    'torch._dynamo' has no attribute 'decorators'", the Ctrl-C two links down its chain. It is still a Ctrl-C."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
     return None
 
 
