@@ -1,16 +1,19 @@
 """Ctrl-C at a random moment of each long command, many times: does every one end as Ctrl-C should?
 
     python scripts/probe_interrupts.py                       # every command, 4 tries each
-    python scripts/probe_interrupts.py adapt train --tries 8 --seed 3
+    python scripts/probe_interrupts.py adapt pretrain --tries 8 --seed 3
+    python scripts/probe_interrupts.py embed pretrain --signal TERM       # what a scheduler or `docker stop` sends
 
 Each try starts `python -m bertforge COMMAND` on the repo's own data (data/austen), waits a random time within
 the command's span (start-up included: the first half second is when the parser loads) and sends SIGINT, as a
-terminal's Ctrl-C does. The endings counted: "interrupted" (exit 130, last line `bertforge: interrupted...`, no
-traceback), "finished" (it ended before the signal: exit 0), "killed at exit" (the signal came during the
-interpreter's shutdown, after the work: the process dies by SIGINT, which a shell shows as 130 too), and the ones
-that need looking at: a traceback, any other exit, or a process still running 60 s after the signal. Found with
-it (2026-11-27): a Ctrl-C while numpy wrote an array came out as a TypeError; one in the first half second was a
-traceback; one during a training run's last evaluation was dropped and adapt went on to its next stage.
+terminal's Ctrl-C does (or SIGTERM). The endings counted: "interrupted" (exit 130, last line `bertforge:
+interrupted...`, no traceback), "finished" (it ended before the signal: exit 0), "died by the signal" with no
+traceback (SIGINT during the interpreter's shutdown, after the work, which a shell shows as 130 too; SIGTERM also
+before the command line is read, as for any program), and the ones that need looking at: a traceback, any other
+exit, or a process still running 60 s after the signal. Found with it (2026-11-27): a Ctrl-C while numpy wrote an
+array came out as a TypeError; one in the first half second was a traceback; one during a training run's last
+evaluation was dropped and adapt went on to its next stage; one while torch.onnx.export imported torch._dynamo
+was a TorchExportError.
 """
 from __future__ import annotations
 
@@ -53,7 +56,7 @@ def lines_file(folder: Path) -> Path:
     return path
 
 
-def one_try(name: str, delay: float, folder: Path) -> tuple[str, str]:
+def one_try(name: str, delay: float, folder: Path, sent: signal.Signals = signal.SIGINT) -> tuple[str, str]:
     """(ending, the last lines of stderr where it needs looking at)."""
     arguments, _ = COMMANDS[name]
     lines_file(folder)
@@ -61,7 +64,7 @@ def one_try(name: str, delay: float, folder: Path) -> tuple[str, str]:
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=folder,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(delay)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(sent)
     try:
         _, err = process.communicate(timeout=GRACE_SECONDS)
     except subprocess.TimeoutExpired:
@@ -74,8 +77,8 @@ def one_try(name: str, delay: float, folder: Path) -> tuple[str, str]:
         return "interrupted", ""
     if process.returncode == 0:
         return "finished", ""
-    if process.returncode == -signal.SIGINT and "Traceback" not in err:
-        return "killed at exit", ""
+    if process.returncode == -sent and "Traceback" not in err:
+        return "died by the signal", ""
     return "other exit", f"exit {process.returncode}\n{err[-2000:]}"
 
 
@@ -84,6 +87,7 @@ def main() -> None:
     parser.add_argument("commands", nargs="*", help=f"some of: {', '.join(COMMANDS)} (default: all)")
     parser.add_argument("--tries", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--signal", choices=["INT", "TERM"], default="INT", help="SIGINT (Ctrl-C) or SIGTERM")
     options = parser.parse_args()
     names = options.commands or list(COMMANDS)
     if unknown := sorted(set(names) - set(COMMANDS)):
@@ -94,7 +98,7 @@ def main() -> None:
         for name in names:
             delay = rng.uniform(0.2, COMMANDS[name][1])
             with tempfile.TemporaryDirectory() as folder:
-                ending, detail = one_try(name, delay, Path(folder))
+                ending, detail = one_try(name, delay, Path(folder), signal.Signals[f"SIG{options.signal}"])
             endings[name][ending] += 1
             print(f"{name} after {delay:.1f} s: {ending}", flush=True)
             if detail:
@@ -106,7 +110,7 @@ def main() -> None:
     print(f"\n{other} of {options.tries * len(names)} tries need looking at")
 
 
-KINDS = ("interrupted", "finished", "killed at exit", "traceback", "other exit", "still running")
+KINDS = ("interrupted", "finished", "died by the signal", "traceback", "other exit", "still running")
 
 if __name__ == "__main__":
     main()
