@@ -98,7 +98,7 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
             if due.evaluating:
                 scores = run_evaluation(model, evaluate, step, log, progress, topology)
                 end = (best is not None and keep_if_best(best, scores, step, model, run_dir, tokenizer, progress,
-                                                         topology)) or end  # or early stopping
+                                                         topology)) or end  # keep_if_best first: it always runs
             if due.saving or end:  # end: early stopping decided by this evaluation
                 save_training_state(run_dir, step, model, optimizer, scheduler, steps.stream, config, best, tokenizer,
                                     topology)
@@ -205,9 +205,9 @@ def tidy_after_step(step: int, compiled_at: int | None, started: float, progress
 def close_run(stop: StopRequests | None, stream: Prefetcher | None, progress, log: RunLog | None) -> None:
     """Give back what a run holds, finished or not: signal handlers, the prefetch thread, the bar, the log (None:
     not taken yet)."""
-    if stop:
+    if stop is not None:
         stop.uninstall()
-    if stream:
+    if stream is not None:
         stream.close()
     progress.close()
     if log:
