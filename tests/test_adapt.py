@@ -85,8 +85,24 @@ def test_jsonl_titles_csv_columns_and_gzip(tmp_path):
         file.write(json.dumps({"id": 7, "title": "Aspirin", "text": "It helps.  It  thins blood."}) + "\n")
     (tmp_path / "rows.tsv").write_text("id\treview\n1\tGood drug. Wouldn&#039;t stop.\n", encoding="utf-8")
     corpus = read_corpus([tmp_path], text_column="review")
-    assert [(p.id, p.title, p.sentences) for p in corpus.passages] == [
-        ("7", "Aspirin", ["It helps.", "It thins blood."]), ("rows.tsv:2", "", ["Good drug.", "Wouldn't stop."])]  # HTML entities undone
+    assert [(p.id, p.title, p.sentences) for p in corpus.passages] == [  # HTML entities undone; the rows' own ids
+        ("7", "Aspirin", ["It helps.", "It thins blood."]), ("1", "", ["Good drug.", "Wouldn't stop."])]
+    (tmp_path / "rows.tsv").write_text("drug\treview\nasp\tGood drug.\n", encoding="utf-8")  # no id column
+    assert [p.id for p in read_corpus([tmp_path], text_column="review").passages] == ["7", "rows.tsv:2"]
+
+
+def test_a_folder_reads_the_text_and_id_fields_asked_for(tmp_path):
+    (tmp_path / "docs.jsonl").write_text(json.dumps({"doc": "d1", "body": "It helps.", "id": 3}) + "\n"
+                                         + json.dumps({"doc": "d2", "text": "A record in the usual shape."}) + "\n",
+                                         encoding="utf-8")
+    (tmp_path / "rows.csv").write_text("doc,body\nr1,Good drug.\n", encoding="utf-8")
+    corpus = read_corpus([tmp_path], text_column="body", id_column="doc")
+    assert [(p.id, p.text) for p in corpus.passages] == [
+        ("d1", "It helps."), ("d2", "A record in the usual shape."), ("r1", "Good drug.")]
+    (tmp_path / "rows.csv").write_text("doc,review\nr1,Good drug.\n", encoding="utf-8")
+    (tmp_path / "docs.jsonl").write_text(json.dumps({"doc": "d1", "review": 5}) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="docs.jsonl:1: a record needs a str 'body'"):
+        read_corpus([tmp_path], text_column="body", id_column="doc")
 
 
 def test_passage_store_reads_back_by_position_and_its_digest_is_the_content_in_order():

@@ -292,6 +292,17 @@ def test_a_table_indexes_its_text_column(tmp_path, corpus_lines, cassette_dir, c
     assert "corpus: 0 file(s), 0 passages" in printed and "--text-field names the column" in printed
 
 
+def test_a_folder_build_keeps_the_ids_its_records_give(tmp_path, corpus_lines, cassette_dir):
+    folder = tmp_path / "records"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text("".join(json.dumps({"key": f"doc-{i}", "body": line}) + "\n"
+                                            for i, line in enumerate(corpus_lines[:12])), encoding="utf-8")
+    build_index(folder, tmp_path / "index", cassette_dir, text_field="body", id_field="key")
+    assert stored(Index.load(tmp_path / "index")) == [(f"doc-{i}", line) for i, line in enumerate(corpus_lines[:12])]
+    with pytest.raises(ValueError, match="duplicate id 'doc-0' .* unless its records give ids under 'key'"):
+        add_corpus(tmp_path / "index", folder, text_field="body", id_field="key")
+
+
 def test_a_killed_folder_build_keeps_its_chunks(tmp_path, monkeypatch, corpus_lines, cassette_dir, capsys):
     site = write_site(tmp_path / "site", corpus_lines)
     KilledAt(monkeypatch, at=2)

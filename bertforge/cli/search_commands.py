@@ -28,7 +28,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
         normalize: L2-normalise vectors, so scores are cosine similarities
         batch_size: texts per forward pass
         text_field: the JSONL field, or the .csv / .tsv column, that holds the text
-        id_field: the JSONL field that holds the id (default ids: FILE:LINE)
+        id_field: the JSONL field or .csv / .tsv column that holds the id (default: FILE:LINE; FILE:BLOCK for pages)
         tune_queries: a file of typical queries, one a line, to tune ivf/hnsw effort on (default: stored vectors)
         dense_weight: make searches hybrid by default: this share for the encoder's cosines, the rest for BM25 over the passages (0.7 measured best; default: the encoder alone)
         threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else chosen batch by batch: the usable cores or fewer, whichever runs faster while other processes share the machine)
@@ -57,7 +57,7 @@ def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int
         chunk_size: passages embedded per chunk file (the unit kept after a kill)
         batch_size: texts per forward pass
         text_field: the JSONL field, or the .csv / .tsv column, that holds the text
-        id_field: the JSONL field that holds the id (default ids: FILE:LINE)
+        id_field: the JSONL field or .csv / .tsv column that holds the id (default: FILE:LINE; FILE:BLOCK for pages)
         threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else chosen batch by batch: the usable cores or fewer, whichever runs faster while other processes share the machine)
     """
     from ..engine.threads import use_threads

@@ -112,9 +112,10 @@ def index_input(corpus: str | Path, work_file: Path, text_field: str, id_field: 
     as JSONL in `work_file` (the module's doc)."""
     source = Path(corpus)
     if source.exists() and reads_as_documents(source):
-        return IndexInput(passages_file(source, work_file, text_column=text_field), "text", "id", str(source),
-                          "its passages are named after their files (FILE:BLOCK): is it, or a file of the same name, "
-                          "in the index already?")
+        passages = passages_file(source, work_file, text_column=text_field, id_column=id_field)
+        return IndexInput(passages, "text", "id", str(source),
+                          f"its passages are named after their files (FILE:BLOCK) unless its records give ids under "
+                          f"{id_field!r}: is it, or a file of the same name, in the index already?")
     return IndexInput(check_corpus_file(source), text_field, id_field, str(source))
 
 

@@ -5,9 +5,9 @@ Layouts, picked by each file's extension (compressed .gz / .xz read on the fly):
 - plain text: a passage per blank-line block; hard-wrapped lines are joined. Consecutive short
   blocks (a line of dialogue, a heading) are joined until the passage has MIN_WORDS words, so a
   novel's passages are paragraphs of prose, not "Yes, sir."
-- .jsonl: one passage per record, its text under `text` and an optional `title` (kept apart:
-  a title is not a sentence an ICT query could be cut from);
-- .csv / .tsv: one passage per row, its text in `text_column`;
+- .jsonl: one passage per record, its text under `text_column` (or `text`) and an optional `title` (kept apart:
+  a title is not a sentence an ICT query could be cut from), its id under `id_column` (or BEIR's `_id`);
+- .csv / .tsv: one passage per row, its text in `text_column`, its id in `id_column` where the table has one;
 - HTML, Markdown, reStructuredText: plain text once the markup is gone (`markup.text_blocks`: a saved
   documentation site's pages without their navigation, scripts and permalinks).
 A folder stands for the files of these kinds under it; others (a site's images, styles and scripts) are
@@ -129,11 +129,12 @@ class Corpus:
     split: int = 0  # passages that were over max_words and became several
     sources: dict = field(default_factory=dict)  # file -> passages read from it
     skipped: dict = field(default_factory=dict)  # suffix -> files of that kind in the folders, not read
-    text_column: str = "text"  # the CSV/TSV column read
+    text_column: str = "text"  # the JSONL field or CSV/TSV column read
     tables_without_text: list = field(default_factory=list)  # CSV/TSV files in the folders without that column
 
 
-def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", max_words: int = MAX_WORDS) -> Corpus:
+def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", max_words: int = MAX_WORDS,
+                id_column: str = "id") -> Corpus:
     """Every file's passages, normalised, deduplicated and split to at most ~max_words words.
 
     Raises ValueError (one line naming the file and the fix) for a binary or non-UTF-8 file,
@@ -155,7 +156,7 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
             corpus.tables_without_text.append(str(path))  # a data table beside the text, not a corpus of rows
             continue
         count = 0
-        for passage in file_passages(path, name, text_column):
+        for passage in file_passages(path, name, text_column, id_column):
             key = passage_digest(passage)
             if key in seen:
                 corpus.duplicates += 1
@@ -233,30 +234,32 @@ def check_text_file(path: Path) -> None:
                          "leave it out of the corpus")
 
 
-def file_passages(path: Path, name: str, text_column: str) -> Iterator[Passage]:
+def file_passages(path: Path, name: str, text_column: str, id_column: str = "id") -> Iterator[Passage]:
     """The passages of one file, their ids made from `name` (source_names) unless its records give ids."""
     suffix = text_suffix(path).lower()
     if suffix == JSONL:
-        yield from jsonl_passages(path, name)
+        yield from jsonl_passages(path, name, text_column, id_column)
     elif suffix in DELIMITERS:
-        rows = read_rows(path, text_columns=[text_column])
-        for number, (texts, row) in enumerate(zip(rows.texts, rows.row_numbers)):
+        has_ids = id_column in table_columns(path)
+        rows = read_rows(path, text_columns=[text_column], id_column=id_column if has_ids else None)
+        ids = rows.ids if has_ids else [f"{name}:{row}" for row in rows.row_numbers]
+        for texts, passage_id in zip(rows.texts, ids):
             sentences = sentences_of(texts[0])
             if sentences:
-                yield Passage(f"{name}:{row}", sentences)
+                yield Passage(str(passage_id), sentences)
     else:
         yield from text_passages(path, name)
 
 
-def jsonl_passages(path: Path, name: str) -> Iterator[Passage]:
+def jsonl_passages(path: Path, name: str, text_field: str = "text", id_field: str = "id") -> Iterator[Passage]:
     for line_number, record in jsonl_objects(path):
-        text, title = record.get("text"), record.get("title") or ""
-        if not isinstance(text, str) or not isinstance(title, str):
-            raise ValueError(f"{path}:{line_number}: a record needs a str 'text' (and an optional str 'title'); "
-                             f"found keys {sorted(record)}")
+        text, title = record.get(text_field, record.get("text")), record.get("title") or ""  # a folder's tables
+        if not isinstance(text, str) or not isinstance(title, str):  # may name another column than its JSONL
+            raise ValueError(f"{path}:{line_number}: a record needs a str {text_field!r} (and an optional str "
+                             f"'title'); found keys {sorted(record)}")
         sentences = sentences_of(text)
         if sentences:
-            passage_id = record.get("id", record.get("_id", f"{name}:{line_number}"))
+            passage_id = record.get(id_field, record.get("_id", f"{name}:{line_number}"))
             yield Passage(str(passage_id), sentences, normalise(title))
 
 
@@ -346,11 +349,12 @@ def write_passages_file(passages: Iterable[Passage], path: Path) -> None:
             lines.write(json.dumps({"id": passage.id, "text": passage_text(passage)}, ensure_ascii=False) + "\n")
 
 
-def passages_file(source: Path, target: Path, text_column: str = "text", text_option: str = "--text-field") -> Path:
+def passages_file(source: Path, target: Path, text_column: str = "text", text_option: str = "--text-field",
+                  id_column: str = "id") -> Path:
     """The passages of a folder, pages or a table (`read_corpus`), written to `target` as an index's JSONL. A
     `target` that already holds them is left as it was, its time too: an interrupted build's chunks, made from
     it, are kept. Prints what was read and left out; raises ValueError when no text is found."""
-    corpus = read_corpus([source], text_column=text_column)
+    corpus = read_corpus([source], text_column=text_column, id_column=id_column)
     print("\n".join(corpus_summary(corpus, "index build", text_option)), flush=True)
     if not corpus.passages:
         raise ValueError(no_text_found(str(source), text_option))
