@@ -262,6 +262,19 @@ def test_a_sites_markdown_sources_beside_its_pages_of_the_same_name_are_left_out
         ["intro.html", "npm-access.html", "npm-access.md"]
 
 
+def test_a_source_and_a_page_that_only_share_a_name_are_both_read(tmp_path):
+    site = tmp_path / "site"
+    for folder in ("notes", "pages"):
+        (site / folder).mkdir(parents=True)
+    (site / "notes" / "index.md").write_text("# Shopping\n\nBuy apples, pears and a loaf of bread on Friday.\n")
+    (site / "pages" / "index.html").write_text("<h1>Welcome</h1><p>This site documents the parser's options.</p>")
+    (site / "pages" / "intro.html").write_text("<p>What the parser reads, and how it reports errors.</p>")
+    (site / "notes" / "intro.rst").write_text("Intro\n=====\n\nWhat the parser reads, and how it reports them.\n")
+    corpus = read_corpus([site])
+    assert sorted(path.name for path in corpus.files) == ["index.html", "index.md", "intro.html"]
+    assert corpus.skipped == {".md/.rst sources of HTML pages of the same name": 1}  # intro.rst: most words shared
+
+
 def test_files_of_one_name_in_several_folders_give_passages_of_distinct_ids(tmp_path):
     # A documentation site has an index.html in every folder; their passages once shared the ids index.html:0...,
     # and adapt failed at its last stage, the index, after the training.

@@ -53,6 +53,8 @@ DOCUMENT_SUFFIXES = (*MARKUP_SUFFIXES, *DELIMITERS)  # index build reads these a
 MIN_WORDS = 40  # plain text: shorter blocks are joined with the next
 MAX_WORDS = 150  # ~200 word pieces: inside MiniLM's 256 tokens with room for rare words' pieces
 _WHITESPACE = re.compile(r"\s+")
+_WORD = re.compile(r"\w+")
+SAME_TEXT = 0.6  # a source whose page holds this share of its words is that page's text again (page_sources)
 
 
 @dataclass
@@ -204,14 +206,39 @@ def sphinx_sources(files: list[Path], paths: list) -> set[Path]:
 
 
 def page_sources(files: list[Path], paths: list) -> set[Path]:
-    """The Markdown and reStructuredText files inside a folder given that share their name (less the suffix) with an
-    HTML page among the files: a site's sources beside the pages built from them (npm's docs/content/*.md and
-    docs/output/*.html), the same text again, which would put every passage in the index twice and let a held-out
-    query's sentence be found in its twin. The pages are read; a file named on the command line is read."""
+    """The Markdown and reStructuredText files inside a folder given that an HTML page among the files was built
+    from: a site's sources beside its pages (npm's docs/content/*.md and docs/output/*.html), the same text again,
+    which would put every passage in the index twice and let a held-out query's sentence be found in its twin. A
+    source is paired with a page of its name (less the suffix) that holds most of its words, so an index.md and an
+    index.html of different text are both read. The pages are read; a file named on the command line is read."""
     named = {Path(path) for path in paths}
-    pages = {path.stem for path in files if text_suffix(path).lower() in HTML_SUFFIXES}
+    pages: dict[str, list[Path]] = {}
+    for path in files:
+        if text_suffix(path).lower() in HTML_SUFFIXES:
+            pages.setdefault(path.stem, []).append(path)
+    words = CachedWords()
     return {path for path in files
-            if path not in named and text_suffix(path).lower() in SOURCE_SUFFIXES and path.stem in pages}
+            if path not in named and text_suffix(path).lower() in SOURCE_SUFFIXES and path.stem in pages
+            and any(words.share_in(path, page) >= SAME_TEXT for page in pages[path.stem])}
+
+
+class CachedWords:
+    """Each file's distinct lower-cased words, its markup gone, read once (a page may be checked against several
+    sources)."""
+
+    def __init__(self):
+        self._words: dict[Path, frozenset] = {}
+
+    def of(self, path: Path) -> frozenset:
+        if path not in self._words:  # a binary or non-UTF-8 file has no words here; check_text_file says so later
+            self._words[path] = frozenset() if utf8_problem(path) is not None else frozenset(
+                word for block in text_blocks(path) for word in _WORD.findall(block.lower()))
+        return self._words[path]
+
+    def share_in(self, source: Path, page: Path) -> float:
+        """The share of `source`'s distinct words that `page` holds (0 for a source without words)."""
+        source_words = self.of(source)
+        return len(source_words & self.of(page)) / len(source_words) if source_words else 0.0
 
 
 def unread_kinds(paths: list, read: list[Path]) -> dict[str, int]:
