@@ -125,6 +125,26 @@ def test_an_error_raised_while_a_library_handled_a_ctrl_c_is_the_ctrl_c():
     assert describe(failed_while_handling(None), "onnx") is None  # a bug: the traceback is shown
 
 
+CTRL_C_IN_EXEC = """
+import os, signal, sys
+from bertforge.cli.boundary import describe, report
+try:  # as a dataclass being made while a module loads: its methods are exec()'d from a string
+    exec("import os, signal\\nos.kill(os.getpid(), signal.SIGINT)\\nwhile True: pass")
+except KeyboardInterrupt as error:
+    sys.exit(report(*describe(error, "serve")))
+"""
+
+
+def test_a_ctrl_c_that_stopped_exec_of_a_string_still_exits_130(tmp_path):
+    """Found by a probe of `python -m bertforge serve` stopped while it loads (1 try in 15): the one line, then
+    death by SIGINT at exit (-2 to a Python parent), since CPython had marked the Ctrl-C unhandled. Run with -m, as
+    the probe and torchrun run the CLI: a script's SystemExit leaves without looking at the mark."""
+    (tmp_path / "stopped_in_exec.py").write_text(CTRL_C_IN_EXEC, encoding="utf-8")
+    ended = subprocess.run([sys.executable, "-m", "stopped_in_exec"], capture_output=True, text=True, timeout=60,
+                           cwd=tmp_path)
+    assert (ended.returncode, ended.stderr) == (130, "bertforge: interrupted\n")
+
+
 def test_tokenize_shows_pieces_and_ids(capsys):
     code, out, _ = run(capsys, "tokenize", "The unaffable coronaviruses", "--vocab", "minilm")
     assert code == 0

@@ -112,4 +112,18 @@ def file_being_read(trace: types.TracebackType | None) -> str | None:
 
 def report(message: str, code: int) -> int:
     print(f"bertforge: error: {message}" if code != INTERRUPTED else f"bertforge: {message}", file=sys.stderr)
+    if code == INTERRUPTED:
+        forget_unhandled_interrupt()
     return code
+
+
+def forget_unhandled_interrupt() -> None:
+    """Tell CPython the Ctrl-C was handled. A KeyboardInterrupt that ends code run by exec() or eval() of a string
+    (dataclasses and namedtuple make their methods that way while modules load) marks it unhandled even when it is
+    caught further up, and the interpreter then kills itself with SIGINT at exit: a parent saw -2, not 130."""
+    try:
+        import ctypes
+
+        ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value = 0
+    except (ImportError, ValueError, AttributeError):  # not CPython, or a build that does not export the flag
+        pass
