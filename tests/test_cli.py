@@ -1,14 +1,19 @@
 """One integration test per CLI command, on the real packaged checkpoints and tiny data."""
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
+import pytest
 
 import bertforge
 from bertforge.cli.boundary import describe
 from bertforge.cli.parser import build_parser, main
+from bertforge.cli.stop_signals import StopSignals
 from bertforge.errors import TrainingInterrupted
 from bertforge.models.summary import parameter_table
 from bertforge.resources import resolve_model
@@ -123,6 +128,38 @@ def test_an_error_raised_while_a_library_handled_a_ctrl_c_is_the_ctrl_c():
     stopped = TrainingInterrupted("interrupted by SIGINT at step 7; saved runs/x/step-000007")
     assert describe(failed_while_handling(stopped), "finetune") == (str(stopped), 130)  # its own words kept
     assert describe(failed_while_handling(None), "onnx") is None  # a bug: the traceback is shown
+
+
+def swallows_the_ctrl_c(stop: signal.Signals, then: BaseException):
+    """A library that catches the KeyboardInterrupt a stop signal raised and fails in its own words (torch loading a
+    checkpoint: 2 of 40 tries of `bertforge serve` stopped while it loads)."""
+    def run(function, arguments):
+        try:
+            os.kill(os.getpid(), stop)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            pass
+        raise then
+    return run
+
+
+@pytest.mark.parametrize("stop, said", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "interrupted by SIGTERM")])
+def test_an_error_a_library_raised_in_place_of_a_swallowed_stop_is_the_stop(monkeypatch, capsys, stop, said):
+    shape = ValueError("could not determine the shape of object type 'torch.storage.UntypedStorage'")
+    monkeypatch.setattr("bertforge.cli.parser.run_command", swallows_the_ctrl_c(stop, shape))
+    before = {number: signal.signal(number, default) for number, default in StopSignals.DEFAULTS.items()}
+    try:  # Python's own handlers, as in a command started from a terminal (a pytest worker may ignore SIGINT)
+        assert main(["tokenize", "a text"]) == 130 and capsys.readouterr().err == f"bertforge: {said}\n"
+        assert {number: signal.getsignal(number) for number in before} == StopSignals.DEFAULTS  # given back
+
+        def fails(function, arguments):
+            raise shape
+
+        monkeypatch.setattr("bertforge.cli.parser.run_command", fails)  # the same error with no stop before it
+        assert main(["tokenize", "a text"]) == 1 and "bertforge: error: could not determine" in capsys.readouterr().err
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
 
 
 CTRL_C_IN_EXEC = """

@@ -13,7 +13,6 @@ import dataclasses
 import inspect
 import logging
 import re
-import signal
 import typing
 
 import docstring_parser
@@ -23,8 +22,9 @@ from ..engine.threads import spin_briefly
 from ..serve import commands as serve_commands
 from ..tasks.retrieval import commands as sbert_commands
 from . import adapt_commands, commands, export, readmission_commands, search_commands
-from .boundary import USAGE, describe, report
+from .boundary import INTERRUPTED, USAGE, describe, report
 from .options import command_line_style
+from .stop_signals import StopSignals
 
 REQUIRED = "the following arguments are required: "
 COMMANDS = {
@@ -195,31 +195,16 @@ def main(argv: list[str] | None = None) -> int:
         command.print_help()
         return USAGE
     spin_briefly()  # before the command imports torch
-    previous = terminate_as_interrupt()
-    try:
-        run_command(function, arguments)
-    except BaseException as error:
-        described = None if parsed.debug or isinstance(error, SystemExit) else describe(error, function.__name__)
-        if described is None:
-            raise
-        return report(*described)
-    finally:
-        restore_terminate(previous)
+    with StopSignals() as signals:
+        try:
+            run_command(function, arguments)
+        except BaseException as error:
+            if parsed.debug or isinstance(error, SystemExit):
+                raise
+            described = describe(error, function.__name__)
+            if signals.received and (described is None or described[1] != INTERRUPTED):
+                described = signals.message(), INTERRUPTED  # a library's error in place of the Ctrl-C it swallowed
+            if described is None:
+                raise
+            return report(*described)
     return 0
-
-
-def terminate_as_interrupt():
-    """SIGTERM (what `kill`, a scheduler or a container stop sends) ends a command as Ctrl-C does:
-    cleanly, with its one-line message; training saves a checkpoint first (train/interrupt.py)."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt("interrupted by SIGTERM")
-
-    try:
-        return signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread (the CLI called from a worker thread): leave signals alone
-        return None
-
-
-def restore_terminate(previous) -> None:
-    if previous is not None:
-        signal.signal(signal.SIGTERM, previous)
