@@ -83,7 +83,8 @@ def test_the_command_line_keeps_its_argparse_spellings():
 def test_readmission_train_takes_every_field_of_its_dataclass():
     """Built from ReadmissionRun: c and eval_batch_size (lost by the hand-copied options) cannot drift away again."""
     train = subcommand_parser("readmission", "train")
-    options = {action.dest for action in train._actions if action.option_strings} - {"help", "config", "print_config", "overwrite"}
+    options = {action.dest for action in train._actions if action.option_strings} - {
+        "help", "config", "print_config", "overwrite", "threads"}  # threads: every command's
     assert options == {field.name for field in dataclasses.fields(ReadmissionRun)}
     parsed = build_parser().parse_args(["readmission", "train", "--data", "d", "--output", "o", "--c", "3",
                                         "--eval-batch-size", "16"]).readmission.train
@@ -126,7 +127,7 @@ def test_readmission_train_print_config_reads_back_with_config(tmp_path):
     values = yaml.safe_load(printed)
     assert {key: values[key] for key in ("data", "output", "kind", "c", "eval_batch_size")} == \
         {"data": "d", "output": "o", "kind": "bow", "c": 3.0, "eval_batch_size": 16}
-    assert set(values) == {field.name for field in dataclasses.fields(ReadmissionRun)} | {"overwrite"}
+    assert set(values) == {field.name for field in dataclasses.fields(ReadmissionRun)} | {"overwrite", "threads"}
     (tmp_path / "run.yaml").write_text(printed)
     assert run_cli("readmission", "train", "--config", tmp_path / "run.yaml", "--print-config")[1] == printed
     line = assert_one_line_error(*run_cli("readmission", "train", "--config", tmp_path / "run.yaml", "--c", "0")[::2],

@@ -1,7 +1,8 @@
 """How many compute threads: physical cores under the affinity mask, capped by a cgroup quota."""
 import pytest
 
-from bertforge.engine.threads import cgroup_cpu_quota, physical_cores, requested_threads, usable_threads
+from bertforge.engine.threads import (cgroup_cpu_quota, physical_cores, requested_threads, usable_threads,
+                                      use_threads)
 
 
 def fake_sysfs(root, cores_of_cpus):
@@ -43,7 +44,7 @@ def test_omp_num_threads_is_the_users_choice():
     assert requested_threads({"OMP_NUM_THREADS": "many"}) is None
 
 
-@pytest.mark.parametrize("command", ["embed", "index build"])
+@pytest.mark.parametrize("command", ["embed", "index build", "info"])
 def test_long_commands_run_on_the_threads_asked_for(command, minilm_dir, tmp_path):
     import torch
 
@@ -52,7 +53,8 @@ def test_long_commands_run_on_the_threads_asked_for(command, minilm_dir, tmp_pat
     texts = tmp_path / "texts.txt"
     texts.write_text("a ship of the navy\nthe bank raised rates\n", encoding="utf-8")
     arguments = {"embed": ["embed", str(texts), str(tmp_path / "vectors.npy")],
-                 "index build": ["index", "build", str(texts), "--output", str(tmp_path / "index")]}[command]
+                 "index build": ["index", "build", str(texts), "--output", str(tmp_path / "index")],
+                 "info": ["info"]}[command]
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -60,3 +62,41 @@ def test_long_commands_run_on_the_threads_asked_for(command, minilm_dir, tmp_pat
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_every_command_but_serve_takes_threads_and_serve_has_its_own():
+    from bertforge.cli.parser import build_parser
+
+    def leaves(parser, path=()):
+        for name, child in parser.commands.items():
+            yield from leaves(child, (*path, name)) if child.commands else [((*path, name), child)]
+
+    commands = dict(leaves(build_parser()))
+    assert len(commands) > 20
+    assert [name for name, parser in commands.items() if not parser.takes_threads] == [("serve",)]
+    assert all(any(action.dest == "threads" for action in parser._actions) for parser in commands.values())
+
+
+def test_without_threads_torch_runs_on_the_usable_cores_not_the_machines_logical_cpus(monkeypatch):
+    import torch
+
+    monkeypatch.setattr("bertforge.engine.threads.usable_threads", lambda: 1)
+    torch.set_num_threads(3)  # torch's own default: every logical CPU
+    environ = {}
+    use_threads(None, environ)
+    assert torch.get_num_threads() == 1 and environ == {}
+    torch.set_num_threads(3)
+    use_threads(None, {"OMP_NUM_THREADS": "3"})  # the user's count stays
+    assert torch.get_num_threads() == 3
+    use_threads(2, environ)
+    assert torch.get_num_threads() == 2 and environ == {"RAYON_NUM_THREADS": "2"}  # the tokenizers' pool too
+
+
+def test_a_command_that_has_not_loaded_torch_gives_it_the_count_as_it_starts():
+    import subprocess
+    import sys
+
+    code = ("import os\nfrom bertforge.engine.threads import use_threads\nos.environ.pop('OMP_NUM_THREADS', None)\n"
+            "use_threads(1)\nimport torch\nprint(torch.get_num_threads())")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert ran.stdout.strip() == "1", ran.stderr

@@ -7,7 +7,7 @@ from typing import Literal
 def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Literal["quick", "full"] = "quick",
           eval: str | None = None, text_column: str = "text", seed: int = 0,
           device: Literal["auto", "cpu", "cuda"] = "auto", precision: Literal["auto", "fp32", "bf16"] = "auto",
-          threads: int | None = None, mlm: str | None = None, vocab: Literal["base", "new"] = "base",
+          mlm: str | None = None, vocab: Literal["base", "new"] = "base",
           vocab_size: int | None = None, minutes: float | None = None, query_generator: str | None = None) -> None:
     """Adapt a sentence encoder to a folder of domain text: train, evaluate, index, in one command.
 
@@ -37,12 +37,8 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
             full)
         query_generator: a doc2query model (a transformers T5 folder or hub name, e.g. doc2query/msmarco-t5-base-v1)
             whose queries for the passages join ICT's anchors (GPL-style; needs pip install 'bertforge[generate]')
-        threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else chosen batch by batch: the usable cores or fewer, whichever runs faster while other processes share the machine)
     """
     from ..adapt.pipeline import AdaptOptions, run_adapt
-    from ..engine.threads import use_threads
-
-    use_threads(threads)
     run_adapt(AdaptOptions(corpus=list(corpus), output=output, base=base, preset=preset, eval=eval,
                            text_column=text_column, seed=seed, device=device, precision=precision, mlm=mlm,
                            vocab=vocab, vocab_size=vocab_size, minutes=minutes, query_generator=query_generator))

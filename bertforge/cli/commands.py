@@ -62,7 +62,7 @@ def embed_texts(input: str, output: str, model: str = "minilm", layers: str = "-
                 layer_combine: LayerCombine = "mean", pooling: Pooling | None = None, normalize: bool | None = None,
                 batch_size: int = 32, max_length: int | None = None,
                 text_field: str = "text", dtype: DtypeName = "fp32", max_batch_tokens: int | None = None,
-                device: str | None = None, threads: int | None = None) -> None:
+                device: str | None = None) -> None:
     """Embed texts (one per line, or JSONL) into a .npy array of shape (n, hidden).
 
     Killed part-way, the same command again picks up where it stopped. Under torchrun
@@ -83,18 +83,15 @@ def embed_texts(input: str, output: str, model: str = "minilm", layers: str = "-
         dtype: the model's number format: fp32, fp16 or bf16 (GPU), int8 (CPU)
         max_batch_tokens: the most padded tokens per forward pass (default 2048 on a CPU, 16384 on a GPU)
         device: cpu, cuda or cuda:N (default: this process's GPU if there is one, else the CPU)
-        threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else chosen batch by batch: the usable cores or fewer, whichever runs faster while other processes share the machine)
     """
     import torch
 
-    from ..engine.threads import use_threads
     from ..embeddings.embed import Embedder
     from ..embeddings.files import embed_file, vector_settings
     from ..models.folder import read_model_folder
     from ..engine.devices import device_from_option
     from ..train.distributed import process_group
 
-    use_threads(threads)
     source = Path(input)
     texts = read_texts(source, text_field)
     chosen = device_from_option(device)

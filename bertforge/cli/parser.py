@@ -18,7 +18,7 @@ import typing
 import docstring_parser
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
-from ..engine.threads import spin_briefly
+from ..engine.threads import spin_briefly, use_threads
 from ..serve import commands as serve_commands
 from ..tasks.retrieval import commands as sbert_commands
 from . import adapt_commands, commands, export, readmission_commands, search_commands
@@ -27,6 +27,8 @@ from .options import command_line_style
 from .stop_signals import StopSignals
 
 REQUIRED = "the following arguments are required: "
+THREADS_HELP = ("CPU threads (default: OMP_NUM_THREADS if set, else the physical cores this process may use; "
+                "inference chooses batch by batch among them, the fewer when other processes share the machine)")
 COMMANDS = {
     "demo": commands.demo,
     "tokenize": commands.tokenize,
@@ -65,6 +67,7 @@ class CommandParser(ArgumentParser):
         # the spelling of every other option here (and of the recipe commands' own --print-config).
         super().__init__(*args, print_config=print_config, **kwargs)
         self.commands: dict[str, CommandParser] = {}  # its sub-commands' parsers, by name
+        self.takes_threads = False  # a command's own parser: whether main applies its --threads (command_parser)
         # `--layers -4,-3,-2,-1`: argparse before Python 3.13 reads "-4,-3,-2,-1" as an unknown option
         # (only -4 and -.5 were negative numbers to it); this is the test argparse itself uses from 3.13.
         self._negative_number_matcher = re.compile(r"-\.?\d")
@@ -128,6 +131,9 @@ def command_parser(function) -> CommandParser:
         parser.add_class_arguments(kind, as_group=False)
         parser.add_argument("--config", action=ActionConfigFile,
                             help="a YAML file of these options (write one with --print-config)")
+    parser.takes_threads = not any(action.dest == "threads" for action in parser._actions)  # serve has its own
+    if parser.takes_threads:
+        parser.add_argument("--threads", type=typing.Optional[int], default=None, help=THREADS_HELP)
     return parser
 
 
@@ -195,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         command.print_help()
         return USAGE
     spin_briefly()  # before the command imports torch
+    if command.takes_threads:
+        use_threads(arguments.pop("threads"))
     with StopSignals() as signals:
         try:
             run_command(function, arguments)

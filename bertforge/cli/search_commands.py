@@ -14,8 +14,7 @@ from .commands import parse_layers
 
 def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexKind = "auto", chunk_size: int = 10_000,
                 pooling: SentencePooling | None = None, normalize: bool = True, batch_size: int = 32, text_field: str = "text",
-                id_field: str = "id", tune_queries: str | None = None, dense_weight: float | None = None,
-                threads: int | None = None) -> None:
+                id_field: str = "id", tune_queries: str | None = None, dense_weight: float | None = None) -> None:
     """Embed a corpus into a new vector index folder; a killed build resumes from the chunks it finished.
 
     Args:
@@ -31,12 +30,9 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
         id_field: the JSONL field or .csv / .tsv column that holds the id (default: FILE:LINE; FILE:BLOCK for pages)
         tune_queries: a file of typical queries, one a line, to tune ivf/hnsw effort on (default: stored vectors)
         dense_weight: make searches hybrid by default: this share for the encoder's cosines, the rest for BM25 over the passages (0.7 measured best; default: the encoder alone)
-        threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else chosen batch by batch: the usable cores or fewer, whichever runs faster while other processes share the machine)
     """
-    from ..engine.threads import use_threads
     from ..search.build import build_index
 
-    use_threads(threads)
     meta = build_index(corpus, output, model, kind=kind, chunk_size=chunk_size, pooling=pooling, normalize=normalize,
                        batch_size=batch_size, text_field=text_field, id_field=id_field, tune_queries=tune_queries,
                        dense_weight=dense_weight)
@@ -47,7 +43,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
 
 
 def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int = 10_000, batch_size: int = 32,
-              text_field: str = "text", id_field: str = "id", threads: int | None = None) -> None:
+              text_field: str = "text", id_field: str = "id") -> None:
     """Append a corpus's passages to an index folder (all or nothing; what was indexed before is kept).
 
     Args:
@@ -58,12 +54,9 @@ def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int
         batch_size: texts per forward pass
         text_field: the JSONL field, or the .csv / .tsv column, that holds the text
         id_field: the JSONL field or .csv / .tsv column that holds the id (default: FILE:LINE; FILE:BLOCK for pages)
-        threads: CPU threads for the model (default: OMP_NUM_THREADS if set, else chosen batch by batch: the usable cores or fewer, whichever runs faster while other processes share the machine)
     """
-    from ..engine.threads import use_threads
     from ..search.build import add_corpus
 
-    use_threads(threads)
     meta, added = add_corpus(index, corpus, model, chunk_size=chunk_size, batch_size=batch_size,
                              text_field=text_field, id_field=id_field)
     print(f"added {added:,} passages to {index}: {meta['count']:,} in all ({meta['kind']})")

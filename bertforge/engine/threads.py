@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,15 +104,26 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def use_threads(threads: int | None) -> None:
-    """A long command's --threads: torch's CPU thread count for this process when given. None (no --threads):
-    OMP_NUM_THREADS when set, else the count is chosen batch by batch among the usable cores' halvings."""
-    global _chosen_while_running
-    _chosen_while_running = chosen_while_running(threads)
-    if threads is not None:
-        import torch
+def use_threads(threads: int | None, environ=os.environ) -> None:
+    """Every command's --threads (cli/parser.py adds it), applied before the command runs.
 
-        torch.set_num_threads(threads)
+    Given: torch's CPU thread count, and the tokenizers' (RAYON_NUM_THREADS, read when their pool starts). Not
+    given: OMP_NUM_THREADS when set, else the physical cores this process may use (`usable_threads`); torch's own
+    default counts the machine's logical CPUs, which in a container allowed 2 CPUs of a 64-core host is 64
+    threads taking turns on 2. CPU inference then chooses its count batch by batch up to that (engine/governor.py).
+    torch takes the count from OMP_NUM_THREADS as it starts: a command that has not loaded it yet is not made to.
+    """
+    global _chosen_while_running
+    _chosen_while_running = chosen_while_running(threads, environ)
+    if threads is not None:
+        environ["RAYON_NUM_THREADS"] = str(threads)
+    count = threads if threads is not None else (None if requested_threads(environ) else usable_threads())
+    if count is None:
+        return
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(count)
+    else:
+        environ["OMP_NUM_THREADS"] = str(count)
 
 
 def thread_governor(threads: str | None = None):
