@@ -33,6 +33,23 @@ def test_a_cgroup_quota_caps_the_threads(tmp_path):
     assert usable_threads({3}, sysfs, cgroup) == 1
 
 
+def test_the_quota_of_the_processs_own_cgroup_and_its_parents_counts(tmp_path):
+    """A process in a cgroup of its own on a host (systemd's CPUQuota=, a scheduler's job), not only a container's
+    root: the smallest quota from its cgroup up."""
+    membership = tmp_path / "self-cgroup"
+    membership.write_text("2:cpuacct:/\n1:cpu,cpuacct:/jobs/a\n0::/jobs/a\n")
+    v1 = tmp_path / "cgroup" / "cpu,cpuacct" / "jobs"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_quota_us").write_text("250000\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    assert cgroup_cpu_quota(tmp_path / "cgroup", membership) == 2.5  # the parent's, in v1's files
+    v2 = tmp_path / "cgroup" / "jobs" / "a"
+    v2.mkdir(parents=True)
+    (v2 / "cpu.max").write_text("100000 100000\n")
+    assert cgroup_cpu_quota(tmp_path / "cgroup", membership) == 1.0  # its own, smaller
+    assert cgroup_cpu_quota(tmp_path / "cgroup", tmp_path / "no-such-file") is None  # only the root is looked at
+
+
 def test_without_topology_files_the_logical_cpus_count(tmp_path):
     assert physical_cores({0, 1, 5}, tmp_path) == 3
     assert usable_threads(set(), tmp_path, tmp_path) == 1

@@ -18,6 +18,7 @@ from pathlib import Path
 
 CPU_SYSFS = Path("/sys/devices/system/cpu")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+OWN_CGROUPS = Path("/proc/self/cgroup")  # the cgroups this process is in, a line per hierarchy
 
 
 def allowed_cpus() -> set[int]:
@@ -41,16 +42,42 @@ def physical_cores(cpus: set[int], sysfs: Path = CPU_SYSFS) -> int:
     return len(cores) or len(cpus)
 
 
-def cgroup_cpu_quota(cgroup_root: Path = CGROUP_ROOT) -> float | None:
-    """CPUs' worth of time the cgroup allows (cpu.max `quota period`, or v1's cfs files); None when unlimited."""
+def cgroup_cpu_quota(cgroup_root: Path = CGROUP_ROOT, membership: Path = OWN_CGROUPS) -> float | None:
+    """CPUs' worth of time the cgroups this process is in allow (cpu.max `quota period`, or v1's cfs files): the
+    smallest quota on the way from its own cgroup up to the root; None when none is set.
+
+    In a container the root is the container's own cgroup (docker --cpus sets it there). On a host, a process
+    put in a cgroup of its own (systemd's CPUQuota=, a scheduler's job) finds it by /proc/self/cgroup."""
+    quotas = [quota for folder in cgroup_folders(cgroup_root, membership) if (quota := folder_quota(folder))]
+    return min(quotas, default=None)
+
+
+def cgroup_folders(cgroup_root: Path, membership: Path) -> list[Path]:
+    """The folders whose CPU limits apply to this process: its own cgroup's and every parent's, v2 and v1."""
     try:
-        quota, period = (cgroup_root / "cpu.max").read_text().split()[:2]
+        lines = membership.read_text().splitlines()
+    except OSError:
+        lines = []
+    tops = [cgroup_root, cgroup_root / "cpu", cgroup_root / "cpu,cpuacct"]
+    folders = list(tops)
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "" or "cpu" in controllers.split(","):  # v2's single line, or v1's cpu controller
+            own = Path(path.lstrip("/"))
+            for top in tops:
+                folders += [top / parent for parent in [own, *own.parents] if parent != Path(".")]
+    return folders
+
+
+def folder_quota(folder: Path) -> float | None:
+    try:
+        quota, period = (folder / "cpu.max").read_text().split()[:2]
         return None if quota == "max" else int(quota) / int(period)
     except (OSError, ValueError):
         pass
     try:  # cgroup v1
-        quota = int((cgroup_root / "cpu" / "cpu.cfs_quota_us").read_text())
-        period = int((cgroup_root / "cpu" / "cpu.cfs_period_us").read_text())
+        quota = int((folder / "cpu.cfs_quota_us").read_text())
+        period = int((folder / "cpu.cfs_period_us").read_text())
         return None if quota <= 0 else quota / period
     except (OSError, ValueError):
         return None
