@@ -37,7 +37,7 @@ def test_the_quota_of_the_processs_own_cgroup_and_its_parents_counts(tmp_path):
     """A process in a cgroup of its own on a host (systemd's CPUQuota=, a scheduler's job), not only a container's
     root: the smallest quota from its cgroup up."""
     membership = tmp_path / "self-cgroup"
-    membership.write_text("2:cpuacct:/\n1:cpu,cpuacct:/jobs/a\n0::/jobs/a\n")
+    membership.write_text("2:cpuacct:/\n1:cpu,cpuacct:/jobs/a\n0::/jobs/a\nnot a cgroup line\n")
     v1 = tmp_path / "cgroup" / "cpu,cpuacct" / "jobs"
     v1.mkdir(parents=True)
     (v1 / "cpu.cfs_quota_us").write_text("250000\n")

@@ -60,10 +60,9 @@ def cgroup_folders(cgroup_root: Path, membership: Path) -> list[Path]:
         lines = []
     tops = [cgroup_root, cgroup_root / "cpu", cgroup_root / "cpu,cpuacct"]
     folders = list(tops)
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if controllers == "" or "cpu" in controllers.split(","):  # v2's single line, or v1's cpu controller
-            own = Path(path.lstrip("/"))
+    for fields in (line.split(":", 2) for line in lines):
+        if len(fields) == 3 and (fields[1] == "" or "cpu" in fields[1].split(",")):  # v2's line, or v1's cpu
+            own = Path(fields[2].lstrip("/"))
             for top in tops:
                 folders += [top / parent for parent in [own, *own.parents] if parent != Path(".")]
     return folders
