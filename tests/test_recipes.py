@@ -115,7 +115,7 @@ def test_readmission_train_takes_the_loops_settings_as_a_recipe_does(tmp_path):
                                  "--print-config")
     assert code == 0, err
     values = yaml.safe_load(printed)
-    run = ReadmissionRun(**{key: value for key, value in values.items() if key != "overwrite"})
+    run = ReadmissionRun(**{key: value for key, value in values.items() if key not in ("overwrite", "threads")})
     config = run.training_config()
     assert type(config) is TrainConfig and (config.output_dir, config.warmup, config.precision) == (
         str(tmp_path / "run"), 0.2, "fp32")
