@@ -20,7 +20,7 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
         base: the model to adapt: a sentence-transformers or BERT folder, or minilm
         preset: quick (CPU: ~20 minutes for 150k words) or full (a GPU: longer ICT, then SimCSE)
         eval: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) scored beside the held-out queries
-        text_column: the column of a .csv/.tsv corpus that holds the text
+        text_column: the column of a .csv/.tsv corpus, or the field of a .jsonl one, that holds the text
         seed: seed for the held-out queries and the training order
         device: where to train: auto (the GPU when there is one), cpu or cuda
         precision: training's number format: auto (bf16 autocast on a CPU with AMX and on a GPU for models of
