@@ -85,10 +85,9 @@ def test_jsonl_titles_csv_columns_and_gzip(tmp_path):
         file.write(json.dumps({"id": 7, "title": "Aspirin", "text": "It helps.  It  thins blood."}) + "\n")
     (tmp_path / "rows.tsv").write_text("id\treview\n1\tGood drug. Wouldn&#039;t stop.\n", encoding="utf-8")
     corpus = read_corpus([tmp_path], text_column="review")
-    assert [(p.id, p.title, p.sentences) for p in corpus.passages] == [  # HTML entities undone; the rows' own ids
-        ("7", "Aspirin", ["It helps.", "It thins blood."]), ("1", "", ["Good drug.", "Wouldn't stop."])]
-    (tmp_path / "rows.tsv").write_text("drug\treview\nasp\tGood drug.\n", encoding="utf-8")  # no id column
-    assert [p.id for p in read_corpus([tmp_path], text_column="review").passages] == ["7", "rows.tsv:2"]
+    assert [(p.id, p.title, p.sentences) for p in corpus.passages] == [  # HTML entities undone
+        ("7", "Aspirin", ["It helps.", "It thins blood."]), ("rows.tsv:2", "", ["Good drug.", "Wouldn't stop."])]
+    assert [p.id for p in read_corpus([tmp_path], text_column="review", id_column="id").passages] == ["7", "1"]
 
 
 def test_a_folder_reads_the_text_and_id_fields_asked_for(tmp_path):

@@ -7,7 +7,7 @@ Layouts, picked by each file's extension (compressed .gz / .xz read on the fly):
   novel's passages are paragraphs of prose, not "Yes, sir."
 - .jsonl: one passage per record, its text under `text_column` (or `text`) and an optional `title` (kept apart:
   a title is not a sentence an ICT query could be cut from), its id under `id_column` (or BEIR's `_id`);
-- .csv / .tsv: one passage per row, its text in `text_column`, its id in `id_column` where the table has one;
+- .csv / .tsv: one passage per row, its text in `text_column`, its id in `id_column` when one is asked for;
 - HTML, Markdown, reStructuredText: plain text once the markup is gone (`markup.text_blocks`: a saved
   documentation site's pages without their navigation, scripts and permalinks).
 A folder stands for the files of these kinds under it; others (a site's images, styles and scripts) are
@@ -136,7 +136,7 @@ class Corpus:
 
 
 def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", max_words: int = MAX_WORDS,
-                id_column: str = "id") -> Corpus:
+                id_column: str | None = None) -> Corpus:
     """Every file's passages, normalised, deduplicated and split to at most ~max_words words.
 
     Raises ValueError (one line naming the file and the fix) for a binary or non-UTF-8 file,
@@ -261,13 +261,15 @@ def check_text_file(path: Path) -> None:
                          "leave it out of the corpus")
 
 
-def file_passages(path: Path, name: str, text_column: str, id_column: str = "id") -> Iterator[Passage]:
-    """The passages of one file, their ids made from `name` (source_names) unless its records give ids."""
+def file_passages(path: Path, name: str, text_column: str, id_column: str | None = None) -> Iterator[Passage]:
+    """The passages of one file, their ids made from `name` (source_names) unless its records give ids: a JSONL
+    record's `id_column` (or `id`, or BEIR's `_id`); a table's only when `id_column` is asked for (a folder's
+    tables may each number their rows from 1)."""
     suffix = text_suffix(path).lower()
     if suffix == JSONL:
-        yield from jsonl_passages(path, name, text_column, id_column)
+        yield from jsonl_passages(path, name, text_column, id_column or "id")
     elif suffix in DELIMITERS:
-        has_ids = id_column in table_columns(path)
+        has_ids = id_column is not None and id_column in table_columns(path)
         rows = read_rows(path, text_columns=[text_column], id_column=id_column if has_ids else None)
         ids = rows.ids if has_ids else [f"{name}:{row}" for row in rows.row_numbers]
         for texts, passage_id in zip(rows.texts, ids):
@@ -377,7 +379,7 @@ def write_passages_file(passages: Iterable[Passage], path: Path) -> None:
 
 
 def passages_file(source: Path, target: Path, text_column: str = "text", text_option: str = "--text-field",
-                  id_column: str = "id") -> Path:
+                  id_column: str | None = None) -> Path:
     """The passages of a folder, pages or a table (`read_corpus`), written to `target` as an index's JSONL. A
     `target` that already holds them is left as it was, its time too: an interrupted build's chunks, made from
     it, are kept. Prints what was read and left out; raises ValueError when no text is found."""
