@@ -104,6 +104,15 @@ def test_a_folder_reads_the_text_and_id_fields_asked_for(tmp_path):
         read_corpus([tmp_path], text_column="body", id_column="doc")
 
 
+def test_the_command_line_passes_the_id_column_on(monkeypatch):
+    from bertforge.cli.parser import main
+
+    given = []
+    monkeypatch.setattr("bertforge.adapt.pipeline.run_adapt", given.append)
+    assert main(["adapt", "reviews.tsv", "--output", "out", "--text-column", "review", "--id-column", "doc"]) == 0
+    assert (given[0].text_column, given[0].id_column, given[0].corpus) == ("review", "doc", ["reviews.tsv"])
+
+
 def test_passage_store_reads_back_by_position_and_its_digest_is_the_content_in_order():
     passages = [Passage(f"p{i}", [f"Sentence {i} é.", "Another one."], "Title" if i % 2 else "") for i in range(5)]
     store = PassageStore(passages)

@@ -57,6 +57,7 @@ class AdaptOptions:
     preset: str = "quick"
     eval: str | None = None
     text_column: str = "text"
+    id_column: str | None = None  # a table's column of passage ids (a JSONL record's id is read anyway)
     seed: int = 0
     device: str = "auto"
     precision: str = "auto"  # training.precision of every training stage (train/config.py)
@@ -198,7 +199,8 @@ def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
     mlm = mlm_source(options.mlm, base, options.vocab, options.vocab_size)
     if options.query_generator is not None:
         check_generator(options.query_generator)
-    corpus = read_corpus(options.corpus, text_column=options.text_column, max_words=MAX_WORDS)
+    corpus = read_corpus(options.corpus, text_column=options.text_column, max_words=MAX_WORDS,
+                         id_column=options.id_column)
     check_corpus(corpus, options)
     output = Path(options.output)
     if topology.is_main:

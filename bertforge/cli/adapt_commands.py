@@ -5,7 +5,7 @@ from typing import Literal
 
 
 def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Literal["quick", "full"] = "quick",
-          eval: str | None = None, text_column: str = "text", seed: int = 0,
+          eval: str | None = None, text_column: str = "text", id_column: str | None = None, seed: int = 0,
           device: Literal["auto", "cpu", "cuda"] = "auto", precision: Literal["auto", "fp32", "bf16"] = "auto",
           mlm: str | None = None, vocab: Literal["base", "new"] = "base",
           vocab_size: int | None = None, minutes: float | None = None, query_generator: str | None = None) -> None:
@@ -21,6 +21,9 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
         preset: quick (CPU: ~20 minutes for 150k words) or full (a GPU: longer ICT, then SimCSE)
         eval: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) scored beside the held-out queries
         text_column: the column of a .csv/.tsv corpus, or the field of a .jsonl one, that holds the text
+        id_column: the column of a .csv/.tsv corpus, or the field of a .jsonl one, that holds each passage's id,
+            which the index and the server give back (default: FILE:ROW for a table; a record's id, else
+            FILE:LINE)
         seed: seed for the held-out queries and the training order
         device: where to train: auto (the GPU when there is one), cpu or cuda
         precision: training's number format: auto (bf16 autocast on a CPU with AMX and on a GPU for models of
@@ -39,6 +42,8 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
             whose queries for the passages join ICT's anchors (GPL-style; needs pip install 'bertforge[generate]')
     """
     from ..adapt.pipeline import AdaptOptions, run_adapt
+
     run_adapt(AdaptOptions(corpus=list(corpus), output=output, base=base, preset=preset, eval=eval,
-                           text_column=text_column, seed=seed, device=device, precision=precision, mlm=mlm,
-                           vocab=vocab, vocab_size=vocab_size, minutes=minutes, query_generator=query_generator))
+                           text_column=text_column, id_column=id_column, seed=seed, device=device,
+                           precision=precision, mlm=mlm, vocab=vocab, vocab_size=vocab_size, minutes=minutes,
+                           query_generator=query_generator))
