@@ -40,7 +40,7 @@ class StopSignals:
 
     def _stop(self, number: int, frame) -> None:
         self.received = signal.Signals(number).name
-        raise KeyboardInterrupt("" if number == signal.SIGINT else f"interrupted by {self.received}")
+        raise KeyboardInterrupt(self.message())
 
     def message(self) -> str:
         """The one line for a command this signal stopped (`boundary.report` prefixes it)."""

@@ -282,8 +282,9 @@ def file_passages(path: Path, name: str, text_column: str, id_column: str | None
 
 def jsonl_passages(path: Path, name: str, text_field: str = "text", id_field: str = "id") -> Iterator[Passage]:
     for line_number, record in jsonl_objects(path):
-        text, title = record.get(text_field, record.get("text")), record.get("title") or ""  # a folder's tables
-        if not isinstance(text, str) or not isinstance(title, str):  # may name another column than its JSONL
+        # `text` when the field is missing: the field given may be the name of a folder's tables' column
+        text, title = record.get(text_field, record.get("text")), record.get("title") or ""
+        if not isinstance(text, str) or not isinstance(title, str):
             raise ValueError(f"{path}:{line_number}: a record needs a str {text_field!r} (and an optional str "
                              f"'title'); found keys {sorted(record)}")
         sentences = sentences_of(text)
