@@ -23,7 +23,7 @@ import torch
 import bertforge.search
 from bertforge import BertForMaskedLM
 from bertforge.adapt.budget import budgeted_steps
-from bertforge.search.documents import Passage, PassageStore, read_corpus, split_long
+from bertforge.search.documents import Passage, PassageStore, passage_text, read_corpus, split_long
 from bertforge.adapt.domain_vocabulary import corpus_pieces, grow_checkpoint, old_pieces, vocabulary_change
 from bertforge.adapt.ict import IctCollator, held_out_queries, ict_pair, training_passages
 from bertforge.adapt.methods import MethodSettings, TeacherVectors
@@ -250,6 +250,15 @@ def test_ict_pairs_mostly_drop_the_sentence_from_its_context(cassette_dir):
     assert 0 <= kept <= 10  # ~10% of 40 keep their sentence
     assert collator(list(range(40)))["anchor_input_ids"].equal(batch["anchor_input_ids"])  # same batch, same draw
 
+
+
+def test_an_ict_context_puts_its_title_first_as_the_index_does():
+    passage = Passage("p", ["The first sentence of this passage.", "The second sentence of this passage.",
+                            "The third sentence of this passage."], "Aspirin")
+    sentence, context, cut = ict_pair(passage, np.random.default_rng(0), keep_probability=0.0)
+    rest = [s for i, s in enumerate(passage.sentences) if i != cut]
+    assert sentence == passage.sentences[cut]
+    assert context == passage_text(Passage("p", rest, "Aspirin")) == "Aspirin " + " ".join(rest)
 
 def test_mined_negatives_are_top_bm25_passages_other_than_the_own_and_chunking_changes_no_draw(cassette_dir):
     from bertforge.adapt.ict import query_candidates

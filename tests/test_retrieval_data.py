@@ -51,7 +51,7 @@ def test_retrieval_set_reading_and_its_errors(tmp_path):
     with pytest.raises(ValueError, match="names document 'd9', which is not in"):
         read_retrieval_set(tmp_path / "queries.jsonl", tmp_path / "corpus.jsonl", tmp_path / "bad-qrels.tsv")
     write(tmp_path / "bad-corpus.jsonl", '{"id": "d1", "text": "x"}\n')
-    with pytest.raises(ValueError, match="needs \"_id\""):
+    with pytest.raises(ValueError, match="bad-corpus.jsonl:1: a record needs its id under '_id'"):
         read_retrieval_set(tmp_path / "queries.jsonl", tmp_path / "bad-corpus.jsonl", tmp_path / "qrels.tsv")
 
 

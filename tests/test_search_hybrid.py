@@ -374,7 +374,8 @@ def test_index_weight_tune_refuses_qrels_that_name_no_passage_of_the_index(capsy
     code, out, err = run(capsys, "index", "weight", folder, "--tune", beir)
     assert code == 1 and len(err.strip().splitlines()) == 1 and not out
     assert "no document id in" in err and "is a passage id of the index ('doc7' is not; the index's ids look like " \
-        "'s0'); build the index with the corpus's ids (`--id-field _id` for a BEIR corpus.jsonl)" in err
+        "'s0'); build the index with the corpus's ids (a BEIR corpus.jsonl's _id is read as it is; --id-field names " \
+        "another field)" in err
     shutil.rmtree(beir)
     write_beir(beir, {"q0": QUERIES[0]}, [("q9", "s1")])
     code, _, err = run(capsys, "index", "weight", folder, "--tune", beir)

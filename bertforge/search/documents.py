@@ -5,9 +5,11 @@ Layouts, picked by each file's extension (compressed .gz / .xz read on the fly):
 - plain text: a passage per blank-line block; hard-wrapped lines are joined. Consecutive short
   blocks (a line of dialogue, a heading) are joined until the passage has MIN_WORDS words, so a
   novel's passages are paragraphs of prose, not "Yes, sir."
-- .jsonl: one passage per record, its text under `text_column` (or `text`) and an optional `title` (kept apart:
-  a title is not a sentence an ICT query could be cut from), its id under `id_column` (or BEIR's `_id`);
+- .jsonl: one passage per record, read by the rule every corpus reader shares (`corpus_record`): its text under
+  `text_column` (or `text`), an optional `title` (kept apart: a title is not a sentence an ICT query could be cut
+  from), its id under `id_column`, or with none asked for under `id` or BEIR's `_id`;
 - .csv / .tsv: one passage per row, its text in `text_column`, its id in `id_column` when one is asked for;
+A passage without an id is named after its file and line, row or block. An id column asked for must be there.
 - HTML, Markdown, reStructuredText: plain text once the markup is gone (`markup.text_blocks`: a saved
   documentation site's pages without their navigation, scripts and permalinks).
 A folder stands for the files of these kinds under it; others (a site's images, styles and scripts) are
@@ -41,6 +43,7 @@ from ..input_files import jsonl_objects, text_suffix, utf8_problem
 from ..markup import HTML_SUFFIXES, MARKUP_SUFFIXES, text_blocks
 from ..tasks.classification.reader import DELIMITERS, read_rows, table_columns
 from ..tasks.pretraining.corpus import expand_paths, folder_files, split_sentences
+from ..tasks.retrieval.reader import corpus_record, titled
 from .corpus import UniqueIds, part_id
 
 TEXT_SUFFIXES = (".txt", ".text", "")
@@ -263,15 +266,18 @@ def check_text_file(path: Path) -> None:
 
 def file_passages(path: Path, name: str, text_column: str, id_column: str | None = None) -> Iterator[Passage]:
     """The passages of one file, their ids made from `name` (source_names) unless its records give ids: a JSONL
-    record's `id_column` (or `id`, or BEIR's `_id`); a table's only when `id_column` is asked for (a folder's
-    tables may each number their rows from 1)."""
+    record's `id_column` (or with none asked for its `id`, or BEIR's `_id`); a table's only when `id_column` is
+    asked for (a folder's tables may each number their rows from 1). A file without the id column asked for is
+    refused (ValueError): a misspelt name would otherwise leave every passage named after its line."""
     suffix = text_suffix(path).lower()
     if suffix == JSONL:
-        yield from jsonl_passages(path, name, text_column, id_column or "id")
+        yield from jsonl_passages(path, name, text_column, id_column)
     elif suffix in DELIMITERS:
-        has_ids = id_column is not None and id_column in table_columns(path)
-        rows = read_rows(path, text_columns=[text_column], id_column=id_column if has_ids else None)
-        ids = rows.ids if has_ids else [f"{name}:{row}" for row in rows.row_numbers]
+        if id_column is not None and id_column not in (found := table_columns(path)):
+            raise ValueError(f"{path} has no column {id_column!r} for the passages' ids (found {found}); name the "
+                             "column that holds them, or none to name rows FILE:ROW")
+        rows = read_rows(path, text_columns=[text_column], id_column=id_column)
+        ids = rows.ids if id_column is not None else [f"{name}:{row}" for row in rows.row_numbers]
         for texts, passage_id in zip(rows.texts, ids):
             sentences = sentences_of(texts[0])
             if sentences:
@@ -280,17 +286,13 @@ def file_passages(path: Path, name: str, text_column: str, id_column: str | None
         yield from text_passages(path, name)
 
 
-def jsonl_passages(path: Path, name: str, text_field: str = "text", id_field: str = "id") -> Iterator[Passage]:
+def jsonl_passages(path: Path, name: str, text_field: str = "text", id_field: str | None = None) -> Iterator[Passage]:
     for line_number, record in jsonl_objects(path):
-        # `text` when the field is missing: the field given may be the name of a folder's tables' column
-        text, title = record.get(text_field, record.get("text")), record.get("title") or ""
-        if not isinstance(text, str) or not isinstance(title, str):
-            raise ValueError(f"{path}:{line_number}: a record needs a str {text_field!r} (and an optional str "
-                             f"'title'); found keys {sorted(record)}")
-        sentences = sentences_of(text)
+        found = corpus_record(record, f"{path}:{line_number}", text_field, id_field)
+        sentences = sentences_of(found.text)
         if sentences:
-            passage_id = record.get(id_field, record.get("_id", f"{name}:{line_number}"))
-            yield Passage(str(passage_id), sentences, normalise(title))
+            yield Passage(f"{name}:{line_number}" if found.id is None else str(found.id), sentences,
+                          normalise(found.title))
 
 
 def text_passages(path: Path, name: str) -> Iterator[Passage]:
@@ -309,8 +311,9 @@ def text_passages(path: Path, name: str) -> Iterator[Passage]:
 
 
 def passage_text(passage: Passage) -> str:
-    """What is indexed and encoded: the title (when there is one) before the sentences."""
-    return f"{passage.title}. {passage.text}" if passage.title else passage.text
+    """What is indexed and encoded: the title (when there is one) before the sentences, as every corpus reader
+    joins them (`titled`)."""
+    return titled(passage.title, passage.text)
 
 
 def sentences_of(text: str) -> list[str]:

@@ -4,8 +4,8 @@ Each weight of tasks/retrieval/hybrid.py's WEIGHTS is scored by the nDCG@10 of w
 search ranks at that weight (`Index.rank`: the rows `search` returns, the pool of a large or
 approximate index included), and hybrid.best_weight keeps the best, the rule adapt picks its index's
 weight by. The judgements are a BEIR folder's queries.jsonl and qrels whose document ids are the
-index's passage ids: an index built from a BEIR corpus.jsonl with `--id-field _id`, or adapt's
-DIR/index of one (adapt keeps a record's "_id"). Qrels judge documents, and adapt splits a long one
+index's passage ids: an index built from a BEIR corpus.jsonl, or adapt's DIR/index of one (both keep a
+record's "_id"). Qrels judge documents, and adapt splits a long one
 into parts ID#0, ID#1, ... (search/corpus.py's part_id): a ranking is scored by document, each counted
 once, at the rank of its best part.
 """
@@ -70,7 +70,7 @@ def read_judged_queries(folder: str | Path, index: Index) -> JudgedQueries:
         example = relevant[judged_ids[0]][0]
         raise ValueError(f"no document id in {qrels} is a passage id of the index ({example!r} is not; the index's "
                          f"ids look like {next(index.row_ids())!r}); build the index with the corpus's ids "
-                         "(`--id-field _id` for a BEIR corpus.jsonl)")
+                         "(a BEIR corpus.jsonl's _id is read as it is; --id-field names another field)")
     return judged
 
 
