@@ -4,22 +4,26 @@ Every reader of user files goes through `require_file` (a folder given for a fil
 file get different messages) and `open_text` (.gz and .xz read as text, so the project can ship
 its demo corpus compressed); `utf8_problem` finds the line of the first byte that is not UTF-8,
 for a message that names the file and the line, not a byte offset inside a read buffer;
-`jsonl_objects` reads JSON Lines with errors that name file:line, `blank_line_blocks` plain text
-by blank-line blocks.
+`jsonl_objects` reads JSON Lines with errors that name file:line, `open_table` CSV / TSV rows,
+`blank_line_blocks` plain text by blank-line blocks. A UTF-8 byte-order mark (a Windows editor's, many
+Gutenberg books') is dropped wherever text is read: it is not part of the first word, header or record.
 """
 from __future__ import annotations
 
 import codecs
+import csv
 import gzip
 import io
 import json
 import lzma
 import os
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
 
 COMPRESSED = {".gz": gzip.open, ".xz": lzma.open}
+DELIMITERS = {".csv": ",", ".tsv": "\t"}
 
 
 def require_file(path: str | os.PathLike, what: str = "input file") -> Path:
@@ -42,9 +46,9 @@ def text_suffix(path: str | os.PathLike) -> str:
 SIGNATURES = {".gz": ("gzip", b"\x1f\x8b"), ".xz": ("xz", b"\xfd7zXZ\x00")}
 
 
-def open_text(path: str | os.PathLike, encoding: str = "utf-8", newline: str | None = None) -> IO[str]:
-    """Open a text file for reading, decompressing .gz / .xz on the fly; lines end in \\n
-    (newline="" keeps them as they are, which the csv module wants)."""
+def open_text(path: str | os.PathLike, encoding: str = "utf-8-sig", newline: str | None = None) -> IO[str]:
+    """Open a text file for reading, decompressing .gz / .xz on the fly, a byte-order mark dropped; lines end in
+    \\n (newline="" keeps them as they are, which the csv module wants)."""
     if Path(path).suffix in COMPRESSED:
         return io.TextIOWrapper(open_bytes(path), encoding=encoding, newline=newline)
     return open(path, encoding=encoding, newline=newline)
@@ -57,6 +61,17 @@ def open_bytes(path: str | os.PathLike) -> IO[bytes]:
         return open(path, "rb")
     check_signature(path)
     return io.BufferedReader(Decompressed(COMPRESSED[suffix](path, "rb"), path))
+
+
+@contextmanager
+def open_table(path: str | os.PathLike) -> Iterator:
+    """A csv.reader over a CSV / TSV file (tabs for .tsv, commas otherwise), through `open_text`; newline=""
+    lets the csv module read quoted fields that span lines."""
+    with open_text(path, newline="") as file:
+        try:
+            yield csv.reader(file, delimiter=DELIMITERS.get(text_suffix(path).lower(), ","))
+        except UnicodeDecodeError:  # the caller's frame holds the reader, not the file the message needs
+            raise ValueError(not_utf8(path)) from None
 
 
 def blank_line_blocks(path: str | os.PathLike) -> Iterator[str]:
@@ -79,7 +94,7 @@ def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
 
     Raises ValueError naming file:line for a line that is not JSON or not a JSON object.
     """
-    with open_text(path, encoding="utf-8-sig") as file:  # -sig: a BOM from a Windows editor is not JSON
+    with open_text(path) as file:
         for line_number, line in enumerate(file, start=1):
             if not line.strip():
                 continue
@@ -155,6 +170,13 @@ def utf8_problem(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str | No
         except UnicodeDecodeError:
             return f"line {line}, a multi-byte character cut off at the end of the file"
     return None
+
+
+def not_utf8(path: str | os.PathLike) -> str:
+    """The message for a file that is not UTF-8: the line of its first bad byte (`utf8_problem`), and the fix."""
+    where = utf8_problem(path) or "a byte that is not UTF-8"
+    return (f"{path} is not UTF-8 text ({where}); convert it, e.g. iconv -f latin1 -t utf-8 {path} > new-file, "
+            "or leave it out if it is not text")
 
 
 def fingerprints(paths) -> list[dict]:

@@ -119,7 +119,7 @@ def test_missing_and_non_utf8_files_are_errors(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         read_conll(tmp_path / "nope.conll")
     path = write(tmp_path / "latin.conll", "a\tO\nMünchen\tB-LOC\n", encoding="latin-1")
-    with pytest.raises(ValueError, match=r"latin\.conll:2: not UTF-8.*iconv"):
+    with pytest.raises(ValueError, match=r"latin\.conll is not UTF-8 text \(line 2, byte 0xFC\); convert it"):
         read_conll(path)
 
 

@@ -106,7 +106,7 @@ def test_file_errors(tmp_path):
         read_rows(write(tmp_path / "empty.csv", "text,label\n ,a\n"), text_columns=["text"], label_column="label")
     latin1 = tmp_path / "latin1.csv"
     latin1.write_bytes("text\ncaf\u00e9\n".encode("latin-1"))
-    with pytest.raises(ValueError, match="latin1.csv: not UTF-8 .*re-save the file as UTF-8"):
+    with pytest.raises(ValueError, match=r"latin1.csv is not UTF-8 text \(line 2, byte 0xE9\); convert it"):
         read_rows(latin1, text_columns=["text"])
     with pytest.raises(ValueError, match="1 to 2 columns"):
         read_rows(write(tmp_path / "b.csv", "a,b,c\n1,2,3\n"), text_columns=["a", "b", "c"])

@@ -14,7 +14,7 @@ import sys
 import types
 
 from ..errors import BertforgeError, UsageError
-from ..input_files import utf8_problem
+from ..input_files import not_utf8
 
 USAGE, FAILED, INTERRUPTED = 2, 1, 130
 TRAINING_COMMANDS = ("pretrain", "finetune", "readmission_train")  # the functions behind them
@@ -42,7 +42,7 @@ def describe(error: BaseException, command: str) -> tuple[str, int] | None:
     if interrupt is not None:
         return (str(interrupt) if str(interrupt) else "interrupted"), INTERRUPTED
     if isinstance(error, UnicodeDecodeError):  # a ValueError too: it must come first
-        return not_utf8(error), FAILED
+        return undecodable_input(error), FAILED
     if isinstance(error, UsageError):
         return str(error), USAGE
     if isinstance(error, (BertforgeError, ValueError)):
@@ -85,7 +85,7 @@ def os_problem(error: OSError, command: str) -> str:
     return message
 
 
-def not_utf8(error: UnicodeDecodeError) -> str:
+def undecodable_input(error: UnicodeDecodeError) -> str:
     """Name the file being read and the line of its first non-UTF-8 byte.
 
     A UnicodeDecodeError does not know its file; the open file object does, and it is a local of
@@ -94,8 +94,7 @@ def not_utf8(error: UnicodeDecodeError) -> str:
     name = file_being_read(error.__traceback__)
     if name is None:
         return f"the input is not UTF-8 text ({error.reason}); convert it, e.g. iconv -f latin1 -t utf-8"
-    where = utf8_problem(name) or f"byte {error.start} of a read"
-    return f"{name} is not UTF-8 text ({where}); convert it, e.g. iconv -f latin1 -t utf-8 {name} > new-file"
+    return not_utf8(name)
 
 
 def file_being_read(trace: types.TracebackType | None) -> str | None:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
-from ..input_files import require_file
+from ..input_files import open_table, require_file
 
 ADMISSIONS_COLUMNS = ("SUBJECT_ID", "HADM_ID", "ADMITTIME", "DISCHTIME", "DEATHTIME", "ADMISSION_TYPE")
 NOTEEVENTS_COLUMNS = ("SUBJECT_ID", "HADM_ID", "CHARTDATE", "CHARTTIME", "CATEGORY", "TEXT")
@@ -145,8 +145,7 @@ def _records(path: str | os.PathLike, columns: tuple[str, ...]) -> Iterator[tupl
     # The limit is process-wide: raise it while this file is read, then give other readers theirs back.
     previous = csv.field_size_limit(max(csv.field_size_limit(), _FIELD_SIZE_LIMIT))
     try:
-        with open(path, encoding="utf-8", newline="") as file:
-            reader = csv.reader(file)
+        with open_table(path) as reader:  # PhysioNet ships the tables as .csv.gz
             header = next(reader, None)
             if header is None:
                 raise ValueError(f"{path} is empty; expected a CSV header with columns {list(columns)}")

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..atomic import replaced_file
-from ..input_files import jsonl_objects, text_suffix, utf8_problem
+from ..input_files import DELIMITERS, jsonl_objects, not_utf8, text_suffix, utf8_problem
 from ..markup import HTML_SUFFIXES, MARKUP_SUFFIXES, text_blocks
-from ..tasks.classification.reader import DELIMITERS, read_rows, table_columns
+from ..tasks.classification.reader import read_rows, table_columns
 from ..tasks.pretraining.corpus import expand_paths, folder_files, split_sentences
 from ..tasks.retrieval.reader import corpus_record, titled
 from .corpus import UniqueIds, part_id
@@ -258,10 +258,8 @@ def passage_digest(passage: Passage) -> bytes:
 
 
 def check_text_file(path: Path) -> None:
-    problem = utf8_problem(path)
-    if problem is not None:
-        raise ValueError(f"{path} is not UTF-8 text ({problem}): a binary file? convert it to UTF-8 text or "
-                         "leave it out of the corpus")
+    if utf8_problem(path) is not None:
+        raise ValueError(not_utf8(path))
 
 
 def file_passages(path: Path, name: str, text_column: str, id_column: str | None = None) -> Iterator[Passage]:

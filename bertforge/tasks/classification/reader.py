@@ -15,16 +15,14 @@ from __future__ import annotations
 import csv
 import logging
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...input_files import jsonl_objects, open_text, require_file, text_suffix
+from ...input_files import DELIMITERS, jsonl_objects, not_utf8, open_table, require_file, text_suffix
 
 logger = logging.getLogger(__name__)
 
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
-DELIMITERS = {".csv": ",", ".tsv": "\t"}
 JSONL_SUFFIX = ".jsonl"
 _MAX_LISTED = 10  # unknown labels or skipped rows named in one message; the rest are counted
 
@@ -91,9 +89,8 @@ def read_rows(path: str | os.PathLike, *, text_columns: list[str], label_column:
             if id_column is not None:
                 rows.ids.append(values[id_column])
             rows.row_numbers.append(line_number)
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not UTF-8 (byte {error.object[error.start]:#x} at offset {error.start} after "
-                         f"{total} rows); re-save the file as UTF-8") from None
+    except UnicodeDecodeError:  # a .jsonl file's (a table's is open_table's ValueError)
+        raise ValueError(not_utf8(path)) from None
     except csv.Error as error:
         raise ValueError(f"{path}: row after line {rows.row_numbers[-1] if rows.row_numbers else 1} "
                          f"cannot be parsed ({error}); fix or remove it") from None
@@ -123,7 +120,7 @@ def _row_problem(values: dict | str, text_columns: list[str], label_column: str 
 def _table_records(path: Path, columns: list[str]):
     """(start line, {column: str}) for each data row of a CSV/TSV file with a header; a str instead
     of the dict says why the row is malformed."""
-    with _open_table(path) as (file, reader):
+    with open_table(path) as reader:
         header = _header(reader)
         if header is None:
             raise ValueError(f"{path}: the file is empty; it needs a header row naming its columns")
@@ -141,13 +138,6 @@ def _table_records(path: Path, columns: list[str]):
             yield start, {name: row[index] for name, index in position.items()}
 
 
-@contextmanager
-def _open_table(path: Path):
-    # newline="" lets the csv module handle quoted fields that span lines.
-    with open_text(path, encoding="utf-8-sig", newline="") as file:
-        yield file, csv.reader(file, delimiter=DELIMITERS[text_suffix(path).lower()])
-
-
 def _header(reader) -> list[str] | None:
     header = next(reader, None)
     return None if header is None else [name.strip() for name in header]
@@ -155,7 +145,7 @@ def _header(reader) -> list[str] | None:
 
 def table_columns(path: str | Path) -> list[str]:
     """The column names in a CSV/TSV file's header row ([] for an empty file)."""
-    with _open_table(Path(path)) as (_, reader):
+    with open_table(path) as reader:
         return _header(reader) or []
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ...atomic import replaced_file
-from ...input_files import require_file
+from ...input_files import not_utf8, open_bytes, require_file
 from ...models.heads import IGNORE_INDEX
 from ...train.collate import pad_rows
 from ...validation import Bound, checked
@@ -108,13 +108,12 @@ def read_conll(path: str | os.PathLike, problems: list[str] | None = None) -> li
 
 def _lines(path: Path):
     """(line number, text without the line ending) for each line; ValueError naming the first non-UTF-8 line."""
-    with open(path, "rb") as file:
+    with open_bytes(path) as file:  # .gz / .xz too
         for line_number, raw in enumerate(file, start=1):
             try:
                 text = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")  # a BOM is not part of the token
-            except UnicodeDecodeError as error:
-                raise ValueError(f"{path}:{line_number}: not UTF-8 ({error.reason} at byte {error.start}); "
-                                 "convert the file, e.g. iconv -f latin1 -t utf-8") from None
+            except UnicodeDecodeError:
+                raise ValueError(not_utf8(path)) from None
             yield line_number, text.rstrip("\r\n")
 
 

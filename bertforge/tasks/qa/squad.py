@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...input_files import require_file
+from ...input_files import not_utf8, open_text, require_file
 
 logger = logging.getLogger("bertforge")
 
@@ -60,7 +60,10 @@ def read_squad(path: str | os.PathLike, training: bool = True) -> SquadExamples:
     path = Path(path)
     require_file(path, "SQuAD file")
     try:
-        root = json.loads(path.read_text(encoding="utf-8"))
+        with open_text(path) as file:  # .gz / .xz too, a byte-order mark dropped
+            root = json.load(file)
+    except UnicodeDecodeError:
+        raise ValueError(not_utf8(path)) from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error.msg}, line {error.lineno}); "
                          "a SQuAD file is one JSON object with a 'data' list") from None

@@ -9,7 +9,6 @@ is relevant). Every problem with a file is one ValueError naming the file and th
 """
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -17,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...atomic import replaced_file
-from ...input_files import jsonl_objects, open_text, require_file, text_suffix
-from ..classification.reader import DELIMITERS, JSONL_SUFFIX, read_rows
+from ...input_files import DELIMITERS, jsonl_objects, open_table, require_file, text_suffix
+from ..classification.reader import JSONL_SUFFIX, read_rows, table_columns
 
 PAIR_COLUMNS = ["anchor", "positive"]
 TRIPLET_COLUMNS = ["anchor", "positive", "negative"]
@@ -45,9 +44,7 @@ def file_columns(path: Path) -> list[str]:
         for _, record in jsonl_objects(path):
             return list(record)
         return []
-    with open_text(path, encoding="utf-8-sig", newline="") as file:
-        header = next(csv.reader(file, delimiter=DELIMITERS.get(suffix, ",")), [])
-    return [name.strip() for name in header]
+    return table_columns(path)
 
 
 def read_pairs(path: str | os.PathLike, columns: list[str] | None = None, scored: bool = False,
@@ -217,8 +214,8 @@ def read_qrels(path: Path) -> dict[str, list[str]]:
     if not path.is_file():
         raise ValueError(f"qrels file {path} does not exist")
     relevant: dict[str, list[str]] = {}
-    with open(path, encoding="utf-8", newline="") as file:
-        for line, row in enumerate(csv.reader(file, delimiter="\t"), start=1):
+    with open_table(path) as rows:  # BEIR's qrels are .tsv
+        for line, row in enumerate(rows, start=1):
             if not row or (line == 1 and row[0] == "query-id"):
                 continue
             try:

@@ -18,7 +18,6 @@ grades, and {dev,test}/ in BEIR layout (queries.jsonl, corpus.jsonl, qrels.tsv).
 """
 from __future__ import annotations
 
-import csv
 import html
 import json
 import re
@@ -30,7 +29,7 @@ import numpy as np
 
 from ...atomic import replaced_file
 from ...errors import UsageError
-from ...input_files import open_text
+from ...input_files import open_table
 from ...resources import demo_data
 from ..pretraining.corpus import read_documents
 from .reader import RetrievalSet, write_retrieval_set
@@ -71,7 +70,7 @@ def drug_review_rows(data_dir: Path) -> list[tuple[str, str, str, str]]:
     rows = []
     for split in ("train", "test"):
         path = data_file(data_dir, f"drug-reviews/{split}.tsv")
-        for row in csv_records(path, ["review", "drugName", "condition", ""], delimiter="\t"):
+        for row in csv_records(path, ["review", "drugName", "condition", ""]):
             review = html.unescape(row["review"]).strip().strip('"').strip()
             rows.append((f"review-{row['']}", review, row["drugName"].strip(), row["condition"].strip()))
     return rows
@@ -92,21 +91,22 @@ def tweet_rows(data_dir: Path) -> list[tuple[str, str]]:
     return [(f"tweet-{index}", row["text"]) for index, row in enumerate(csv_records(path, ["text"]))]
 
 
-def csv_records(path: Path, columns: list[str], delimiter: str = ",") -> Iterator[dict[str, str]]:
+def csv_records(path: Path, columns: list[str]) -> Iterator[dict[str, str]]:
     """The rows of a demo data CSV/TSV as dicts; ValueError naming the file when its header lacks one of
     `columns` or a row is cut short (another file, or a damaged copy, under the expected name)."""
     fix = "pass the shared data folder with --data (or fetch it again with `python scripts/fetch_data.py`)"
-    with open_text(path, newline="") as file:  # data_file may have found the .gz copy
-        reader = csv.DictReader(file, delimiter=delimiter)
-        found = reader.fieldnames or []
+    with open_table(path) as reader:  # data_file may have found the .gz copy
+        found = next(reader, [])
         missing = [column for column in columns if column not in found]
         if missing:
             raise ValueError(f"{path} has no column {missing[0]!r} (found {found}): it is not the file this set "
                              f"is drawn from; {fix}")
         for row in reader:
-            if any(row[column] is None for column in columns):
+            if not row:  # a blank line
+                continue
+            if len(row) < len(found):
                 raise ValueError(f"{path}:{reader.line_num}: the row has fewer fields than the header; {fix}")
-            yield row
+            yield dict(zip(found, row))
 
 
 def data_file(data_dir: Path | None, relative: str) -> Path:
