@@ -4,7 +4,8 @@ Every reader of user files goes through `require_file` (a folder given for a fil
 file get different messages) and `open_text` (.gz and .xz read as text, so the project can ship
 its demo corpus compressed); `utf8_problem` finds the line of the first byte that is not UTF-8,
 for a message that names the file and the line, not a byte offset inside a read buffer;
-`jsonl_objects` reads JSON Lines with errors that name file:line, `open_table` CSV / TSV rows,
+`jsonl_objects` reads JSON Lines with errors that name file:line, and `corpus_record` one record of a corpus the
+same way for every reader (its text, title and id), `open_table` CSV / TSV rows,
 `blank_line_blocks` plain text by blank-line blocks. A UTF-8 byte-order mark (a Windows editor's, many
 Gutenberg books') is dropped wherever text is read: it is not part of the first word, header or record.
 """
@@ -19,6 +20,7 @@ import lzma
 import os
 import zlib
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -107,6 +109,49 @@ def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
                 raise ValueError(f"{path}:{line_number}: a JSON {type(record).__name__}, not an object; "
                                  "JSONL needs one object per line, e.g. {\"text\": ...}")
             yield line_number, record
+
+
+TEXT_FIELD_ADVICE = "name the field that holds the text with --text-field (adapt's --text-column)"
+
+
+def titled(title: str, text: str) -> str:
+    """What a passage with a title is encoded and indexed as: the title, a space, the text (BEIR's toolkit and
+    sentence-transformers' examples join them so); the text alone without one."""
+    return f"{title} {text}" if title else text
+
+
+@dataclass(frozen=True)
+class CorpusRecord:
+    text: str
+    title: str
+    id: str | int | None  # None: the record names none, and its reader names it after its file and line
+
+
+def corpus_record(record: dict, where: str, text_field: str = "text", id_field: str | None = None,
+                  advice: str = TEXT_FIELD_ADVICE) -> CorpusRecord:
+    """One JSON object of a corpus file, by the rule every corpus reader follows (a BEIR set, `index build` of a
+    .jsonl or of a folder, adapt, pretraining, train-tokenizer, embed): the text under `text_field`, or under
+    `text` when the record has no such field (one option names a folder's JSONL field and its tables' column);
+    an optional str `title`; the id under `id_field`, which every record must then have, or, with none asked for,
+    under `id` or else BEIR's `_id`.
+
+    Raises ValueError starting with `where` (FILE:LINE) for a text or title that is not a str (ending with
+    `advice`), a missing id asked for, or an id that is not a str or an int.
+    """
+    text, title = record.get(text_field, record.get("text")), record.get("title") or ""
+    if not isinstance(text, str) or not isinstance(title, str):
+        raise ValueError(f"{where}: a record needs a str {text_field!r} (and an optional str 'title'); found keys "
+                         f"{sorted(record)}: {advice}")
+    if id_field is None:
+        passage_id = record.get("id", record.get("_id"))
+    elif record.get(id_field) is None:
+        raise ValueError(f"{where}: a record needs its id under {id_field!r}; found keys {sorted(record)}")
+    else:
+        passage_id = record[id_field]
+    # bool is an int subclass; True as an id is surely a mistake.
+    if passage_id is not None and (not isinstance(passage_id, (str, int)) or isinstance(passage_id, bool)):
+        raise ValueError(f"{where}: the id must be a str or an int, found {type(passage_id).__name__}")
+    return CorpusRecord(text, title, passage_id)
 
 
 class Decompressed(io.RawIOBase):

@@ -109,12 +109,12 @@ def test_missing_file_is_named(tmp_path):
 
 def test_jsonl_line_without_the_field_names_file_and_line(tmp_path):
     path = write(tmp_path / "a.jsonl", '{"text": "ok."}\n{"body": "no text field"}\n')
-    with pytest.raises(ValueError, match=r"a\.jsonl:2: no 'text' field \(found \['body'\]\); pass text_field="):
+    with pytest.raises(ValueError, match=r"a\.jsonl:2: a record needs a str 'text' .*keys \['body'\]: name the"):
         list(read_documents(path))
 
 
 @pytest.mark.parametrize("line, message", [("{not json", "a.jsonl:1: not valid JSON"),
-                                           ('{"text": 3}', "a.jsonl:1: field 'text' holds int"),
+                                           ('{"text": 3}', "a.jsonl:1: a record needs a str 'text'"),
                                            ('["text"]', "a.jsonl:1: a JSON list, not an object")])
 def test_bad_jsonl_lines(tmp_path, line, message):
     path = write(tmp_path / "a.jsonl", line + "\n")

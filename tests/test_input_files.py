@@ -23,6 +23,11 @@ def admissions_text() -> str:
     return ",".join(ADMISSION_COLUMNS) + "\n" + ",".join(ADMISSION) + "\n"
 
 
+def write_records(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
 def test_a_byte_order_mark_is_not_part_of_the_first_header_word_or_sentence(tmp_path):
     (tmp_path / "ADMISSIONS.csv").write_text(BOM + admissions_text(), encoding="utf-8")
     assert [a.hadm_id for a in read_admissions(tmp_path / "ADMISSIONS.csv", Report())] == [101]
@@ -77,3 +82,32 @@ def test_a_table_read_by_every_reader_takes_its_delimiter_from_its_suffix(tmp_pa
     with open(tsv, "w", encoding="utf-8", newline="") as file:
         csv.writer(file, delimiter="\t").writerows([["text", "label"], ["a, b", "1"]])
     assert read_rows(tsv, text_columns=["text"], label_column="label").texts == [("a, b",)]
+
+
+def test_every_corpus_reader_reads_a_jsonl_record_by_the_one_rule(tmp_path):
+    """corpus_record for pretraining and train-tokenizer too: the text under the field asked for or `text`, never
+    the record's keys; pretraining leaves the title out, as it leaves a chapter's heading out."""
+    from bertforge.tokenization.vocab_training import train_vocab
+
+    records = [{"_id": f"zzid{i}", "title": "Quokkas", "text": f"Quokka number {i} smiles at wombats."}
+               for i in range(20)]
+    corpus = write_records(tmp_path / "corpus.jsonl", records)
+    assert next(read_documents(corpus, text_field="body")) == ["Quokka number 0 smiles at wombats."]
+    vocab = train_vocab([corpus], vocab_size=200, min_frequency=2)
+    assert "quokka" in vocab and "wombats" in vocab
+    assert not {"zzid", "_id", "title"} & set(vocab)  # the record's keys and ids are not its text
+    with pytest.raises(ValueError, match="corpus.jsonl:1: a record needs a str 'body'"):
+        train_vocab([write_records(tmp_path / "corpus.jsonl", [{"body": 3}])], vocab_size=200, text_field="body")
+
+
+def test_a_page_entities_are_decoded_once(tmp_path):
+    """A page's parser decodes its entities: "&amp;lt;b&amp;gt;" on a page is the text "<b>" written out, which
+    adapt and index build read as pretraining does; a table's scraped cells are decoded (&#039; in reviews)."""
+    (tmp_path / "page.html").write_text("<html><body><p>Write &amp;lt;b&amp;gt; for bold text in a page, as the "
+                                        "manual of this site says.</p></body></html>", encoding="utf-8")
+    (tmp_path / "rows.tsv").write_text("review\nWouldn&#039;t stop the pain at all, said the patient.\n",
+                                       encoding="utf-8")
+    texts = {p.id.split(":")[0]: p.text for p in read_corpus([tmp_path], text_column="review").passages}
+    assert texts["page.html"].startswith("Write &lt;b&gt; for bold")
+    assert next(read_documents(tmp_path / "page.html"))[0].startswith("Write &lt;b&gt; for bold")
+    assert texts["rows.tsv"].startswith("Wouldn't stop")

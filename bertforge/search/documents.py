@@ -39,11 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..atomic import replaced_file
-from ..input_files import DELIMITERS, jsonl_objects, not_utf8, text_suffix, utf8_problem
+from ..input_files import DELIMITERS, corpus_record, jsonl_objects, not_utf8, text_suffix, titled, utf8_problem
 from ..markup import HTML_SUFFIXES, MARKUP_SUFFIXES, text_blocks
 from ..tasks.classification.reader import read_rows, table_columns
 from ..tasks.pretraining.corpus import expand_paths, folder_files, split_sentences
-from ..tasks.retrieval.reader import corpus_record, titled
 from .corpus import UniqueIds, part_id
 
 TEXT_SUFFIXES = (".txt", ".text", "")
@@ -297,10 +296,11 @@ def text_passages(path: Path, name: str) -> Iterator[Passage]:
     """Blank-line blocks (of the text, markup gone), short ones joined with the next until MIN_WORDS words."""
     pending: list[str] = []
     start = 0
+    escaped = text_suffix(path).lower() not in MARKUP_SUFFIXES  # a page's entities are decoded once, by its parser
     for number, block in enumerate(text_blocks(path)):
         if not pending:
             start = number
-        pending.extend(sentences_of(block))
+        pending.extend(sentences_of(block, escaped))
         if sum(len(s.split()) for s in pending) >= MIN_WORDS:
             yield Passage(f"{name}:{start}", pending)
             pending = []
@@ -314,15 +314,16 @@ def passage_text(passage: Passage) -> str:
     return titled(passage.title, passage.text)
 
 
-def sentences_of(text: str) -> list[str]:
+def sentences_of(text: str, escaped: bool = True) -> list[str]:
     """Sentences of one text; blank lines inside it end a sentence (a heading has no full stop)."""
-    return [normalise(s) for paragraph in re.split(r"\n\s*\n", text) for s in split_sentences(paragraph)
-            if normalise(s)]
+    return [normalise(s, escaped) for paragraph in re.split(r"\n\s*\n", text) for s in split_sentences(paragraph)
+            if normalise(s, escaped)]
 
 
-def normalise(text: str) -> str:
-    """Whitespace runs as one space; HTML entities (&#039; in scraped reviews) as their characters."""
-    return _WHITESPACE.sub(" ", html.unescape(text)).strip()
+def normalise(text: str, escaped: bool = True) -> str:
+    """Whitespace runs as one space; with `escaped`, HTML entities (&#039; in scraped reviews) as their characters
+    (a marked-up page's text comes decoded: "&amp;lt;" on a page is the text "&lt;", not "<")."""
+    return _WHITESPACE.sub(" ", html.unescape(text) if escaped else text).strip()
 
 
 def split_long(passage: Passage, max_words: int) -> list[Passage]:

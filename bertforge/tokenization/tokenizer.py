@@ -118,10 +118,11 @@ class BertTokenizer:
     @classmethod
     def train(cls, files: list[str | os.PathLike], vocab_size: int = 30522, min_frequency: int = 2,
               lowercase: bool = True, strip_accents: bool | None = None, num_unused: int = 0,
-              limit_alphabet: int = 1000) -> "BertTokenizer":
+              limit_alphabet: int = 1000, text_field: str = "text") -> "BertTokenizer":
         """Learn a WordPiece vocabulary from text files; ids and errors as in `vocab_training.train_vocab`."""
         vocab = train_vocab(files, vocab_size=vocab_size, min_frequency=min_frequency, lowercase=lowercase,
-                            strip_accents=strip_accents, num_unused=num_unused, limit_alphabet=limit_alphabet)
+                            strip_accents=strip_accents, num_unused=num_unused, limit_alphabet=limit_alphabet,
+                            text_field=text_field)
         return cls(vocab, do_lower_case=lowercase, strip_accents=strip_accents)
 
     def with_pieces(self, pieces: list[str]) -> "BertTokenizer":

@@ -22,6 +22,7 @@ import json
 import operator
 import os
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 
 from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors,
@@ -196,11 +197,12 @@ def settings_from_tokenizer_json(data: dict) -> dict:
 
 def train_vocab(files: list[str | os.PathLike], vocab_size: int = 30522, min_frequency: int = 2,
                 lowercase: bool = True, strip_accents: bool | None = None, num_unused: int = 0,
-                limit_alphabet: int = 1000) -> dict[str, int]:
+                limit_alphabet: int = 1000, text_field: str = "text") -> dict[str, int]:
     """Learn a WordPiece vocabulary ({token: id}) from text files with `tokenizers`' WordPieceTrainer.
 
     Text goes through the same normalizer and pre-tokenizer as encoding (CJK split on); .gz and
-    .xz files are read as text, HTML, Markdown and reStructuredText without their markup. Ids:
+    .xz files are read as text, HTML, Markdown and reStructuredText without their markup, a .jsonl
+    file's records as every corpus reader reads them (`corpus_record`: `text_field`, a title). Ids:
     [PAD] 0, then [unused0..num_unused-1] (slots to repurpose later, as Google's vocabularies
     have), then [UNK] [CLS] [SEP] [MASK], the alphabet, its `##` continuations, then the learnt
     pieces in the order they were learnt.
@@ -209,8 +211,7 @@ def train_vocab(files: list[str | os.PathLike], vocab_size: int = 30522, min_fre
     engine alone does not; see `pinned_alphabet`). Raises ValueError for a missing file or sizes
     that leave no room for learnt pieces, UnicodeDecodeError for a file that is not UTF-8.
     """
-    from ..input_files import open_text, require_file, text_suffix
-    from ..markup import MARKUP_SUFFIXES, text_blocks
+    from ..input_files import require_file
 
     files = [str(f) for f in ([files] if isinstance(files, (str, os.PathLike)) else files)]
     if not files:
@@ -223,19 +224,10 @@ def train_vocab(files: list[str | os.PathLike], vocab_size: int = 30522, min_fre
         raise ValueError(f"vocab_size={vocab_size!r} leaves no room beyond the {len(specials)} special tokens; "
                          "pass a larger vocab_size")
 
-    def blocks():  # ~2,000 lines at a time: one engine call per block, not per line
-        for file in files:
-            if text_suffix(file).lower() in MARKUP_SUFFIXES:  # a page or a document: its text, at once
-                yield "\n".join(text_blocks(file))
-                continue
-            with open_text(file) as text:
-                while block := list(itertools.islice(text, 2000)):
-                    yield "".join(block)
-
     engine = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
     engine.normalizer = build_normalizer(lowercase, strip_accents)
     engine.pre_tokenizer = build_pre_tokenizer(tokenize_chinese_chars=True)
-    alphabet = pinned_alphabet(blocks(), engine, limit_alphabet)
+    alphabet = pinned_alphabet(text_chunks(files, text_field), engine, limit_alphabet)
     if not alphabet:
         raise ValueError(f"no text found in {', '.join(files)}; a vocabulary is learnt from plain text")
     continuations = [f"##{char}" for char in alphabet if len(engine.pre_tokenizer.pre_tokenize_str(f"a{char}")) == 1]
@@ -243,12 +235,31 @@ def train_vocab(files: list[str | os.PathLike], vocab_size: int = 30522, min_fre
                                         special_tokens=specials + alphabet + continuations, initial_alphabet=alphabet,
                                         limit_alphabet=len(alphabet), continuing_subword_prefix="##",
                                         show_progress=False)
-    engine.train_from_iterator(blocks(), trainer)
+    engine.train_from_iterator(text_chunks(files, text_field), trainer)
     trained = engine.get_vocab(with_added_tokens=True)
     # Specials first, then the alphabet, its continuations, and the pieces in the order they were learnt.
     group = {**{token: 0 for token in specials}, **{char: 1 for char in alphabet}, **{c: 2 for c in continuations}}
     ordered = sorted(trained, key=lambda token: (group.get(token, 3), trained[token]))
     return {token: index for index, token in enumerate(ordered)}
+
+
+def text_chunks(files: list[str], text_field: str) -> Iterator[str]:
+    """The files' text ~2,000 lines or records at a time (one engine call per chunk, not per line): a page or
+    document without its markup at once, a .jsonl file's records by `corpus_record` (their text, not their keys)."""
+    from ..input_files import corpus_record, jsonl_objects, open_text, text_suffix, titled
+    from ..markup import MARKUP_SUFFIXES, text_blocks
+
+    for file in files:
+        if text_suffix(file).lower() in MARKUP_SUFFIXES:
+            yield "\n".join(text_blocks(file))
+        elif text_suffix(file).lower() == ".jsonl":
+            records = (corpus_record(record, f"{file}:{line}", text_field) for line, record in jsonl_objects(file))
+            while chunk := list(itertools.islice(records, 2000)):
+                yield "\n".join(titled(found.title, found.text) for found in chunk)
+        else:
+            with open_text(file) as text:
+                while chunk := list(itertools.islice(text, 2000)):
+                    yield "".join(chunk)
 
 
 def pinned_alphabet(texts, engine: Tokenizer, limit: int) -> list[str]:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Literal, get_args
 
-from ...input_files import jsonl_objects, require_file, text_suffix
+from ...input_files import corpus_record, jsonl_objects, require_file, text_suffix
 from ...markup import text_blocks
 
 DocumentBoundary = Literal["blank_line", "file", "chapter"]
@@ -131,15 +131,10 @@ def _chapter_documents(path: Path, split: Callable[[str], list[str]]) -> Iterato
 
 
 def _jsonl_documents(path: Path, text_field: str, split: Callable[[str], list[str]]) -> Iterator[list[str]]:
+    # A record read as every corpus reader reads it; its title is left out, as a chapter's heading is: a heading
+    # is not a sentence of the text that a next-sentence pair could be drawn from.
     for line_number, record in jsonl_objects(path):
-        if text_field not in record:
-            raise ValueError(f"{path}:{line_number}: no {text_field!r} field (found {sorted(record)}); "
-                             "pass text_field= with the name of the field that holds the text")
-        text = record[text_field]
-        if not isinstance(text, str):
-            raise ValueError(f"{path}:{line_number}: field {text_field!r} holds {type(text).__name__}, "
-                             "not a str; fix the record or drop it")
-        yield _sentences(text, split)
+        yield _sentences(corpus_record(record, f"{path}:{line_number}", text_field).text, split)
 
 
 def _sentences(text: str, split: Callable[[str], list[str]]) -> list[str]:

@@ -104,9 +104,9 @@ def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Top
             change = stale_cache(trained, change, resume, recorded=record.exists())
         if change:
             with published_folder(trained, existing="replace") as staging:  # the run's own cache
-                BertTokenizer.train(files, vocab_size=settings.vocab_size,
-                                    min_frequency=settings.min_frequency,
-                                    lowercase=settings.lowercase).save_pretrained(staging)
+                BertTokenizer.train(files, vocab_size=settings.vocab_size, min_frequency=settings.min_frequency,
+                                    lowercase=settings.lowercase,
+                                    text_field=recipe.data.text_field).save_pretrained(staging)
                 write_text(staging / TRAINED_ON, json.dumps(
                     {**wanted, "source_files": fingerprints(files)}, indent=2) + "\n")
     barrier(topology)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...atomic import replaced_file
-from ...input_files import DELIMITERS, jsonl_objects, open_table, require_file, text_suffix
+from ...input_files import DELIMITERS, corpus_record, jsonl_objects, open_table, require_file, text_suffix, titled
 from ..classification.reader import JSONL_SUFFIX, read_rows, table_columns
 
 PAIR_COLUMNS = ["anchor", "positive"]
@@ -150,48 +150,6 @@ def beir_qrels(folder: Path) -> Path:
     writes); qrels/test.tsv when neither is there, for read_qrels to name as missing."""
     return next((path for path in (folder / "qrels" / "test.tsv", folder / "qrels.tsv") if path.is_file()),
                 folder / "qrels" / "test.tsv")
-
-
-TEXT_FIELD_ADVICE = "name the field that holds the text with --text-field (adapt's --text-column)"
-
-
-def titled(title: str, text: str) -> str:
-    """What a passage with a title is encoded and indexed as: the title, a space, the text (BEIR's toolkit and
-    sentence-transformers' examples join them so); the text alone without one."""
-    return f"{title} {text}" if title else text
-
-
-@dataclass(frozen=True)
-class CorpusRecord:
-    text: str
-    title: str
-    id: str | int | None  # None: the record names none, and its reader names it after its file and line
-
-
-def corpus_record(record: dict, where: str, text_field: str = "text", id_field: str | None = None,
-                  advice: str = TEXT_FIELD_ADVICE) -> CorpusRecord:
-    """One JSON object of a corpus file, by the rule every corpus reader here follows (a BEIR set, `index build` of a
-    .jsonl or of a folder, adapt): the text under `text_field`, or under `text` when the record has no such field
-    (one option names a folder's JSONL field and its tables' column); an optional str `title`; the id under
-    `id_field`, which every record must then have, or, with none asked for, under `id` or else BEIR's `_id`.
-
-    Raises ValueError starting with `where` (FILE:LINE) for a text or title that is not a str (ending with
-    `advice`), a missing id asked for, or an id that is not a str or an int.
-    """
-    text, title = record.get(text_field, record.get("text")), record.get("title") or ""
-    if not isinstance(text, str) or not isinstance(title, str):
-        raise ValueError(f"{where}: a record needs a str {text_field!r} (and an optional str 'title'); found keys "
-                         f"{sorted(record)}: {advice}")
-    if id_field is None:
-        passage_id = record.get("id", record.get("_id"))
-    elif record.get(id_field) is None:
-        raise ValueError(f"{where}: a record needs its id under {id_field!r}; found keys {sorted(record)}")
-    else:
-        passage_id = record[id_field]
-    # bool is an int subclass; True as an id is surely a mistake.
-    if passage_id is not None and (not isinstance(passage_id, (str, int)) or isinstance(passage_id, bool)):
-        raise ValueError(f"{where}: the id must be a str or an int, found {type(passage_id).__name__}")
-    return CorpusRecord(text, title, passage_id)
 
 
 def read_texts_by_id(path: Path) -> dict[str, str]:
