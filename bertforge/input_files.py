@@ -28,13 +28,15 @@ COMPRESSED = {".gz": gzip.open, ".xz": lzma.open}
 DELIMITERS = {".csv": ",", ".tsv": "\t"}
 
 
-def require_file(path: str | os.PathLike, what: str = "input file") -> Path:
-    """`path` as a Path when it is an existing file; ValueError saying what is wrong otherwise."""
+def require_file(path: str | os.PathLike, what: str = "input file", advice: str = "") -> Path:
+    """`path` as a Path when it is an existing file; ValueError saying what is wrong otherwise, and `advice`
+    (what the file should be) after it."""
     path = Path(path)
     if path.is_dir():
-        raise ValueError(f"{what} {path} is a folder; pass a file")
+        raise ValueError(f"{what} {path} is a folder; pass a file{advice and f' ({advice})'}")
     if not path.is_file():
-        raise ValueError(f"{what} {path} does not exist; check the path (relative paths start at {Path.cwd()})")
+        raise ValueError(f"{what} {path} does not exist; check the path (relative paths start at {Path.cwd()})"
+                         f"{advice and f'; {advice}'}")
     return path
 
 

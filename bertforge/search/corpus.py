@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..input_files import corpus_record, jsonl_objects, open_bytes, open_text, text_suffix, titled
+from ..input_files import corpus_record, jsonl_objects, open_bytes, open_text, require_file, text_suffix, titled
 
 PassageId = str | int
 # Longer lines are refused, as the csv reader refuses a longer field in a classification file; a passage
@@ -46,11 +46,7 @@ def whole_id(passage_id: PassageId) -> str:
 
 
 def check_corpus_file(path: str | Path) -> Path:
-    path = Path(path)
-    if not path.is_file():
-        what = "is a folder" if path.is_dir() else "does not exist"
-        raise ValueError(f"corpus {path} {what}; pass a text file (one passage per line) or a .jsonl file")
-    return path
+    return require_file(path, "corpus", "a text file (one passage per line) or a .jsonl file")
 
 
 def read_passages(path: str | Path, text_field: str = "text", id_field: str | None = None) -> Iterator[Passage]:

@@ -153,8 +153,7 @@ def beir_qrels(folder: Path) -> Path:
 
 
 def read_texts_by_id(path: Path) -> dict[str, str]:
-    if not path.is_file():
-        raise ValueError(f"{path} does not exist; a retrieval set needs queries.jsonl, corpus.jsonl and a qrels .tsv")
+    require_file(path, "retrieval set file", "a retrieval set needs queries.jsonl, corpus.jsonl and a qrels .tsv")
     texts: dict[str, str] = {}
     for line, record in jsonl_objects(path):
         found = corpus_record(record, f"{path}:{line}", id_field="_id", advice="BEIR's layout has it under 'text'")
@@ -169,8 +168,7 @@ def read_texts_by_id(path: Path) -> dict[str, str]:
 
 def read_qrels(path: Path) -> dict[str, list[str]]:
     """query-id -> relevant corpus-ids (score > 0) from a TSV with or without BEIR's header line."""
-    if not path.is_file():
-        raise ValueError(f"qrels file {path} does not exist")
+    require_file(path, "qrels file", "BEIR's are qrels/test.tsv: query-id, corpus-id, score")
     relevant: dict[str, list[str]] = {}
     with open_table(path) as rows:  # BEIR's qrels are .tsv
         for line, row in enumerate(rows, start=1):
