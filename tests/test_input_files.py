@@ -111,3 +111,15 @@ def test_a_page_entities_are_decoded_once(tmp_path):
     assert texts["page.html"].startswith("Write &lt;b&gt; for bold")
     assert next(read_documents(tmp_path / "page.html"))[0].startswith("Write &lt;b&gt; for bold")
     assert texts["rows.tsv"].startswith("Wouldn't stop")
+
+
+def test_a_folder_given_for_a_file_is_called_a_folder_with_what_the_file_should_be(tmp_path):
+    from bertforge.search.corpus import check_corpus_file
+    from bertforge.tasks.retrieval.reader import read_texts_by_id
+
+    with pytest.raises(ValueError, match=r"is a folder; pass a file \(a retrieval set needs queries.jsonl"):
+        read_texts_by_id(tmp_path)
+    with pytest.raises(ValueError, match=r"qrels file .*nope.tsv does not exist; .*BEIR's are qrels/test.tsv"):
+        read_qrels(tmp_path / "nope.tsv")
+    with pytest.raises(ValueError, match=r"corpus .* is a folder; pass a file \(a text file \(one passage per line\)"):
+        check_corpus_file(tmp_path)
