@@ -169,7 +169,7 @@ def test_an_interrupted_corpus_is_named_as_such(sources, tokenizer, tmp_path):
 def test_a_bad_record_halfway_leaves_no_partial_corpus(tokenizer, tmp_path):
     source = tmp_path / "a.jsonl"
     source.write_text('{"text": "Fine."}\n' * 5 + '{"txt": "typo"}\n')
-    with pytest.raises(ValueError, match=r"a\.jsonl:6: no 'text' field"):
+    with pytest.raises(ValueError, match=r"a\.jsonl:6: a record needs a str 'text'"):
         prepare_corpus(source, tokenizer, tmp_path / "out", batch_size=2, progress=False)
     assert list((tmp_path / "out").iterdir()) == []
 
