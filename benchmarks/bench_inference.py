@@ -42,12 +42,13 @@ from sentence_transformers import SentenceTransformer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bertforge  # noqa: E402
-from bertforge.embeddings.embed import Embedder, folder_options, load_tokenizer  # noqa: E402
+from bertforge.embeddings.embed import Embedder, folder_options  # noqa: E402
 from bertforge.engine.prepacked_linear import prepacking_pays  # noqa: E402
 from bertforge.models.folder import read_model_folder  # noqa: E402
 from bertforge.models.model import BertModel  # noqa: E402
 from bertforge.input_files import open_text  # noqa: E402
 from bertforge.resources import demo_data  # noqa: E402
+from bertforge.tokenization.folder import load_tokenizer  # noqa: E402
 from device_measures import encoder_flops, gpu_busy_share, peak_tflops  # noqa: E402
 
 MAX_LENGTH = 256  # all-MiniLM-L6-v2's max_seq_length, which SentenceTransformer truncates to

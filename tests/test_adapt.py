@@ -587,11 +587,10 @@ def test_distilled_ict_stages_take_bm25s_share_of_the_bases_engine_as_their_teac
 def test_the_model_folder_loads_in_sentence_transformers_with_our_vectors(adapted):
     sentence_transformers = pytest.importorskip("sentence_transformers")
     from bertforge import embed
-    from bertforge.tasks.retrieval.bi_encoder import sentence_transformers_options
 
     texts = ["A walk in the garden.", "News of the carriage came by letter in the evening."]
     theirs = sentence_transformers.SentenceTransformer(str(adapted / "model"), device="cpu").encode(texts)
-    ours = embed(str(adapted / "model"), texts, **sentence_transformers_options(adapted / "model"))
+    ours = embed(str(adapted / "model"), texts)
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
 
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from bertforge import BertTokenizer, embed
-from bertforge.tasks.retrieval.bi_encoder import BiEncoder, sentence_transformers_options
+from bertforge.models.folder import read_model_folder
+from bertforge.tasks.retrieval.bi_encoder import BiEncoder
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
 
@@ -25,9 +26,9 @@ def test_sentence_transformers_loads_our_folder(tmp_path, minilm_dir, pooling, n
     folder = model.save_pretrained(tmp_path / "encoder", tokenizer=BertTokenizer.from_pretrained(minilm_dir))
     theirs = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
     assert theirs.max_seq_length == 48
-    options = sentence_transformers_options(folder)
-    assert options == {"pooling": pooling, "normalize": normalize, "max_length": 48}
-    np.testing.assert_allclose(embed(str(folder), TEXTS, **options), theirs.encode(TEXTS), atol=1e-5)
+    read = read_model_folder(folder)
+    assert (read.pooling, read.normalize, read.max_seq_length) == (pooling, normalize, 48)
+    np.testing.assert_allclose(embed(str(folder), TEXTS), theirs.encode(TEXTS), atol=1e-5)
 
 
 def test_we_load_sentence_transformers_folders(tmp_path, minilm_dir, reference):
@@ -37,8 +38,7 @@ def test_we_load_sentence_transformers_folders(tmp_path, minilm_dir, reference):
     for folder in (minilm_dir, tmp_path / "saved-by-st"):
         model = BiEncoder.from_pretrained(folder)
         assert (model.pooling, model.normalize, model.max_seq_length) == ("mean", True, 256)
-        np.testing.assert_allclose(embed(str(folder), TEXTS, **sentence_transformers_options(folder)), expected,
-                                   atol=1e-5)
+        np.testing.assert_allclose(embed(str(folder), TEXTS), expected, atol=1e-5)
 
 
 def test_saving_over_an_existing_folder_replaces_its_files(tmp_path, cassette_dir):
@@ -47,7 +47,8 @@ def test_saving_over_an_existing_folder_replaces_its_files(tmp_path, cassette_di
     folder = model.save_pretrained(tmp_path / "encoder", tokenizer=tokenizer)
     model.pooling, model.normalize = "cls", True
     model.save_pretrained(folder, tokenizer=tokenizer)
-    assert sentence_transformers_options(folder) == {"pooling": "cls", "normalize": True, "max_length": 32}
+    read = read_model_folder(folder)
+    assert (read.pooling, read.normalize, read.max_seq_length) == ("cls", True, 32)
     modules = json.loads((folder / "modules.json").read_text())
     assert [m["path"] for m in modules] == ["", "1_Pooling", "2_Normalize"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left behind

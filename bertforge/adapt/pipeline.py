@@ -24,6 +24,7 @@ from ..errors import TrainingInterrupted, UsageError
 from ..models.folder import read_model_folder
 from ..resources import resolve_model
 from ..search.encoder import model_fingerprint
+from ..tokenization.folder import load_tokenizer
 from ..tokenization.tokenizer import BertTokenizer
 from ..tasks.retrieval.baselines import BM25_ANALYZER
 from ..tasks.retrieval.bi_encoder import BiEncoder
@@ -128,7 +129,7 @@ def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
         systems.append(finished(run, stage, lambda: run_mlm_stage(run, stage, settings, mlm_seconds(
             run, systems, planned[0][1], started))))
         key, init = stage.key, stage.model
-        run = replace(run, evaluator=run.evaluator.with_tokenizer(BertTokenizer.from_pretrained(init)))
+        run = replace(run, evaluator=run.evaluator.with_tokenizer(load_tokenizer(read_model_folder(init))))
     generated, queries_record = None, None
     if options.query_generator is not None:  # ICT's stages train on the queries too: they stand on this stage
         query_settings = QuerySettings(seed=options.seed)
@@ -206,7 +207,7 @@ def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
     if topology.is_main:
         claim_output(output, {"command": "adapt", "corpus": [str(Path(p).resolve()) for p in options.corpus],
                               "base": str(options.base), "preset": options.preset})
-    tokenizer = BertTokenizer.from_pretrained(base_folder)
+    tokenizer = load_tokenizer(base)
     vocabulary = print_corpus(corpus, tokenizer)
     rng = np.random.default_rng(options.seed)
     held_out = held_out_queries(corpus.passages, query_count(options.preset, len(corpus.passages)), rng,

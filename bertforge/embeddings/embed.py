@@ -19,7 +19,7 @@ import math
 import os
 import threading
 import weakref
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 import torch
@@ -38,7 +38,7 @@ from ..engine.workers import run_in_workers, worth_workers
 from ..models.folder import ModelFolder, read_model_folder
 from ..models.model import BertModel
 from ..models.outputs import EncoderOutput
-from ..tokenization.tokenizer import BertTokenizer
+from ..tokenization.folder import load_tokenizer
 from ..validation import checked
 from .options import (LayerSpec, check_max_length, check_sentence, check_texts, find_word,
                       resolve_encoder, resolve_layers)
@@ -248,15 +248,21 @@ class Embedder:
         """
         pin = self.device.type == "cuda"
         for start, end in tokenize_windows(len(texts)):
-            window = texts[start:end]
-            if self.prompt:
-                window = [self.prompt + text for text in window]  # as SentenceTransformer.encode(prompt=...)
+            window = self.prompted(texts[start:end])
             token_ids = self.tokenizer(window, truncation=True, max_length=self.max_length)["input_ids"]
             token_ids = fit_to_budget(token_ids, self.max_batch_tokens)
             for rows in plan_batches([len(ids) for ids in token_ids], self.max_batch_tokens, self.batch_size):
                 batch = collate(token_ids, rows, self.tokenizer.pad_token_id)
                 batch.rows = rows + start
                 yield batch.pin_memory() if pin else batch
+
+    def prompted(self, texts: list[str]) -> list[str]:
+        """The texts as the model reads them: the prompt put before each, as SentenceTransformer.encode(prompt=...)."""
+        return [self.prompt + text for text in texts] if self.prompt else texts
+
+    def token_count(self, text: str) -> int:
+        """The tokens `encode` would give the model for `text` before truncation: prompt, [CLS] and [SEP] included."""
+        return len(self.tokenizer(self.prompted([text]))["input_ids"][0])
 
     def pooled(self, batch: TokenBatch) -> Tensor:
         """One batch, already on the device -> (batch, dim) float32 sentence vectors, left on the device."""
@@ -364,12 +370,19 @@ def graphed_passes(embedder: Embedder, capture: bool = True) -> GraphedPasses:
                          weights=lambda: owner().weight_addresses())
 
 
-def folder_options(folder: ModelFolder) -> dict:
-    """The Embedder options that give a folder's sentence-transformers vectors (its defaults for a plain one)."""
+class VectorSettings(Protocol):
+    """What shapes a folder's sentence vectors: a ModelFolder's fields, which a BiEncoder carries too."""
+
+    pooling: str
+    normalize: bool
+    max_seq_length: int
+
+    @property
+    def default_prompt(self) -> str: ...
+
+
+def folder_options(folder: ModelFolder | VectorSettings) -> dict:
+    """The Embedder options that give a folder's sentence-transformers vectors (its defaults for a plain one); the
+    same from a BiEncoder read from the folder (tasks/retrieval), so training's scores see the vectors embed gives."""
     return {"pooling": folder.pooling, "normalize": folder.normalize, "max_length": folder.max_seq_length,
             "prompt": folder.default_prompt}
-
-
-def load_tokenizer(folder: ModelFolder) -> BertTokenizer:
-    """The folder's tokenizer, lower-casing when its sentence-transformers config asks for it."""
-    return BertTokenizer.from_pretrained(folder.transformer, do_lower_case=True if folder.do_lower_case else None)

@@ -22,11 +22,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..atomic import published_folder
-from ..embeddings.embed import load_tokenizer
 from ..embeddings.pooling import pool, pooling_modes
 from ..errors import UsageError
 from ..models.folder import ModelFolder, read_model_folder
 from ..models.model import BertModel
+from ..tokenization.folder import load_tokenizer
 from ..tokenization.tokenizer import BertTokenizer
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")

@@ -13,10 +13,11 @@ name at the end is what counts. A Pooling config holds `pooling_mode` (6.x: a na
 the older `pooling_mode_*` booleans; several modes are concatenated, in ST's order. A plain HF
 folder (no modules.json) is read as ST reads one: mean pooling, no normalisation.
 
-Use: `folder = read_model_folder(path)`; load weights and tokenizer from `folder.transformer`
-(`embeddings.embed.load_tokenizer(folder)` also applies ST's do_lower_case); `Embedder.from_pretrained`,
-`BiEncoder.from_pretrained` and `export_onnx` take the ModelFolder itself, and
-`embeddings.embed.folder_options(folder)` is the Embedder options that give its vectors.
+Use: `folder = read_model_folder(path)`; load the weights from `folder.transformer` and the tokenizer with
+`tokenization.folder.load_tokenizer(folder)` (the files there, lower-cased as ST's do_lower_case says);
+`Embedder.from_pretrained`, `BiEncoder.from_pretrained` and `export_onnx` take the ModelFolder itself, and
+`embeddings.embed.folder_options(folder)` is the Embedder options that give its vectors (a BiEncoder carries
+the folder's pooling, normalisation, length, prompts and lower-casing, and saves them back).
 """
 from __future__ import annotations
 
@@ -87,13 +88,17 @@ class ModelFolder:
 
     @property
     def default_prompt(self) -> str:
-        """The text ST puts before every input when none is named ("" when the folder names none)."""
-        return self.prompts.get(self.default_prompt_name, "") if self.default_prompt_name else ""
+        return default_prompt(self.prompts, self.default_prompt_name)
 
     @property
     def source(self) -> str:
         """Where the vector settings come from, for messages that say which choice an option overrides."""
         return "the folder's sentence-transformers modules" if self.sentence_transformers else "a plain checkpoint's default"
+
+
+def default_prompt(prompts: dict[str, str], default_prompt_name: str | None) -> str:
+    """The text ST puts before every input when none is named ("" when the folder names none)."""
+    return prompts.get(default_prompt_name, "") if default_prompt_name else ""
 
 
 def read_model_folder(path: str | os.PathLike) -> ModelFolder:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..embeddings.embed import Embedder, eval_mode, load_tokenizer
+from ..embeddings.embed import Embedder, eval_mode
 from ..engine.batching import TokenBatch
 from ..engine.prepacked_linear import prepack_where_it_pays
 from ..models.packed_forward import packed_forward
 from ..models.folder import ModelFolder
 from ..models.model import BertModel
+from ..tokenization.folder import load_tokenizer
 from .passes import Tokens, run_in_passes
 
 # Layer choices the explorer offers for word-in-context vectors (seed 003 averages the last four).

@@ -38,7 +38,9 @@ import torch
 
 from ..atomic import write_text
 from ..engine.devices import select_device
+from ..models.folder import read_model_folder
 from ..resources import resolve_model
+from ..tokenization.folder import load_tokenizer
 from ..tokenization.tokenizer import BertTokenizer
 from .batches import ShuffledBatches
 from .best import best_model_folder
@@ -56,7 +58,9 @@ class RecipeRun:
     """One run of a recipe in its claimed folder: where it starts from, on which device, and how it trains.
 
     init_from (a checkpoint folder or a packaged short name) is resolved to its folder and its
-    tokenizer loaded; a run without a checkpoint (readmission's bag-of-words) leaves both None.
+    tokenizer loaded as every command loads a folder's (`tokenization.folder.load_tokenizer`: a
+    sentence-transformers module's subfolder, its lower-casing); a run without a checkpoint
+    (readmission's bag-of-words) leaves both None.
     """
 
     training: TrainConfig
@@ -70,7 +74,7 @@ class RecipeRun:
         self.device = self.device or select_device(self.training.device)
         if self.init_from:
             self.init_from = str(resolve_model(self.init_from))
-            self.tokenizer = BertTokenizer.from_pretrained(self.init_from)
+            self.tokenizer = load_tokenizer(read_model_folder(self.init_from))
 
     @property
     def folder(self) -> Path:

@@ -5,13 +5,15 @@ checkpoints save. `save_pretrained` writes a sentence-transformers folder, the l
 UKPLab's library reads (modules.json: Transformer -> Pooling [-> Normalize]):
 
     config.json, model.safetensors, vocab.txt, tokenizer.json, ...  the BertModel, HF names, at the root
-    sentence_bert_config.json        max_seq_length (texts are truncated to it)
+    sentence_bert_config.json        max_seq_length (texts are truncated to it), do_lower_case
     1_Pooling/config.json            the pooling (mean, cls, ...)
-    config_sentence_transformers.json, modules.json
+    config_sentence_transformers.json  the prompts and the default one's name
+    modules.json
 
 so `SentenceTransformer(folder)` gives the vectors `bertforge.embed(folder, ...)` gives; `from_pretrained`
-reads any such folder back through `models.folder.read_model_folder` (or any BERT checkpoint, pooling
-then as chosen).
+reads any such folder back through `models.folder.read_model_folder` (or any BERT checkpoint), and the
+BiEncoder carries what the folder says of its vectors (pooling, Normalize, length, prompts, lower-casing):
+training scores the vectors `embed` gives, and saving writes them back.
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from torch import Tensor, nn
 from ...atomic import published_folder
 from ...embeddings.pooling import pool, pooling_modes
 from ...engine.unpadding import packing_if_it_pays
-from ...models.folder import LEGACY_POOLING_KEYS, MODULES_FILE, ST_CONFIG_FILE, ModelFolder, read_model_folder
+from ...models.folder import (LEGACY_POOLING_KEYS, MODULES_FILE, ST_CONFIG_FILE, ModelFolder, default_prompt,
+                              read_model_folder)
 from ...models.model import BertModel
 from ...validation import check_fields, checked
 from .gradient_cache import cached_loss
@@ -37,7 +40,6 @@ from .losses import (LOSSES, cosent_loss, cosine_similarity_loss, matryoshka, sc
 
 SENTENCE_BERT_CONFIG = "sentence_bert_config.json"
 POOLING_CONFIG = Path("1_Pooling") / "config.json"
-DEFAULT_MAX_SEQ_LENGTH = 256  # all-MiniLM-L6-v2's; a folder's own sentence_bert_config.json wins
 
 
 @dataclass
@@ -113,18 +115,28 @@ class BiEncoder(nn.Module):
     """BertModel (`bert`, HF names) + pooling (+ L2 normalisation) + a training objective.
 
     bert: the encoder; pooling: mean (over real tokens), cls, or any sentence-transformers mode
-    (embeddings/pooling.py); normalize: unit vectors;
-    max_seq_length: what the saved folder tells sentence-transformers to truncate to.
+    (embeddings/pooling.py); normalize: unit vectors; max_seq_length: the tokens a text is truncated to (None:
+    the position table's); prompts, default_prompt_name and do_lower_case: a sentence-transformers folder's
+    (models/folder.py), which its vectors depend on. The saved folder tells sentence-transformers all of them.
+    Raises ValueError for a max_seq_length past the position table.
     """
 
     def __init__(self, bert: BertModel, pooling: str = "mean", normalize: bool = False,
-                 max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH, objective: Objective | None = None):
+                 max_seq_length: int | None = None, objective: Objective | None = None,
+                 prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
+                 do_lower_case: bool = False):
         super().__init__()
         pooling_modes(pooling)  # ValueError naming the valid modes
+        positions = bert.config.max_position_embeddings
+        if max_seq_length is not None and max_seq_length > positions:
+            raise ValueError(f"max_seq_length {max_seq_length} is longer than the model's {positions} positions; "
+                             f"use {positions} or fewer")
         self.bert = bert
         if bert.pooler is not None:  # the sentence vector pools token states: no loss reaches the [CLS] pooler, so it
             bert.pooler.requires_grad_(False)  # stays as loaded, and DDP (torchrun) does not wait for its gradient
-        self.pooling, self.normalize, self.max_seq_length = pooling, normalize, max_seq_length
+        self.pooling, self.normalize, self.max_seq_length = pooling, normalize, max_seq_length or positions
+        self.prompts, self.default_prompt_name = dict(prompts or {}), default_prompt_name
+        self.do_lower_case = do_lower_case
         self.objective = objective or Objective()
         too_wide = [d for d in self.objective.matryoshka_dims if d > bert.config.hidden_size]
         if too_wide:
@@ -134,6 +146,10 @@ class BiEncoder(nn.Module):
     @property
     def config(self):
         return self.bert.config
+
+    @property
+    def default_prompt(self) -> str:
+        return default_prompt(self.prompts, self.default_prompt_name)
 
     @property
     def several_backward_passes(self) -> bool:
@@ -194,23 +210,28 @@ class BiEncoder(nn.Module):
         with published_folder(target, existing="merge") as folder:
             self.bert.save_pretrained(folder, tokenizer=tokenizer)
             write_json(folder / MODULES_FILE, modules(self.normalize))
-            write_json(folder / SENTENCE_BERT_CONFIG, {"max_seq_length": self.max_seq_length, "do_lower_case": False})
+            write_json(folder / SENTENCE_BERT_CONFIG, {"max_seq_length": self.max_seq_length,
+                                                       "do_lower_case": self.do_lower_case})
             (folder / POOLING_CONFIG).parent.mkdir()
             write_json(folder / POOLING_CONFIG, pooling_config(self.pooling, self.config.hidden_size))
-            write_json(folder / ST_CONFIG_FILE, {"__version__": package_versions(), "prompts": {},
-                                            "default_prompt_name": None, "similarity_fn_name": "cosine"})
+            write_json(folder / ST_CONFIG_FILE, {"__version__": package_versions(), "prompts": self.prompts,
+                                                 "default_prompt_name": self.default_prompt_name,
+                                                 "similarity_fn_name": "cosine"})
         return target
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike | ModelFolder, pooling: str | None = None, normalize: bool | None = None,
-                        max_seq_length: int | None = None, objective: Objective | None = None) -> "BiEncoder":
-        """A sentence-transformers folder or any BERT checkpoint; None options follow the folder (else mean, no
-        normalisation, 256 tokens). Raises ValueError for a folder whose modules bertforge does not reproduce."""
+    def from_pretrained(cls, path: str | os.PathLike | ModelFolder, pooling: str | None = None,
+                        normalize: bool | None = None, max_seq_length: int | None = None,
+                        objective: Objective | None = None) -> "BiEncoder":
+        """A sentence-transformers folder or any BERT checkpoint, read by `read_model_folder`: None options, the
+        prompts and the lower-casing follow the folder (a plain checkpoint: mean, no normalisation, its tokenizer's
+        limit within the positions). Raises ValueError for a folder whose modules bertforge does not reproduce."""
         folder = path if isinstance(path, ModelFolder) else read_model_folder(path)
-        saved = folder.max_seq_length if folder.sentence_transformers else DEFAULT_MAX_SEQ_LENGTH
         return cls(BertModel.from_pretrained(folder.transformer), pooling=pooling or folder.pooling,
                    normalize=folder.normalize if normalize is None else normalize,
-                   max_seq_length=max_seq_length or saved, objective=objective)
+                   max_seq_length=max_seq_length or folder.max_seq_length, objective=objective,
+                   prompts=folder.prompts, default_prompt_name=folder.default_prompt_name,
+                   do_lower_case=folder.do_lower_case)
 
 
 def modules(normalize: bool) -> list[dict]:
@@ -227,15 +248,6 @@ def pooling_config(pooling: str, hidden_size: int) -> dict:
     modes = pooling_modes(pooling)
     return {"word_embedding_dimension": hidden_size, **{key: mode in modes for key, mode in LEGACY_POOLING_KEYS.items()},
             "include_prompt": True}
-
-
-def sentence_transformers_options(folder: str | os.PathLike) -> dict:
-    """`bertforge.embed` options (pooling, normalize, max_length) of a sentence-transformers folder, as
-    `read_model_folder` reads them; {} for a plain BERT checkpoint."""
-    read = read_model_folder(folder)
-    if not read.sentence_transformers:
-        return {}
-    return {"pooling": read.pooling, "normalize": read.normalize, "max_length": read.max_seq_length}
 
 
 def write_json(path: Path, value) -> None:

@@ -32,7 +32,8 @@ def train(*overrides: str, config: str, init_from: str | None = None, output: st
     print("\n".join(run_summary(results, recipe.training, "model (sentence-transformers folder)")))
 
 
-def evaluate(*, model: str, data: str, output: str | None = None, batch_size: int = 64) -> None:
+def evaluate(*, model: str, data: str, output: str | None = None, batch_size: int = 64,
+             device: str | None = None) -> None:
     """Score a sentence encoder, or the bm25 / tfidf baseline, on a retrieval set or scored pairs.
 
     Args:
@@ -40,10 +41,12 @@ def evaluate(*, model: str, data: str, output: str | None = None, batch_size: in
         data: a BEIR folder (queries.jsonl, corpus.jsonl, qrels.tsv): recall@1/10, MRR@10, nDCG@10; or a scored-pairs file (sentence1, sentence2, score): Spearman
         output: also write the metrics to this JSON file
         batch_size: texts per forward pass
+        device: cpu, cuda or cuda:N for an encoder (default: this process's GPU if there is one, else the CPU)
     """
-    from ...embeddings.embed import load_tokenizer
+    from ...engine.devices import device_from_option
     from ...models.folder import read_model_folder
     from ...resources import resolve_model
+    from ...tokenization.folder import load_tokenizer
     from .baselines import BASELINES
     from .bi_encoder import BiEncoder
     from .evaluation import evaluate_retrieval
@@ -57,7 +60,8 @@ def evaluate(*, model: str, data: str, output: str | None = None, batch_size: in
         metrics = evaluate_retrieval(BASELINES[model], held_out)
     else:
         folder = read_model_folder(resolve_model(model))
-        metrics = evaluate_held_out(BiEncoder.from_pretrained(folder), load_tokenizer(folder), held_out, batch_size)
+        encoder = BiEncoder.from_pretrained(folder).to(device_from_option(device))  # its Embedder runs where it is
+        metrics = evaluate_held_out(encoder, load_tokenizer(folder), held_out, batch_size)
     print(", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     if output:
         write_text(output, json.dumps(metrics, indent=2) + "\n")

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ...embeddings.embed import Embedder
+from ...embeddings.embed import Embedder, folder_options
 from ...embeddings.similarity import l2_normalized
 from .metrics import RECALL_AT, relevant_indices, retrieval_metrics, spearman
 from .reader import RetrievalSet, SentencePairs
@@ -19,10 +19,10 @@ Scorer = Callable[[Sequence[str], Sequence[str]], np.ndarray]
 
 
 def encoder_embedder(model, tokenizer, batch_size: int = 64, progress: bool | None = None) -> Embedder:
-    """An Embedder that gives a BiEncoder's vectors (its pooling, normalisation and truncation)."""
-    return Embedder(model.bert, tokenizer, pooling=model.pooling, normalize=model.normalize,
-                    max_length=min(model.max_seq_length, model.config.max_position_embeddings),
-                    batch_size=batch_size, progress=progress)
+    """An Embedder that gives a BiEncoder's vectors: the options `embed` takes from the folder the model was read
+    from (pooling, normalisation, truncation, default prompt), which the model carries. tokenizer: the folder's
+    (`tokenization.folder.load_tokenizer`)."""
+    return Embedder(model.bert, tokenizer, **folder_options(model), batch_size=batch_size, progress=progress)
 
 
 def encoder_scorer(embedder: Embedder | RememberedVectors) -> Scorer:
