@@ -15,7 +15,7 @@ from .commands import parse_layers
 def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexKind = "auto", chunk_size: int = 10_000,
                 pooling: SentencePooling | None = None, normalize: bool = True, batch_size: int = 32,
                 text_field: str = "text", id_field: str | None = None, tune_queries: str | None = None,
-                dense_weight: float | None = None) -> None:
+                dense_weight: float | None = None, device: str | None = None) -> None:
     """Embed a corpus into a new vector index folder; a killed build resumes from the chunks it finished.
 
     Args:
@@ -31,12 +31,14 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
         id_field: the JSONL field or .csv / .tsv column that holds the ids; every record must have it (default: a JSONL record's id or _id, else FILE:LINE; FILE:ROW for a table's rows, FILE:BLOCK for pages)
         tune_queries: a file of typical queries, one a line, to tune ivf/hnsw effort on (default: stored vectors)
         dense_weight: make searches hybrid by default: this share for the encoder's cosines, the rest for BM25 over the passages (0.7 measured best; default: the encoder alone)
+        device: where the passages are embedded: cpu, cuda or cuda:N (default: the GPU if there is one, else the CPU)
     """
+    from ..engine.devices import device_from_option
     from ..search.build import build_index
 
     meta = build_index(corpus, output, model, kind=kind, chunk_size=chunk_size, pooling=pooling, normalize=normalize,
                        batch_size=batch_size, text_field=text_field, id_field=id_field, tune_queries=tune_queries,
-                       dense_weight=dense_weight)
+                       dense_weight=dense_weight, device=device_from_option(device))
     print(f"indexed {meta['count']:,} passages ({meta['kind']}, vectors of size {meta['vectors']['dim']}) in {output}")
     if meta.get("dense_weight", 1.0) < 1.0:
         print(ranking_words(meta["dense_weight"]))
@@ -44,7 +46,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
 
 
 def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int = 10_000, batch_size: int = 32,
-              text_field: str = "text", id_field: str | None = None) -> None:
+              text_field: str = "text", id_field: str | None = None, device: str | None = None) -> None:
     """Append a corpus's passages to an index folder (all or nothing; what was indexed before is kept).
 
     Args:
@@ -55,11 +57,13 @@ def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int
         batch_size: texts per forward pass
         text_field: the JSONL field, or the .csv / .tsv column, that holds the text
         id_field: the JSONL field or .csv / .tsv column that holds the ids; every record must have it (default: a JSONL record's id or _id, else FILE:LINE; FILE:ROW for a table's rows, FILE:BLOCK for pages)
+        device: where the passages are embedded: cpu, cuda or cuda:N (default: the GPU if there is one, else the CPU)
     """
+    from ..engine.devices import device_from_option
     from ..search.build import add_corpus
 
     meta, added = add_corpus(index, corpus, model, chunk_size=chunk_size, batch_size=batch_size,
-                             text_field=text_field, id_field=id_field)
+                             text_field=text_field, id_field=id_field, device=device_from_option(device))
     print(f"added {added:,} passages to {index}: {meta['count']:,} in all ({meta['kind']})")
 
 
@@ -117,7 +121,8 @@ def ranking_words(dense_weight: float) -> str:
 
 
 def search(index: str, query: str, top_k: int = 10, model: str | None = None, rerank: str | None = None,
-           effort: int | None = None, dense_weight: float | None = None, as_json: bool = False) -> None:
+           effort: int | None = None, dense_weight: float | None = None, as_json: bool = False,
+           device: str | None = None) -> None:
     """Find the passages of an index nearest a query, best first.
 
     Args:
@@ -129,10 +134,12 @@ def search(index: str, query: str, top_k: int = 10, model: str | None = None, re
         effort: ivf nprobe / hnsw efSearch, to search harder than tuned at build (see meta.json's tuning)
         dense_weight: the encoder's share of a hybrid ranking with BM25 (1: the encoder alone, 0: BM25 alone; default: the index's)
         as_json: print one JSON object per hit instead of a table
+        device: where the query is embedded: cpu, cuda or cuda:N (default: the GPU if there is one, else the CPU)
     """
+    from ..engine.devices import device_from_option
     from ..search.index import Index
 
-    searcher = Index.load(index, model=model)
+    searcher = Index.load(index, model=model, device=device_from_option(device))
     if effort is not None:
         searcher.set_effort(effort)
     hits = searcher.search(query, top_k=top_k, dense_weight=dense_weight)
@@ -159,7 +166,7 @@ def search(index: str, query: str, top_k: int = 10, model: str | None = None, re
 
 def senses(word: str, corpus: list[str], model: str = "minilm", plot: str | None = None, max_senses: int = 6,
            examples: int = 3, layers: str = "-1", max_occurrences: int = 2000, umap: bool = True,
-           text_field: str = "text", seed: int = 0) -> None:
+           text_field: str = "text", seed: int = 0, device: str | None = None) -> None:
     """Split the occurrences of a word into senses: word-in-context vectors, k-means, a 2-D scatter plot.
 
     Args:
@@ -174,15 +181,18 @@ def senses(word: str, corpus: list[str], model: str = "minilm", plot: str | None
         umap: add a UMAP panel beside the PCA one when umap-learn is installed
         text_field: the JSONL field that holds the text
         seed: seed of the sample, k-means and the projections
+        device: cpu, cuda or cuda:N (default: this process's GPU if there is one, else the CPU)
     """
     from ..tasks.pretraining.corpus import read_documents
     from ..embeddings.embed import Embedder
     from ..embeddings.senses import check_plot_path, plot_senses, word_senses
+    from ..engine.devices import device_from_option
     from ..resources import resolve_model
 
     if plot:
         check_plot_path(plot)  # a name that cannot be drawn fails now, not after the model has run
-    embedder = Embedder.from_pretrained(resolve_model(model), layers=parse_layers(layers))
+    embedder = Embedder.from_pretrained(resolve_model(model), layers=parse_layers(layers),
+                                        device=device_from_option(device))
     sentences = (sentence for document in read_documents(corpus, text_field=text_field) for sentence in document)
     found = word_senses(embedder, sentences, word, max_senses=max_senses, max_occurrences=max_occurrences, seed=seed,
                         umap=None if umap else False, source=", ".join(corpus))

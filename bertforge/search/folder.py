@@ -1,9 +1,10 @@
 """The index folder on disk: what it holds, how it is published, appended to, and checked when read.
 
     INDEX/
-      meta.json         format, the vectors' model/fingerprint/pooling/dimension, kind, count,
-                        search effort, build-time recall, the names of the files below, and
-                        optionally dense_weight (below 1: searches are hybrid with BM25; hybrid.py)
+      meta.json         format, how the vectors are made (encoder.VectorSpec: model, fingerprint,
+                        tokenizer settings, pooling, prompt, dimension), kind, count, search effort,
+                        build-time recall, the names of the files below, and optionally
+                        dense_weight (below 1: searches are hybrid with BM25; hybrid.py)
       index-G.faiss     the FAISS index of generation G
       offsets-G.npy     int64 (count + 1,) byte offsets of each row in texts.jsonl
       texts.jsonl       {"id": ..., "text": ...} per row, append-only (store.py)
@@ -29,7 +30,11 @@ from .store import TEXTS_FILE, TextStore, append_passages
 
 META_FILE = "meta.json"
 FORMAT = "bertforge-index"
-FORMAT_VERSION = 1
+# 2: meta.json's "vectors" records the tokenizer's settings (encoder.VectorSpec.tokenizer), which a bertforge
+# that reads version 1 only would fail on. Version 1 is still read (its model is checked by the fingerprint
+# alone), and an index keeps the version it was built with when rows are added to it.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 def write_new_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passages: Iterable[Passage]) -> dict:
@@ -110,9 +115,10 @@ def read_folder(folder: str | Path) -> tuple[dict, faiss.Index, TextStore]:
         dim = int(meta["vectors"]["dim"])
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{meta_file} is damaged ({type(error).__name__}: {error}); {rebuild}") from None
-    if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format") != FORMAT or meta.get("format_version") not in READABLE_VERSIONS:
+        readable = " and ".join(map(str, READABLE_VERSIONS))
         raise ValueError(f"{folder} holds format {meta.get('format')!r} version {meta.get('format_version')!r}; "
-                         f"this bertforge reads {FORMAT!r} version {FORMAT_VERSION}: {rebuild}")
+                         f"this bertforge reads {FORMAT!r} versions {readable}: {rebuild}")
     for name in (files["faiss"], files["offsets"], TEXTS_FILE):
         if not (folder / name).is_file():
             raise ValueError(f"{folder} is incomplete: {name} is missing; {rebuild}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
+import torch
 
 from ..embeddings.embed import check_texts
 from ..errors import UsageError
@@ -59,6 +60,7 @@ class Index:
         self.saved_meta = dict(self.meta) if folder is not None else None  # what the folder's meta.json holds
         self.pending: list[Passage] = []
         self._embedder = None
+        self.device = None  # where the embedder runs: None picks as every command does (engine/devices.py)
         self._bm25 = None  # BM25 over every row's text: built by the first hybrid search, dropped by add
         self._ids: UniqueIds | None = None
         self._gpu: faiss.Index | None | bool = False  # False: not made yet; None: no GPU to use
@@ -72,13 +74,14 @@ class Index:
     def build(cls, texts: Sequence[str], model: str | Path = "minilm", *, ids: Sequence[PassageId] | None = None,
               kind: str = "auto", pooling: str | None = None, normalize: bool = True, batch_size: int = 32,
               progress: bool | None = None, tune_queries: Sequence[str] | None = None,
-              dense_weight: float | None = None) -> "Index":
+              dense_weight: float | None = None, device: str | torch.device | None = None) -> "Index":
         """Embed texts with `model` (a checkpoint folder or packaged name) and index them.
 
         ids: one per text (str or int), default the row numbers. kind: auto, flat, ivf or hnsw
         (see ann.py). pooling: None takes a sentence-transformers folder's choice, else mean.
         tune_queries: typical query texts to tune an approximate index's effort on.
         dense_weight: the index's default for `search` (see set_dense_weight); None: vectors alone.
+        device: where the model runs: cpu, cuda, cuda:N; None or "auto": the GPU if there is one.
         Raises ValueError for no texts, a non-str text, ids of the wrong length or repeated, a
         dense_weight outside 0..1, or one below 1 without bm25s installed.
         """
@@ -87,7 +90,7 @@ class Index:
             raise ValueError("no texts to index; pass a non-empty list of texts")
         dense_weight = check_dense_weight(dense_weight)  # before the slow part, embedding
         spec, embedder = open_model(model, pooling=pooling, normalize=normalize, batch_size=batch_size,
-                                    progress=progress)
+                                    progress=progress, device=device)
         query_vectors = embedder.encode(check_texts(tune_queries)) if tune_queries else None
         index = cls.from_vectors(spec, embedder.encode(texts), make_passages(texts, ids, first_row=0), kind,
                                  tune_queries=query_vectors)
@@ -125,21 +128,21 @@ class Index:
         return index
 
     @classmethod
-    def load(cls, folder: str | Path, model: str | Path | None = None) -> "Index":
+    def load(cls, folder: str | Path, model: str | Path | None = None,
+             device: str | torch.device | None = None) -> "Index":
         """Open an index folder; with `model`, queries are embedded by it after checking it is the index's model.
 
-        Raises ValueError for a missing, half-written, damaged or inconsistent folder, or a
-        model that is not the one the index was built with.
+        device: where queries are embedded, as in `build`. Raises ValueError for a missing, half-written,
+        damaged or inconsistent folder, or a model that is not the one the index was built with
+        (`VectorSpec.check_same_model`).
         """
         meta, faiss_index, store = read_folder(folder)
         spec = VectorSpec.from_json(meta["vectors"])
         index = cls(spec, faiss_index, meta["kind"], meta=meta, folder=Path(folder), store=store)
         ann.set_effort(faiss_index, index.kind, meta.get("effort"))
-        if model is not None:
-            query_spec, embedder = open_model(model, pooling=spec.pooling, normalize=spec.normalize,
-                                              max_length=spec.max_length)
-            spec.check_same_model(query_spec)
-            index._embedder = embedder
+        index.device = device
+        if model is not None:  # now, so that a wrong model is refused before any work
+            index._embedder = spec.embedder(model, device=device)
         return index
 
     # --- adding and saving -------------------------------------------------------------------
@@ -247,7 +250,7 @@ class Index:
     @property
     def embedder(self):
         if self._embedder is None:
-            self._embedder = self.spec.embedder()
+            self._embedder = self.spec.embedder(device=self.device)
         return self._embedder
 
     def search(self, queries: str | Sequence[str] | np.ndarray, top_k: int = 10, *,
@@ -315,7 +318,7 @@ class Index:
     def warn_if_truncated(self, texts: list[str]) -> None:
         limit = self.embedder.max_length
         for text in texts:
-            length = len(self.embedder.tokenizer(text)["input_ids"])
+            length = self.embedder.token_count(text)
             if length > limit:
                 logger.warning("a query of %d tokens is longer than the model's limit of %d; only its first %d "
                                "tokens are searched for", length, limit, limit)

@@ -58,7 +58,7 @@ def serve(model: str = "minilm", index: str | None = None, classifier: str | Non
         logger.warning("listening on %s without --api-key: anyone who can reach this port can use the server", host)
     try:
         models = load_models(model, mlm=mlm, classifier=classifier, reranker=reranker, vocab=vocab, pooling=pooling,
-                             index=load_index(index) if index else None, device=device, dtype=dtype,
+                             index=load_index(index, device) if index else None, device=device, dtype=dtype,
                              cuda_graphs=cuda_graphs)
         app = create_app(models, settings)
     except BaseException:  # a bad folder or setting: free the port now, not whenever the socket is collected

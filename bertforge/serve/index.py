@@ -17,8 +17,9 @@ class SearchIndex(Protocol):
         """Per query, up to top_k `bertforge.search.Hit`s, best first (dense_weight None: the index's own)."""
 
 
-def load_index(folder: str) -> SearchIndex:
-    """`bertforge.search.Index.load(folder)`; ValueError when the folder or the search package is missing.
+def load_index(folder: str, device: str | None = None) -> SearchIndex:
+    """`bertforge.search.Index.load(folder)`, its queries embedded on `device` (the served models' device: auto
+    when None); ValueError when the folder or the search package is missing.
 
     An index that searches hybrid by default builds its BM25 here, before the first request waits
     for it (and a missing bm25s fails the start, not the first search).
@@ -30,7 +31,7 @@ def load_index(folder: str) -> SearchIndex:
     except ImportError:
         raise ValueError("--index needs bertforge.search and faiss (pip install 'bertforge[search]'), which this "
                          "installation does not have") from None
-    index = Index.load(folder)
+    index = Index.load(folder, device=device)
     if index.dense_weight < 1.0:
         index.bm25()
     return index
