@@ -142,13 +142,30 @@ def test_the_modules_that_read_a_model_folder_load_its_tokenizer_in_one_place():
     lower-casing): these modules read folders to train, score or embed, and call no tokenizer loader of their own."""
     package = Path(bertforge.__file__).parent
     modules = ["train/runner.py", "adapt/pipeline.py", "adapt/outputs.py", "embeddings/embed.py",
-               "tasks/retrieval/evaluation.py", "tasks/retrieval/bi_encoder.py", "tasks/retrieval/commands.py"]
+               "tasks/retrieval/evaluation.py", "tasks/retrieval/bi_encoder.py", "tasks/retrieval/commands.py",
+               "tasks/finetune.py", "readmission/recipe.py", "serve/heads.py", "cli/demo.py"]
     for module in modules:
         calls = [node.lineno for node in ast.walk(ast.parse((package / module).read_text(encoding="utf-8")))
                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                  and node.func.attr == "from_pretrained" and getattr(node.func.value, "id", "") == "BertTokenizer"]
         assert not calls, f"bertforge/{module} lines {calls}: load the tokenizer with load_tokenizer(folder)"
 
+
+
+def test_adapts_mlm_stage_keeps_the_bases_prompts_and_lower_casing(minilm_dir, cassette_dir, tmp_path):
+    """The encoder adapt keeps after continued MLM pretraining is the base's kind of folder with new weights."""
+    from types import SimpleNamespace
+
+    from bertforge.adapt.mlm import keep_models
+
+    base = prompted(minilm_dir, tmp_path / "base")
+    update_json(base / "sentence_bert_config.json", do_lower_case=True)
+    stage = SimpleNamespace(folder=tmp_path / "stage", model=tmp_path / "stage" / "model")
+    stage.folder.mkdir()
+    keep_models(cassette_dir, stage, SimpleNamespace(base_folder=base, max_seq_length=128))
+    saved = read_model_folder(stage.model)
+    assert (saved.default_prompt, saved.do_lower_case, saved.max_seq_length) == ("query: ", True, 128)
+    assert (saved.pooling, saved.normalize) == (read_model_folder(base).pooling, read_model_folder(base).normalize)
 
 # ---- the max_seq_length
 

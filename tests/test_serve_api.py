@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from bertforge import BertForSequenceClassification, BertTokenizer  # noqa: E402
+from bertforge import BertConfig, BertForSequenceClassification, BertTokenizer  # noqa: E402
 from bertforge.serve.app import create_app  # noqa: E402
 from bertforge.serve.models import ServedModels, load_models  # noqa: E402
 from bertforge.serve.settings import ServeSettings  # noqa: E402
@@ -198,6 +198,22 @@ def test_classify_gives_the_models_probabilities_best_first(client, classifier_d
     one = client.post("/classify", json={"inputs": TEXTS[0]}).json()
     assert [p["label"] for p in one] == [p["label"] for p in answer[0]]
 
+
+
+def test_each_served_model_takes_inputs_within_its_own_limit(minilm_dir, tmp_path):
+    """A classifier of 128 positions beside MiniLM's 256 tokens: /classify cuts at 128 (or says 128), not 256."""
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                        intermediate_size=37, max_position_embeddings=128, id2label={0: "no", 1: "yes"})
+    BertForSequenceClassification(config).save_pretrained(tmp_path / "short",
+                                                          tokenizer=BertTokenizer.from_pretrained(minilm_dir))
+    models = load_models(str(minilm_dir), classifier=str(tmp_path / "short"), device="cpu")
+    with TestClient(create_app(models)) as client:
+        long_text = "word " * 200
+        refused = client.post("/classify", json={"inputs": long_text})
+        assert refused.status_code == 413 and "128" in refused.json()["error"]
+        assert client.post("/classify", json={"inputs": long_text, "truncate": True}).status_code == 200
+        assert client.post("/embed", json={"inputs": "word " * 200}).status_code == 200  # MiniLM's own 256
 
 def test_search_equals_brute_force_inner_product(client, sentences, sbert):
     query = "This medicine gave me a terrible headache."

@@ -30,6 +30,7 @@ from ..resources import resolve_model
 from ..tasks.pretraining.dataset import PretrainingConfig
 from ..tasks.pretraining.recipe import DataSettings, ModelSettings, PretrainRecipe, run_pretraining
 from ..tasks.retrieval.bi_encoder import BiEncoder
+from ..tokenization.folder import load_tokenizer
 from ..tokenization.tokenizer import BertTokenizer
 from ..train.checkpointing import latest_checkpoint, list_checkpoints
 from ..train.config import TrainConfig
@@ -149,10 +150,10 @@ def keep_models(checkpoint: Path, stage, run) -> tuple[BiEncoder, BertTokenizer]
     trained = stage.folder / "mlm"
     with published_folder(trained, existing="replace") as copy:  # the stage's own folder
         shutil.copytree(checkpoint, copy, dirs_exist_ok=True)
-    base = read_model_folder(run.base_folder)
-    encoder = BiEncoder.from_pretrained(trained, pooling=base.pooling, normalize=base.normalize,
-                                        max_seq_length=run.max_seq_length)
-    tokenizer = BertTokenizer.from_pretrained(trained)
+    # The base's settings (pooling, normalisation, prompts, lower-casing) with the stage's weights and vocabulary.
+    like_base = replace(read_model_folder(run.base_folder), transformer=trained)
+    encoder = BiEncoder.from_pretrained(like_base, max_seq_length=run.max_seq_length)
+    tokenizer = load_tokenizer(like_base)
     encoder.save_pretrained(stage.model, tokenizer=tokenizer)
     return encoder, tokenizer
 

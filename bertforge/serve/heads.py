@@ -2,8 +2,6 @@
 reranker (a BertForSequenceClassification). Each runs packed on the model thread (`passes`)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 
@@ -11,8 +9,9 @@ from ..embeddings.embed import eval_mode
 from ..engine.batching import TokenBatch
 from ..engine.prepacked_linear import prepack_where_it_pays
 from ..models.packed_forward import packed_forward
+from ..models.folder import ModelFolder
 from ..models.heads import BertForMaskedLM, BertForSequenceClassification
-from ..tokenization.tokenizer import BertTokenizer
+from ..tokenization.folder import load_tokenizer
 from .passes import Tokens, run_in_passes
 
 # Padded tokens per forward pass of a head: the CPU budget `Embedder` found fastest for MiniLM.
@@ -20,15 +19,17 @@ HEAD_PASS_TOKENS = 2048
 
 
 class HeadModel:
-    """A head checkpoint on a device, its tokenizer (event loop side) and packed passes over inputs."""
+    """A head checkpoint on a device, its tokenizer (event loop side), its own length limit and packed passes over
+    inputs. folder: the checkpoint as `read_model_folder` reads it, as for the embedding model."""
 
-    def __init__(self, model: torch.nn.Module, folder: Path, name: str, device: torch.device | None):
+    def __init__(self, model: torch.nn.Module, folder: ModelFolder, name: str, device: torch.device | None):
         self.name = name
+        self.max_length = folder.max_seq_length  # a classifier of 128 positions beside a 512-token embedder
         self.model = model.to(device or "cpu").eval()
         self.device = next(self.model.parameters()).device
         # The server's own model, for inference only (engine/prepacked_linear.py); the encoder alone: the MLM head
         prepack_where_it_pays(self.model.bert)  # reads its tied decoder's weight itself
-        self.tokenizer = BertTokenizer.from_pretrained(folder)
+        self.tokenizer = load_tokenizer(folder)
 
     def run(self, run_pass, inputs: list[Tokens], extras: list | None = None) -> list:
         with torch.inference_mode(), eval_mode(self.model):
@@ -39,8 +40,8 @@ class HeadModel:
 class MaskedLanguageModel(HeadModel):
     """Fill-mask (the top-k tokens for each [MASK]) and SPLADE sparse vectors, from one MLM head."""
 
-    def __init__(self, folder: Path, name: str, device: torch.device | None = None):
-        super().__init__(BertForMaskedLM.from_pretrained(folder), folder, name, device)
+    def __init__(self, folder: ModelFolder, name: str, device: torch.device | None = None):
+        super().__init__(BertForMaskedLM.from_pretrained(folder.transformer), folder, name, device)
 
     def real_states(self, batch: TokenBatch) -> torch.Tensor:
         """The last layer at the real tokens, row by row: (tokens, hidden)."""
@@ -81,8 +82,8 @@ class MaskedLanguageModel(HeadModel):
 class SequenceClassifier(HeadModel):
     """A fine-tuned BertForSequenceClassification: per input (a text or a pair), its logits."""
 
-    def __init__(self, folder: Path, name: str, device: torch.device | None = None):
-        model = BertForSequenceClassification.from_pretrained(folder)
+    def __init__(self, folder: ModelFolder, name: str, device: torch.device | None = None):
+        model = BertForSequenceClassification.from_pretrained(folder.transformer)
         super().__init__(model, folder, name, device)
         config = model.config
         self.labels = [(config.id2label or {}).get(i, f"LABEL_{i}") for i in range(config.num_labels)]

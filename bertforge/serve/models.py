@@ -79,12 +79,12 @@ def load_masked_lm(model: str, folder: ModelFolder, mlm: str | None, where) -> M
     if mlm is None:
         if folder.architecture not in MASKED_LM_ARCHITECTURES:
             return None
-        return loaded("--model", model, lambda: MaskedLanguageModel(folder.transformer, display_name(model), where))
+        return loaded("--model", model, lambda: MaskedLanguageModel(folder, display_name(model), where))
     mlm_folder = checkpoint_folder(mlm, "--mlm")
     if mlm_folder.architecture not in MASKED_LM_ARCHITECTURES:
         raise ValueError(f"--mlm {mlm} holds a {mlm_folder.architecture} model, which has no MLM head; "
                          f"give a {' or '.join(MASKED_LM_ARCHITECTURES)} checkpoint")
-    return loaded("--mlm", mlm, lambda: MaskedLanguageModel(mlm_folder.transformer, display_name(mlm), where))
+    return loaded("--mlm", mlm, lambda: MaskedLanguageModel(mlm_folder, display_name(mlm), where))
 
 
 def load_classifier(spec: str, option: str, where, one_label: bool = False) -> SequenceClassifier:
@@ -92,7 +92,7 @@ def load_classifier(spec: str, option: str, where, one_label: bool = False) -> S
     if folder.architecture != "BertForSequenceClassification":
         raise ValueError(f"{option} {spec} holds a {folder.architecture} model; give a fine-tuned "
                          "BertForSequenceClassification folder (the best/ folder of `bertforge finetune`)")
-    model = loaded(option, spec, lambda: SequenceClassifier(folder.transformer, display_name(spec), where))
+    model = loaded(option, spec, lambda: SequenceClassifier(folder, display_name(spec), where))
     if one_label and len(model.labels) != 1:
         raise ValueError(f"{option} {spec} has {len(model.labels)} labels; a reranker (cross-encoder) gives one score "
                          "per pair: give a one-label BertForSequenceClassification, or serve it with --classifier")

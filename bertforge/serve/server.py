@@ -59,8 +59,9 @@ class Server:
         prompts = Prompts(models.prompts, self.default_prompt())
         for name, model in (("embed", models.embedding), ("mlm", models.masked_lm), ("classify", models.classifier),
                             ("rerank", models.reranker)):
-            if model is not None:
-                self.encoders[name] = InputEncoder(model.tokenizer, settings.max_input_length, settings.auto_truncate,
+            if model is not None:  # each model's inputs within its own limit too (the setting is checked on embed's)
+                limit = min(settings.max_input_length, model.max_length)
+                self.encoders[name] = InputEncoder(model.tokenizer, limit, settings.auto_truncate,
                                                    prompts if name == "embed" else Prompts())
 
     def default_prompt(self) -> str:

@@ -12,7 +12,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..tokenization.tokenizer import BertTokenizer
+from ..tokenization.folder import load_tokenizer
 from ..train.config import FinetuningConfig
 from ..train.runner import RecipeRun, run_recipe
 from . import TASKS, TaskName, TaskSettings, load_task
@@ -114,5 +114,5 @@ def load_for_prediction(folder: str | Path):
         if card["task"] != name:
             raise ValueError(f"{card_path} says task {card['task']!r} but config.json holds a {architecture} "
                              f"({name}); the folder mixes two models: fine-tune it again")
-    task = load_task(name, settings, BertTokenizer.from_pretrained(folder), config)
+    task = load_task(name, settings, load_tokenizer(read), config)  # as the run that trained it read its folder
     return task, task.model_class.from_pretrained(folder)

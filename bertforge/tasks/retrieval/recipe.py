@@ -41,7 +41,7 @@ class SbertRecipe:
     init_from: str = field(default="minilm", metadata=CHECKPOINT)  # any BERT checkpoint folder, a sentence-transformers folder, or a packaged name
     pooling: str = ""  # mean | cls; "": the folder's own (sentence-transformers), else mean
     normalize: bool | None = None  # L2-normalise the vectors; None: the folder's own, else no
-    max_length: int = 0  # tokens per text; 0: the folder's max_seq_length, else 256
+    max_length: int = 0  # tokens per text; 0: the folder's max_seq_length (a plain checkpoint's: its tokenizer's limit)
     loss: Objective = field(default_factory=Objective)
     data: SbertData = field(default_factory=SbertData)
     epochs: float = 1.0
