@@ -59,6 +59,10 @@ COMMANDS = {
 }
 
 
+# Options of a command line that --print-config leaves out of the file it prints (CommandParser.dump).
+NOT_SETTINGS = ("overwrite", "threads")
+
+
 class CommandParser(ArgumentParser):
     """jsonargparse's parser with bertforge's command-line conventions (see `options`) and one-line errors."""
 
@@ -71,6 +75,15 @@ class CommandParser(ArgumentParser):
         # `--layers -4,-3,-2,-1`: argparse before Python 3.13 reads "-4,-3,-2,-1" as an unknown option
         # (only -4 and -.5 were negative numbers to it); this is the test argparse itself uses from 3.13.
         self._negative_number_matcher = re.compile(r"-\.?\d")
+
+    def dump(self, cfg, *args, **kwargs) -> str:
+        """jsonargparse's dump (what --print-config prints) without the options that are no setting of the run:
+        a printed file given to --config must not make the next run delete the one before it (--overwrite), nor
+        pin this machine's thread count on another (--threads)."""
+        cfg = cfg.clone()
+        for key in NOT_SETTINGS:
+            cfg.pop(key, None)
+        return super().dump(cfg, *args, **kwargs)
 
     def add_argument(self, *args, **kwargs):
         """jsonargparse's add_argument with a typed parameter's option in bertforge's spelling.
