@@ -19,7 +19,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Iterator, Literal
+from typing import BinaryIO, Iterable, Iterator, Literal
 
 import numpy as np
 
@@ -150,6 +150,15 @@ def write_text(target: str | os.PathLike, text: str) -> Path:
     """`Path.write_text` (UTF-8), atomically."""
     with replaced_file(target) as temporary:
         temporary.write_text(text, encoding="utf-8")
+    return Path(target)
+
+
+def write_lines(target: str | os.PathLike, lines: Iterable[str]) -> Path:
+    """Each line followed by a newline, atomically: rewriting a JSONL file (a killed append's partial last line
+    cut off, records past a resumed step dropped) never loses the records it keeps, whenever it is killed."""
+    with replaced_file(target) as temporary, open(temporary, "w", encoding="utf-8", newline="\n") as file:
+        for line in lines:
+            file.write(line + "\n")
     return Path(target)
 
 

@@ -123,7 +123,7 @@ def train_method(init: Path, corpus: Sequence[Passage], texts: Sequence[str], se
         run.fit(model, batches, schedule, evaluate=evaluate)
         return {"steps": schedule.max_steps}
 
-    if not run_recipe(config, body, init_from=str(init), resume=resume):
+    if not run_recipe(config, body, init_from=str(init), resume=resume, command="bertforge adapt"):
         return None, []  # another process under torchrun (train/runner.py): rank 0 has the model
     best = BiEncoder.from_pretrained(best_model_folder(run_dir))
     return best, read_records(run_dir)

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..atomic import write_text
+from ..atomic import write_lines, write_text
 from ..errors import TrainingInterrupted, UsageError
 from ..search.documents import normalise
 
@@ -119,9 +119,10 @@ def whole_lines(path: Path, cut: bool = False) -> list[str]:
         return []
     text = path.read_text(encoding="utf-8")
     whole = text[:text.rfind("\n") + 1]
+    lines = whole.split("\n")[:-1]  # on newlines alone: a query may hold U+2028, which splitlines() splits on
     if cut and len(whole) < len(text):
-        path.write_text(whole, encoding="utf-8")
-    return whole.splitlines()
+        write_lines(path, lines)  # atomically: a kill while cutting keeps every whole line
+    return lines
 
 
 def generate_queries(generator: QueryGenerator, texts: Sequence[str], passages: Sequence[int],

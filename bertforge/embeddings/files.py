@@ -18,6 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..atomic import replaced_file, write_array
+from ..models.folder import ModelFolder, model_fingerprint, read_model_folder
 from ..train.distributed import Topology, barrier
 from .embed import Embedder
 
@@ -38,11 +39,17 @@ def part_file(folder: Path, index: int) -> Path:
     return folder / f"part-{index:06d}.npy"
 
 
-def vector_settings(source: Path, text_field: str, model_folder: str | Path, embedder: Embedder) -> dict:
-    """What the vectors of a file depend on: the input as it is on disk, the model and every vector choice."""
+def vector_settings(source: Path, text_field: str, model_folder: str | Path | ModelFolder, embedder: Embedder) -> dict:
+    """What the vectors of a file depend on: the input as it is on disk, the model and every vector choice.
+
+    The model is its folder and its weights' fingerprint (`models.folder.model_fingerprint`), as an index build
+    records it: a model retrained in place under the same folder does not reuse the old model's parts.
+    """
+    folder = model_folder if isinstance(model_folder, ModelFolder) else read_model_folder(model_folder)
     stat = source.stat()
     return {"input": str(source.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-            "text_field": text_field, "model": str(Path(model_folder).resolve()), "layers": list(embedder.layers),
+            "text_field": text_field, "model": str(Path(folder.root).resolve()),
+            "model_fingerprint": model_fingerprint(folder.transformer), "layers": list(embedder.layers),
             "layer_combine": embedder.layer_combine, "pooling": embedder.pooling, "normalize": embedder.normalize,
             "max_length": embedder.max_length, "dtype": str(embedder.dtype),
             **({"prompt": embedder.prompt} if embedder.prompt else {})}

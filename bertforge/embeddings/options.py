@@ -11,7 +11,6 @@ from typing import Iterable, Sequence, get_args
 import numpy as np
 
 from ..models.model import BertModel
-from ..validation import Bound, checked
 from . import LayerCombine
 
 LAYER_COMBINES = get_args(LayerCombine)
@@ -98,8 +97,7 @@ def check_max_length(max_length: int | None, tokenizer, model: BertModel) -> int
     positions = model.config.max_position_embeddings
     if max_length is None:
         return min(int(getattr(tokenizer, "model_max_length", positions)), positions)
-    return checked("max_length", max_length, bound=Bound(2, positions, meaning="[CLS] + [SEP] at the least, the "
-                                                                            "model's max_position_embeddings at most"))
+    return model.config.checked_max_length(max_length)
 
 
 def find_word(sentence: str, word: str, occurrence: int) -> tuple[int, int]:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..validation import Bound, checked
+
 CONFIG_NAME = "config.json"
 
 # The BERT paper family (Devlin et al. 2018; Turc et al. 2019 "Well-Read Students"):
@@ -116,6 +118,14 @@ class BertConfig:
         if not isinstance(values, dict):
             raise ValueError(f"{path} must hold a JSON object of config fields")
         return cls.from_dict(values)
+
+    def checked_max_length(self, max_length, where: str = "") -> int:
+        """max_length as an int that the position table holds ([CLS] + [SEP] at the least, max_position_embeddings
+        at most); UsageError naming the bound otherwise. Checked where the length enters, before any work: past
+        the table the forward pass fails mid-run."""
+        return checked("max_length", max_length, where=where, bound=Bound(
+            2, self.max_position_embeddings, meaning="[CLS] + [SEP] at the least, the model's max_position_embeddings "
+                                                     "at most"))
 
     def to_json_file(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -21,6 +21,7 @@ the folder's pooling, normalisation, length, prompts and lower-casing, and saves
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -54,6 +55,9 @@ POOLING_JOIN = "+"
 MODULE_ROLES = {"Transformer": "transformer", "BERT": "transformer", "Pooling": "pooling", "Normalize": "normalize"}
 # tokenizer_config.json says this (transformers' VERY_LARGE_INTEGER) when it knows no limit.
 UNKNOWN_MAX_LENGTH = int(1e20)
+# The files that decide what a model computes: weights, configuration and vocabulary (`model_fingerprint`).
+FINGERPRINT_FILES = ("config.json", "model.safetensors.index.json", "pytorch_model.bin", "vocab.txt",
+                     "tokenizer.json")
 
 
 @dataclass(frozen=True)
@@ -237,3 +241,20 @@ def read_json(path: Path) -> Any:
         raise ValueError(f"{path} holds a JSON {type(value).__name__}, not the "
                          f"{'list' if path.name == MODULES_FILE else 'object'} expected; re-save the model")
     return value
+
+
+def model_fingerprint(folder: str | os.PathLike) -> str:
+    """sha256 over the bytes of a checkpoint's FINGERPRINT_FILES and *.safetensors weights in `folder` (a
+    ModelFolder's `transformer`): the one identity of a model in resumable work (an index's chunks, embed's
+    parts, a training run's init_from), so a model retrained in place under the same folder name is told apart."""
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    names = sorted({*FINGERPRINT_FILES, *(path.name for path in folder.glob("*.safetensors"))})
+    for name in names:
+        path = folder / name
+        if path.is_file():
+            digest.update(name.encode())
+            with open(path, "rb") as file:
+                while block := file.read(1 << 20):
+                    digest.update(block)
+    return digest.hexdigest()

@@ -136,7 +136,8 @@ def run_readmission(run: ReadmissionRun, overwrite: bool = False) -> dict:
     The output folder follows `train.run_folder`: it must not hold another run unless overwrite=True.
     """
     return run_recipe(run.training_config(), lambda recipe_run: train_and_score(run, recipe_run),
-                      init_from=run.init_from if run.kind == "bert" else None, overwrite=overwrite)
+                      init_from=run.init_from if run.kind == "bert" else None, overwrite=overwrite,
+                      command="bertforge readmission train")
 
 
 def train_and_score(run: ReadmissionRun, recipe_run: RecipeRun) -> dict:

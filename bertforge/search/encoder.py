@@ -8,7 +8,6 @@ whose weights, vocabulary or tokenizer settings (the parts it cannot apply) diff
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -17,15 +16,11 @@ import torch
 from .. import Embedder
 from ..engine.devices import device_from_option
 from ..errors import UsageError
-from ..models.folder import ModelFolder, read_model_folder
+from ..models.folder import ModelFolder, model_fingerprint, read_model_folder
 from ..resources import resolve_model
 from ..tokenization.folder import load_tokenizer
 from ..tokenization.tokenizer import BertTokenizer
 
-# The files that decide a vector: weights, configuration and vocabulary. Their bytes are hashed,
-# so a model retrained in place under the same folder name is still told apart.
-FINGERPRINT_FILES = ("config.json", "model.safetensors.index.json", "pytorch_model.bin", "vocab.txt",
-                     "tokenizer.json")
 # The tokenizer's text settings, as it runs (from tokenizer_config.json, tokenizer.json's normaliser or a
 # sentence-transformers do_lower_case): recorded as values, not file bytes, so the same settings written
 # by another version of a library still match, and a refusal can name the one that differs.
@@ -36,7 +31,7 @@ TOKENIZER_SETTINGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars"
 class VectorSpec:
     """How an index's vectors were made; stored in its meta.json under "vectors"."""
     model: str            # the checkpoint folder, absolute
-    fingerprint: str      # sha256 over FINGERPRINT_FILES and the *.safetensors weights
+    fingerprint: str      # models.folder.model_fingerprint: sha256 over the weights, config and vocabulary
     pooling: str          # over the last layer: cls, mean, max, ... or several joined by "+" (models/folder.py)
     normalize: bool       # L2-normalised, so inner product is cosine similarity
     max_length: int       # tokens; longer texts are truncated
@@ -135,15 +130,3 @@ def checkpoint_folder(model: str | Path) -> ModelFolder:
 def tokenizer_settings(tokenizer: BertTokenizer) -> dict:
     return {name: getattr(tokenizer, name) for name in TOKENIZER_SETTINGS}
 
-
-def model_fingerprint(folder: Path) -> str:
-    digest = hashlib.sha256()
-    names = sorted({*FINGERPRINT_FILES, *(path.name for path in folder.glob("*.safetensors"))})
-    for name in names:
-        path = folder / name
-        if path.is_file():
-            digest.update(name.encode())
-            with open(path, "rb") as file:
-                while block := file.read(1 << 20):
-                    digest.update(block)
-    return digest.hexdigest()

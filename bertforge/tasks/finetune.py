@@ -57,8 +57,20 @@ def run_finetuning(recipe: FinetuneRecipe, resume: bool = False, overwrite: bool
     """
     if not recipe.data.train:
         raise ValueError("no training file: set data.train (CSV, TSV, JSONL, CoNLL or SQuAD JSON)")
+    check_length_fits(recipe)
     return run_recipe(recipe.training, lambda run: finetune_in(recipe, run), init_from=recipe.init_from,
-                      resume=resume, overwrite=overwrite)
+                      resume=resume, overwrite=overwrite, command="bertforge finetune", recipe=recipe)
+
+
+def check_length_fits(recipe: FinetuneRecipe) -> None:
+    """data.max_length against init_from's position table, before the run folder is claimed: past the table the
+    forward pass failed mid-run. Raises UsageError naming the table's size."""
+    if recipe.data.max_length:
+        from ..models.folder import read_model_folder
+        from ..resources import resolve_model
+
+        folder = read_model_folder(resolve_model(recipe.init_from)).transformer
+        BertConfig.from_json_file(folder / "config.json").checked_max_length(recipe.data.max_length, where="data.")
 
 
 def finetune_in(recipe: FinetuneRecipe, run: RecipeRun) -> dict:

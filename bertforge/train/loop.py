@@ -4,8 +4,8 @@ What a recipe supplies: the model (its forward returns `.loss`), a stream of bat
 that can report and restore its position, a `statistics` function turning a batch and
 its output into (sum, count) pairs (accuracies, ...), and optionally an `evaluate`
 function. The loop owns the rest: AdamW + schedule, accumulation, clipping, bf16,
-DDP, progress, logs, checkpoints, exact resume, the NaN guard, and (with best_metric)
-the best model by evaluation and early stopping.
+DDP, progress, logs, checkpoints, exact resume (refused when the run's settings changed:
+resume.py), the NaN guard, and (with best_metric) the best model by evaluation and early stopping.
 
 It keeps a GPU fed: batches are made (and packed, and pinned) ahead of the step in a
 background thread; statistics and losses stay on the device and are read back only every
@@ -15,21 +15,18 @@ the device in between; AdamW is the fused kernel on CUDA; bf16 is the default th
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from ..engine.devices import cpu_has_amx, to_device
 from ..validation import STEPS_TO_RUN, check_bound
 from .best import BestModel, best_model_folder
-from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_state, save_checkpoint
+from .checkpointing import save_checkpoint
 from .config import TrainConfig
 from .cuda_graph_step import GraphedStep, graphs_apply
 from .distributed import Topology, all_reduce_sum, average_gradients, barrier, broadcast_parameters
@@ -37,11 +34,9 @@ from .interrupt import StopRequests
 from .memory import TRIM_EVERY, release_freed_memory
 from .optim import build_optimizer, learning_rate_schedule, warmup_steps_from
 from .prefetch import Prefetcher
+from .resume import resume_from_newest_good
 from .running_metrics import RunningMetrics, Statistics, fmt
 from .run_log import RunLog, plot_curves
-
-logger = logging.getLogger("bertforge")
-
 
 class BatchStream(Protocol):
     """Endless batches (epoch after epoch) whose position can be saved and restored."""
@@ -54,12 +49,14 @@ class BatchStream(Protocol):
 def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, statistics: Statistics | None = None,
           evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None, tokenizer=None,
           topology: Topology = Topology(), device: torch.device = torch.device("cpu"),
-          resume: bool = False, forward_kwargs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+          resume: bool = False, forward_kwargs: dict[str, Any] | None = None,
+          inputs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Run (or continue) training to config.max_steps; returns the logged records.
 
     forward_kwargs go to every forward call (masked_only=True: the fast MLM head). With config.best_metric the best
     model so far is kept in output_dir/best (HF format, with the tokenizer) and training stops after
-    early_stopping_patience evaluations without a new best. Raises TrainingDiverged when the loss stops being finite.
+    early_stopping_patience evaluations without a new best. inputs (`resume.run_inputs`) are recorded with config.
+    Raises TrainingDiverged when the loss stops being finite, BertforgeError when resumed with them changed.
     """
     check_bound(STEPS_TO_RUN, "max_steps", config.max_steps, "training.")
     run_dir = Path(config.output_dir)
@@ -67,7 +64,7 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
     optimizer, scheduler = optimizer_and_schedule(model, config, device)
     best = best_model_tracker(config)
     step = 0 if not resume else resume_from_newest_good(run_dir, model, optimizer, scheduler, batches, device, best,
-                                                        topology)
+                                                        topology, config, inputs)
     forward_model = wrap_for_training(model, config, topology, device)
     log = RunLog(run_dir, resume_step=step, tensorboard=config.tensorboard) if topology.is_main else None
     progress = tqdm(total=config.max_steps, initial=step, desc="train", disable=not topology.is_main, dynamic_ncols=True)
@@ -100,8 +97,8 @@ def train(model: torch.nn.Module, batches: BatchStream, config: TrainConfig, *, 
                 end = (best is not None and keep_if_best(best, scores, step, model, run_dir, tokenizer, progress,
                                                          topology)) or end  # keep_if_best first: it always runs
             if due.saving or end:  # end: early stopping decided by this evaluation
-                save_training_state(run_dir, step, model, optimizer, scheduler, steps.stream, config, best, tokenizer,
-                                    topology)
+                save_training_state(run_dir, step, model, optimizer, scheduler, steps.stream, config, inputs, best,
+                                    tokenizer, topology)
             if due.stopping:
                 raise stop.interrupted(step, run_dir)
     finally:
@@ -238,13 +235,14 @@ def log_step(step: int, learning_rate: float, means: dict[str, float], progress,
 
 
 def save_training_state(run_dir: Path, step: int, model, optimizer, scheduler, stream: Prefetcher,
-                        config: TrainConfig, best: BestModel | None, tokenizer, topology: Topology) -> None:
-    """Rank 0 writes the checkpoint (weights, optimizer, schedule, data position, best-model record); every
-    rank waits for it, so none runs ahead of a save it may resume from."""
+                        config: TrainConfig, inputs: dict | None, best: BestModel | None, tokenizer,
+                        topology: Topology) -> None:
+    """Rank 0 writes the checkpoint (weights, optimizer, schedule, data position, best-model record, and the
+    settings a resume is checked against); every rank waits for it, so none runs ahead of a save it may resume from."""
     if topology.is_main:
         state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                 "data": stream.state_dict(), "config": asdict(config), "best": best.state_dict() if best else None,
-                 "training_only": training_only_weights(model)}
+                 "data": stream.state_dict(), "config": asdict(config), "inputs": inputs,
+                 "best": best.state_dict() if best else None, "training_only": training_only_weights(model)}
         save_checkpoint(run_dir, step, model, state, config.keep_last, tokenizer=tokenizer)
     barrier(topology)
 
@@ -365,36 +363,3 @@ def wrap_for_training(model: torch.nn.Module, config: TrainConfig, topology: Top
         forward_model = torch.compile(forward_model)
     return forward_model
 
-
-def resume_from_newest_good(run_dir: Path, model, optimizer, scheduler, batches: BatchStream, device: torch.device,
-                            best: BestModel | None, topology: Topology) -> int:
-    """Restore the newest checkpoint that loads whole, passing over damaged ones; returns its step (0: none)."""
-    latest_checkpoint(run_dir)  # raises on a folder of old pickled checkpoints, which are never loaded
-    for checkpoint in reversed(list_checkpoints(run_dir)):
-        try:
-            step = restore(checkpoint, model, optimizer, scheduler, batches, device, best)
-        except (ValueError, SafetensorError) as error:
-            logger.warning("passing over a damaged checkpoint: %s", error)
-            continue
-        if topology.is_main:
-            logger.warning("resumed from %s at step %d", checkpoint, step)
-        return step
-    if topology.is_main:
-        logger.warning("nothing to resume in %s: no complete checkpoint; starting from step 0", run_dir)
-    return 0
-
-
-def restore(checkpoint: Path, model, optimizer, scheduler, batches: BatchStream, device: torch.device,
-            best: BestModel | None = None) -> int:
-    """Load weights, optimizer, schedule, data position (and best-model record); returns the step to continue from."""
-    state = load_trainer_state(checkpoint)
-    weights = load_file(str(checkpoint / "model" / "model.safetensors"), device=str(device))
-    model.load_state_dict(weights, strict=False)  # tied weights are not stored; they follow their twin
-    if state.get("training_only") is not None:
-        model.load_training_only_state_dict(state["training_only"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    batches.load_state_dict(state["data"])
-    if best is not None and state.get("best"):
-        best.load_state_dict(state["best"])
-    return state["step"]

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..atomic import replaced_file, write_text
+from ..atomic import replaced_file, write_lines
 
 logger = logging.getLogger("bertforge")
 METRICS_FILE = "metrics.jsonl"
@@ -19,7 +19,7 @@ class RunLog:
         self.path = run_dir / METRICS_FILE
         run_dir.mkdir(parents=True, exist_ok=True)
         kept = [r for r in self.records() if r["step"] <= resume_step] if resume_step else []
-        write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))  # a kill here keeps the old file
+        write_lines(self.path, map(json.dumps, kept))  # atomically: a kill here keeps the old file
         self.writer = None
         if tensorboard:
             try:

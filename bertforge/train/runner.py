@@ -5,7 +5,7 @@ the same steps around its own data, model class and metrics; they are written on
 
     def run_my_recipe(recipe, resume=False, overwrite=False) -> dict:
         return run_recipe(recipe.training, lambda run: my_recipe_in(recipe, run), init_from=recipe.init_from,
-                          resume=resume, overwrite=overwrite)
+                          resume=resume, overwrite=overwrite, recipe=recipe)   # recipe: checked on --resume
 
     def my_recipe_in(recipe, run: RecipeRun) -> dict:
         model = run.build(MyModel, **options)                 # from run.init_from; fresh heads from the seed
@@ -47,7 +47,8 @@ from .best import best_model_folder
 from .distributed import Topology, barrier, process_group
 from .loop import TrainConfig, train
 from .optim import epoch_schedule
-from .run_folder import claim_run_folder
+from .resume import run_inputs
+from .run_folder import PYTHON_API, claim_run_folder
 
 RESULTS_FILE = "results.json"
 Evaluate = Callable[[torch.nn.Module], dict[str, float]]
@@ -68,6 +69,7 @@ class RecipeRun:
     resume: bool = False
     device: torch.device | None = None  # None: training.device's (`engine.devices.select_device`)
     topology: Topology = field(default_factory=Topology)
+    inputs: dict | None = None  # what the run is made of besides `training` (`resume.run_inputs`), checked on resume
     tokenizer: BertTokenizer | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
@@ -109,7 +111,7 @@ class RecipeRun:
         over any earlier run's. loop_options go to `train` (statistics, forward_kwargs).
         """
         train(model, batches, config, evaluate=evaluate, tokenizer=self.tokenizer, device=self.device,
-              resume=self.resume, topology=self.topology, **loop_options)
+              resume=self.resume, topology=self.topology, inputs=self.inputs, **loop_options)
         if self.topology.is_main and (evaluate is None or not self.best_folder.is_dir()):
             model.save_pretrained(self.best_folder, tokenizer=self.tokenizer)  # the loop kept no best: the last
         barrier(self.topology)
@@ -123,17 +125,23 @@ class TrainedOnAnotherRank(Exception):
 
 
 def run_recipe(training: TrainConfig, body: Callable[[RecipeRun], dict], *, init_from: str | None = None,
-               resume: bool = False, overwrite: bool = False) -> dict:
+               resume: bool = False, overwrite: bool = False, command: str = PYTHON_API, recipe=None) -> dict:
     """Claim training.output_dir, run `body` in it, write what it returns to output_dir/results.json; return it.
 
-    Raises UsageError / BertforgeError from the claim (`train.run_folder.claim_run_folder`) before
+    recipe: the recipe dataclass the body runs: its settings, data files and init_from are recorded in every
+    checkpoint (`resume.run_inputs`), and --resume is refused when they changed (`resume.check_resumable`; without
+    a recipe only training and init_from are checked).
+
+    command: the command the run record names ("bertforge finetune"); a folder holding another command's run
+    is refused. Raises UsageError / BertforgeError from the claim (`train.run_folder.claim_run_folder`) before
     anything is loaded; whatever `body` raises leaves no results file (the run did not finish).
     """
     device = select_device(training.device)
     with process_group(device) as topology, \
-            claim_run_folder(training.output_dir, resume=resume, overwrite=overwrite, enabled=topology.is_main):
+            claim_run_folder(training.output_dir, command=command, resume=resume, overwrite=overwrite,
+                             enabled=topology.is_main):
         try:
-            results = body(RecipeRun(training, init_from, resume, device, topology))
+            results = body(RecipeRun(training, init_from, resume, device, topology, run_inputs(recipe, init_from)))
         except TrainedOnAnotherRank:
             return {}
         write_results(training.output_dir, results)

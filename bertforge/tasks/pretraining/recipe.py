@@ -23,7 +23,7 @@ from ...errors import BertforgeError
 from ...input_files import changed_inputs, fingerprints
 from ...train.run_folder import claim_run_folder
 from .corpus import DocumentBoundary, expand_paths
-from .shards import TokenizedCorpus, prepare_corpus
+from .shards import TokenizedCorpus, prepare_corpus, vocab_fingerprint
 from ...models.heads import IGNORE_INDEX, BertForPreTraining, masked_positions_from, padded_masked_positions
 from ...tokenization.tokenizer import BertTokenizer
 from ...engine.devices import select_device, to_device
@@ -31,6 +31,7 @@ from ...train.distributed import Topology, barrier, process_group
 from ...train.config import TrainConfig
 from ...train.cuda_graph_step import graphs_apply
 from ...train.loop import train
+from ...train.resume import START_OVER, run_inputs, setting_changes
 from ...settings import CHECKPOINT, KEYS_OF, PATH, load_recipe
 from ...validation import STEPS_TO_RUN, check_bound, check_fields
 
@@ -89,26 +90,30 @@ def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Top
     """The checkpoint's vocabulary, a given one, or (from scratch) one trained on the training files.
 
     A vocabulary trained by an earlier run in run_dir is reused when it was trained on the same
-    files with the same settings; otherwise a new run trains it again and a resumed one stops.
+    files with the same settings (the tokenizer section and data.text_field); otherwise a new run
+    trains it again and a resumed one stops.
     """
     settings = recipe.tokenizer
     source = recipe.model.init_from or settings.vocab
     if source:
         return BertTokenizer.from_pretrained(source)
     trained, record = run_dir / "tokenizer", run_dir / "tokenizer" / TRAINED_ON
-    wanted = {"settings": asdict(settings)}
+    wanted = {**asdict(settings), "text_field": recipe.data.text_field}
     if topology.is_main:
         files = expand_paths(recipe.data.train)
-        change = cache_change(record, files, wanted) if (trained / "vocab.txt").exists() else "not trained yet"
-        if change and (trained / "vocab.txt").exists():
-            change = stale_cache(trained, change, resume, recorded=record.exists())
+        change = "not trained yet"
+        if (trained / "vocab.txt").exists():
+            recorded = json.loads(record.read_text(encoding="utf-8")) if record.exists() else {}
+            change = cache_change(recorded.get("settings", {}), recorded.get("source_files"), files, wanted)
+            if change:
+                change = stale_cache(trained, change, resume, recorded=record.exists())
         if change:
             with published_folder(trained, existing="replace") as staging:  # the run's own cache
                 BertTokenizer.train(files, vocab_size=settings.vocab_size, min_frequency=settings.min_frequency,
                                     lowercase=settings.lowercase,
                                     text_field=recipe.data.text_field).save_pretrained(staging)
                 write_text(staging / TRAINED_ON, json.dumps(
-                    {**wanted, "source_files": fingerprints(files)}, indent=2) + "\n")
+                    {"settings": wanted, "source_files": fingerprints(files)}, indent=2) + "\n")
     barrier(topology)
     return BertTokenizer.from_pretrained(trained)
 
@@ -117,15 +122,20 @@ def tokenized_corpus(paths: list[str], tokenizer: BertTokenizer, folder: Path, d
                      topology: Topology, resume: bool = False) -> TokenizedCorpus:
     """Tokenize once into `folder` (rank 0), reuse it on later runs and on the other ranks.
 
-    Reused only when prepared from the same files, unchanged since; otherwise a new run
-    prepares it again and a resumed one stops (its data position belongs to the old corpus).
+    Reused only when prepared from the same files, unchanged since, with the same settings (how
+    documents are cut and read: data.document_boundary, data.text_field; the tokenizer's vocabulary
+    and lower-casing); otherwise a new run prepares it again and a resumed one stops (its data
+    position belongs to the old corpus). The maximum length shapes the instances, not the corpus.
     """
     meta = folder / "meta.json"
     if topology.is_main:
         change = "not prepared yet"
         if meta.exists():
             recorded = json.loads(meta.read_text(encoding="utf-8"))
-            change = changed_inputs(recorded.get("source_files"), expand_paths(paths))
+            wanted = {"document_boundary": data.document_boundary, "text_field": data.text_field,
+                      "vocab_sha256": vocab_fingerprint(tokenizer.vocab),
+                      "do_lower_case": getattr(tokenizer, "do_lower_case", None)}
+            change = cache_change(recorded, recorded.get("source_files"), expand_paths(paths), wanted)
             if change:
                 change = stale_cache(folder, change, resume, recorded="source_files" in recorded)
         if change:
@@ -137,14 +147,14 @@ def tokenized_corpus(paths: list[str], tokenizer: BertTokenizer, folder: Path, d
     return corpus
 
 
-def cache_change(record: Path, paths: list[Path], wanted: dict) -> str | None:
-    """Why the cache described by `record` (a JSON file) does not fit `paths` and `wanted`; None if it does."""
-    if not record.exists():
-        return "it does not record which files it was made from"
-    recorded = json.loads(record.read_text(encoding="utf-8"))
-    if any(recorded.get(key) != value for key, value in wanted.items()):
-        return f"made with other settings ({recorded.get('settings')})"
-    return changed_inputs(recorded.get("source_files"), paths)
+def cache_change(settings: dict, source_files: list[dict] | None, paths: list[Path], wanted: dict) -> str | None:
+    """Why a cache made with `settings` from `source_files` (their fingerprints) does not fit the files `paths`
+    and the settings `wanted`; None if it does. A setting the cache does not record (an older bertforge's) is
+    not compared (`train.resume.setting_changes`, the rule a resumed run's settings are checked by)."""
+    changes = setting_changes(settings, wanted)
+    if changes:
+        return "made with other settings: " + "; ".join(changes)
+    return changed_inputs(source_files, paths)
 
 
 def stale_cache(folder: Path, change: str, resume: bool, recorded: bool) -> str | None:
@@ -158,7 +168,7 @@ def stale_cache(folder: Path, change: str, resume: bool, recorded: bool) -> str 
         return None
     if resume:
         raise BertforgeError(f"{folder} was made from other data than the recipe's ({change}); the checkpoints "
-                             "belong to that data, so --resume cannot continue: run with --overwrite to start again")
+                             f"belong to that data, so --resume cannot continue: set the recipe back, {START_OVER}")
     logger.warning("%s does not fit the recipe (%s); making it again", folder, change)
     return change
 
@@ -267,7 +277,8 @@ def run_pretraining(recipe: PretrainRecipe, resume: bool = False, overwrite: boo
     device = select_device(recipe.training.device)
     run_dir = Path(recipe.training.output_dir)
     with process_group(device) as topology, \
-            claim_run_folder(run_dir, resume=resume, overwrite=overwrite, enabled=topology.is_main):
+            claim_run_folder(run_dir, command="bertforge pretrain", caches=("tokenizer", "data"), resume=resume,
+                             overwrite=overwrite, enabled=topology.is_main):
         return pretrain_in(run_dir, recipe, resume, topology, device)
 
 
@@ -294,4 +305,5 @@ def pretrain_in(run_dir: Path, recipe: PretrainRecipe, resume: bool, topology: T
     one_shape = graphs_apply(recipe.training, device, topology)  # a replayed CUDA graph takes one batch shape
     return train(model, EndlessBatches(dataset, recipe.batch_size, one_shape), recipe.training,
                  statistics=pretraining_statistics, evaluate=evaluate, tokenizer=tokenizer, topology=topology,
-                 device=device, resume=resume, forward_kwargs={"masked_only": recipe.masked_only_head})
+                 device=device, resume=resume, forward_kwargs={"masked_only": recipe.masked_only_head},
+                 inputs=run_inputs(recipe))

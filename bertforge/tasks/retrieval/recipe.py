@@ -72,7 +72,7 @@ def run_sbert_training(recipe: SbertRecipe, resume: bool = False, overwrite: boo
         raise ValueError("the recipe has no training file: set data.train (CSV, TSV or JSONL of pairs, triplets or "
                          "scored pairs)")
     return run_recipe(recipe.training, lambda run: train_sbert_in(recipe, run), init_from=recipe.init_from,
-                      resume=resume, overwrite=overwrite)
+                      resume=resume, overwrite=overwrite, command="bertforge sbert train", recipe=recipe)
 
 
 def train_sbert_in(recipe: SbertRecipe, run: RecipeRun) -> dict:
