@@ -1,17 +1,31 @@
-"""Hostile inputs for every file argument of the command line: the cases, and the files they use.
+"""Hostile inputs for every file argument of the command line: the cases, and the files they use; and a full
+disk (`file_size_limit`).
 
 Shared by tests/test_reliability_inputs.py and scripts/probe_cli.py (which runs the same table
-against any bertforge tree, to count how each case ends).
+against any bertforge tree, to count how each case ends), and by the tests of writes that must not lose data.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import resource
 import shutil
 from pathlib import Path
 
 import torch
 
 from bertforge import BertConfig, BertForSequenceClassification, BertTokenizer
+
+
+@contextlib.contextmanager
+def file_size_limit(limit: int):
+    """A full disk, as far as this process can tell: writes past `limit` bytes fail with EFBIG."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
 def make_hostile_files(root: Path, cassette_dir: Path, good_index: Path) -> Path:

@@ -6,11 +6,9 @@ around a minute on one core.
 """
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -30,6 +28,7 @@ from bertforge.train.checkpointing import list_checkpoints, load_trainer_state
 from bertforge.train.run_folder import claim_run_folder
 
 from cli_run import assert_one_line_error, run_cli
+from hostile_files import file_size_limit
 
 TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
 DEADLINE = 120  # seconds any wait may take before the test fails (and kills its child)
@@ -91,17 +90,6 @@ def logged_steps(run: Path) -> int:
         return len(metric_steps(run))
     except (FileNotFoundError, json.JSONDecodeError):  # not written yet, or a line half-appended
         return 0
-
-
-@contextlib.contextmanager
-def file_size_limit(limit: int):
-    """A full disk, as far as this process can tell: writes past `limit` bytes fail with EFBIG."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
 @pytest.fixture(scope="module")

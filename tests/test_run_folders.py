@@ -6,9 +6,7 @@ rewritten in place) on tiny CSVs and the bert-tiny checkpoint, a step or two eac
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import resource
 
 import pytest
 
@@ -24,6 +22,7 @@ from bertforge.train.run_folder import RUN_RECORD, claim_run_folder
 from bertforge.train.run_log import METRICS_FILE, RunLog
 
 from cli_run import assert_one_line_error, run_cli
+from hostile_files import file_size_limit
 
 TRAINING = ["training.max_steps=1", "training.tensorboard=false", "training.plot=false"]
 
@@ -184,24 +183,13 @@ def test_a_failed_start_keeps_the_record_of_the_caches_it_made(tmp_path):
 
 # ---------------------------------------------------------------- 4. a JSONL file is rewritten whole or not at all
 
-@contextlib.contextmanager
-def full_disk(limit: int):
-    """Writes past `limit` bytes fail with EFBIG, as on a full disk, or a kill halfway through a rewrite."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-
-
 def test_cutting_a_partial_last_line_never_loses_the_whole_ones(tmp_path):
     """whole_lines(cut=True) rewrote the queries file in place: a failure halfway lost the records it kept."""
     path = tmp_path / "queries.jsonl"
     lines = [json.dumps({"passage": i, "queries": [f"query {i}"]}) for i in range(100)]
     text = "".join(line + "\n" for line in lines) + '{"passage": 100, "que'
     path.write_text(text)
-    with pytest.raises(OSError), full_disk(len(text) // 2):
+    with pytest.raises(OSError), file_size_limit(len(text) // 2):
         whole_lines(path, cut=True)
     assert path.read_text() == text and not [p for p in tmp_path.iterdir() if p != path]
     assert whole_lines(path, cut=True) == lines and path.read_text() == "".join(line + "\n" for line in lines)
@@ -210,7 +198,7 @@ def test_cutting_a_partial_last_line_never_loses_the_whole_ones(tmp_path):
 def test_a_resumed_metrics_log_is_rewritten_whole_or_not_at_all(tmp_path):
     text = "".join(json.dumps({"step": step, "loss": 1.0}) + "\n" for step in range(1, 101))
     (tmp_path / METRICS_FILE).write_text(text)
-    with pytest.raises(OSError), full_disk(len(text) // 2):
+    with pytest.raises(OSError), file_size_limit(len(text) // 2):
         RunLog(tmp_path, resume_step=90, tensorboard=False)
     assert (tmp_path / METRICS_FILE).read_text() == text
     assert [r["step"] for r in RunLog(tmp_path, resume_step=90, tensorboard=False).records()] == list(range(1, 91))
