@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from bertforge.errors import BertforgeError
 from bertforge.tasks.pretraining import PretrainingConfig, PretrainingDataset, collate, prepare_corpus
 from bertforge.tokenization.tokenizer import BertTokenizer
 
@@ -156,7 +157,11 @@ def test_resume_at_an_epoch_boundary(corpus):
 
 def test_state_of_another_seed_is_refused(corpus):
     state = PretrainingDataset(corpus, seed=1).state_dict()
-    with pytest.raises(ValueError, match="seed=1, this dataset seed=2"):
+    with pytest.raises(BertforgeError, match="made with seed=1 and this run has seed=2: resume with the same seed"):
+        PretrainingDataset(corpus, seed=2).load_state_dict(state)
+    state = PretrainingDataset(corpus, seed=2, world_size=2).state_dict()
+    with pytest.raises(BertforgeError, match=r"world_size=2 and this run has world_size=1: resume with as many "
+                                             r"processes \(torchrun --nproc_per_node\)"):
         PretrainingDataset(corpus, seed=2).load_state_dict(state)
 
 

@@ -256,3 +256,20 @@ def test_a_path_setting_left_empty_is_no_folder_to_fingerprint(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     (tmp_path / "notes.txt").write_text("a file of the working folder", encoding="utf-8")
     assert file_fingerprints("") == [] and file_fingerprints(["", None]) == []
+
+
+
+def test_a_data_position_this_run_cannot_continue_stops_the_resume_instead_of_starting_over(tmp_path):
+    """A run resumed on another number of processes: the data stream refuses the saved position (BertforgeError),
+    which the resume took for a damaged checkpoint, passing over every one and starting again at step 0."""
+    train(tiny_classifier(), random_batches(), config_for(tmp_path))
+
+    class SplitOtherwise(type(random_batches())):
+        def load_state_dict(self, state):
+            raise BertforgeError("the checkpoint's data order was made with world_size=2 and this run has 1")
+
+    batches = random_batches()
+    batches.__class__ = SplitOtherwise
+    with pytest.raises(BertforgeError, match="world_size=2"):
+        train(tiny_classifier(), batches, config_for(tmp_path, max_steps=6), resume=True)
+    assert latest_checkpoint(tmp_path).name == "step-000004"

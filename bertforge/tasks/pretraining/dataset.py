@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from ...errors import BertforgeError
 from .masking import check_masking_args, mask_tokens
 from ...train.collate import pad_rows
 from .pairs import build_pair, check_pair_args, plan_sentence_pairs
@@ -101,11 +102,16 @@ class PretrainingDataset(IterableDataset):
                 "world_size": self.world_size}
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from a `state_dict()`; raises ValueError when seed or world_size differ from it."""
-        for key in ("seed", "world_size"):
+        """Continue from a `state_dict()`; raises BertforgeError when seed or world_size differ from it.
+
+        Not a ValueError: the resume takes that for a damaged checkpoint and passes over it, and a run resumed
+        on another number of processes went back to step 0 with a warning (each rank's share of every epoch
+        is cut by world_size, so the saved position means nothing to another split)."""
+        for key, fix in (("seed", "the same seed"), ("world_size", "as many processes (torchrun --nproc_per_node)")):
             if key in state and state[key] != getattr(self, key):
-                raise ValueError(f"the saved state has {key}={state[key]}, this dataset {key}={getattr(self, key)}; "
-                                 f"resume with the same {key}, or set_epoch() to start an epoch afresh")
+                raise BertforgeError(f"the checkpoint's data order was made with {key}={state[key]} and this run has "
+                                     f"{key}={getattr(self, key)}: resume with {fix}, or start over (without "
+                                     "--resume into a new output folder, or with --overwrite)")
         self._epoch, self._consumed = int(state["epoch"]), int(state["instances_consumed"])
 
     def __len__(self) -> int:
