@@ -214,6 +214,20 @@ def test_the_trained_vocabulary_is_checked_by_the_text_field_it_read(tmp_path):
     assert "quite" in load_or_train_tokenizer(recipe("body"), tmp_path, Topology()).vocab  # a new run: trained again
 
 
+
+def test_a_tokenizer_folder_no_run_trained_is_never_replaced(tmp_path):
+    """OUTPUT/tokenizer is pretraining's cache name; a user's own folder there was replaced by a new vocabulary."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"plain words number {i} again\n" for i in range(50)), encoding="utf-8")
+    mine = tmp_path / "run" / "tokenizer"
+    mine.mkdir(parents=True)
+    (mine / "vocab.txt").write_text("[PAD]\n[UNK]\nmy\nown\n", encoding="utf-8")
+    recipe = PretrainRecipe(tokenizer=TokenizerSettings(vocab_size=200, min_frequency=1),
+                            data=DataSettings(train=[str(corpus)]))
+    line = str(pytest.raises(BertforgeError, load_or_train_tokenizer, recipe, tmp_path / "run", Topology()).value)
+    assert "holds files this command did not write" in line and f"tokenizer.vocab={mine}" in line
+    assert (mine / "vocab.txt").read_text(encoding="utf-8") == "[PAD]\n[UNK]\nmy\nown\n"
+
 # ---------------------------------------------------------------- embed's parts: the model by its weights
 
 def test_embed_parts_of_a_model_retrained_in_place_are_not_reused(tmp_path, cassette_dir):

@@ -91,7 +91,8 @@ def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Top
 
     A vocabulary trained by an earlier run in run_dir is reused when it was trained on the same
     files with the same settings (the tokenizer section and data.text_field); otherwise a new run
-    trains it again and a resumed one stops.
+    trains it again and a resumed one stops. A `tokenizer` folder there that no run trained (no
+    TRAINED_ON record) is the user's: a new run stops rather than replace it.
     """
     settings = recipe.tokenizer
     source = recipe.model.init_from or settings.vocab
@@ -102,6 +103,10 @@ def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Top
     if topology.is_main:
         files = expand_paths(recipe.data.train)
         change = "not trained yet"
+        if trained.exists() and not record.exists() and not resume:  # replacing it would delete a user's folder
+            raise BertforgeError(f"{trained} holds files this command did not write (no {TRAINED_ON}): to pretrain "
+                                 f"with its vocabulary give tokenizer.vocab={trained}; to train one, move that folder "
+                                 "out of the output folder")
         if (trained / "vocab.txt").exists():
             recorded = json.loads(record.read_text(encoding="utf-8")) if record.exists() else {}
             change = cache_change(recorded.get("settings", {}), recorded.get("source_files"), files, wanted)
