@@ -141,6 +141,25 @@ def test_a_max_length_past_the_position_table_is_refused_before_the_folder(label
     assert not run.exists()
 
 
+
+def test_a_tasks_standard_length_past_the_position_table_is_refused_before_the_folder(cassette_dir, tmp_path):
+    """data.max_length 0 takes the task's standard length (qa: 384), which a 256-position model cannot hold."""
+    import torch
+
+    from bertforge import BertConfig, BertForQuestionAnswering, BertTokenizer
+    from bertforge.tasks.finetune import FinetuneRecipe, check_length_fits
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                        intermediate_size=37, max_position_embeddings=256)
+    BertForQuestionAnswering(config).save_pretrained(tmp_path / "short",
+                                                     tokenizer=BertTokenizer.from_pretrained(cassette_dir))
+    recipe = FinetuneRecipe.from_values({"task": "qa", "init_from": str(tmp_path / "short")}, base=tmp_path)
+    with pytest.raises(UsageError, match=r"0: the qa standard 384.*must be at most 256, got 384"):
+        check_length_fits(recipe)
+    check_length_fits(FinetuneRecipe.from_values({"task": "classification", "init_from": str(tmp_path / "short")},
+                                                 base=tmp_path))  # its standard 128 fits
+
 def test_a_run_that_fails_before_its_first_step_leaves_a_folder_a_rerun_accepts(labelled, cassette_dir,
                                                                                monkeypatch):
     project = labelled.parents[1]

@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # only Rows' annotation: the command line's parser imports th
 
 TaskName = Literal["classification", "ner", "qa"]
 TASKS = get_args(TaskName)
+# data.max_length 0 takes the task's standard length (BERT's GLUE / CoNLL and SQuAD scripts').
+STANDARD_MAX_LENGTH = {"classification": 128, "ner": 128, "qa": 384}
 
 
 @dataclass
@@ -37,7 +39,7 @@ class TaskSettings:
     problem_type: str = ""  # "": single- or multi-label from the labels; or regression
     label_separator: str = "|"  # between the labels of a multi-label CSV cell
     # sequence lengths and windows; 0 / -1 take the task's standard value
-    max_length: int = 0  # classification and ner 128, qa 384
+    max_length: int = 0  # STANDARD_MAX_LENGTH: classification and ner 128, qa 384
     stride: int = -1  # classification: overlap of a long text's windows (32); qa: doc_stride (128)
     max_windows: int = 0  # 0: every window of a long text
     combine: Combine = "mean"  # windows -> document (clinical: ClinicalBERT's mix, with combine_c)

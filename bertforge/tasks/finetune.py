@@ -15,7 +15,7 @@ from pathlib import Path
 from ..tokenization.folder import load_tokenizer
 from ..train.config import FinetuningConfig
 from ..train.runner import RecipeRun, run_recipe
-from . import TASKS, TaskName, TaskSettings, load_task
+from . import STANDARD_MAX_LENGTH, TASKS, TaskName, TaskSettings, load_task
 from ..atomic import write_text
 from ..errors import UsageError
 from ..validation import check_fields
@@ -63,14 +63,15 @@ def run_finetuning(recipe: FinetuneRecipe, resume: bool = False, overwrite: bool
 
 
 def check_length_fits(recipe: FinetuneRecipe) -> None:
-    """data.max_length against init_from's position table, before the run folder is claimed: past the table the
-    forward pass failed mid-run. Raises UsageError naming the table's size."""
-    if recipe.data.max_length:
-        from ..models.folder import read_model_folder
-        from ..resources import resolve_model
+    """data.max_length (0: the task's standard length) against init_from's position table, before the run folder is
+    claimed: past the table the forward pass failed mid-run. Raises UsageError naming the table's size."""
+    from ..models.folder import read_model_folder
+    from ..resources import resolve_model
 
-        folder = read_model_folder(resolve_model(recipe.init_from)).transformer
-        BertConfig.from_json_file(folder / "config.json").checked_max_length(recipe.data.max_length, where="data.")
+    folder = read_model_folder(resolve_model(recipe.init_from)).transformer
+    length = recipe.data.max_length or STANDARD_MAX_LENGTH[recipe.task]
+    where = "data." if recipe.data.max_length else f"data. (0: the {recipe.task} standard {length}) "
+    BertConfig.from_json_file(folder / "config.json").checked_max_length(length, where=where)
 
 
 def finetune_in(recipe: FinetuneRecipe, run: RecipeRun) -> dict:

@@ -18,7 +18,7 @@ from .windows import Windows, encode_windows
 from ...models.heads import BertForSequenceClassification
 from ..long_documents import combine_per_document
 from ..metrics import problem_metrics
-from .. import TaskSettings
+from .. import STANDARD_MAX_LENGTH, TaskSettings
 from ..records import write_records
 
 DEFAULT_METRICS = {"single_label_classification": "macro_f1", "multi_label_classification": "micro_f1",
@@ -30,7 +30,7 @@ class ClassificationTask:
 
     def __init__(self, settings: TaskSettings, tokenizer, config=None):
         self.settings, self.tokenizer = settings, tokenizer
-        self.max_length = settings.max_length or 128
+        self.max_length = settings.max_length or STANDARD_MAX_LENGTH["classification"]
         # Default overlap: 32 pieces, or a quarter of a window when windows are short.
         self.stride = min(32, (self.max_length - 2) // 4) if settings.stride < 0 else settings.stride
         self._rows = lru_cache(maxsize=None)(self._read)  # each split is read and tokenized once

@@ -12,7 +12,7 @@ from .conll import TaggedFeatures, TaggedSentence, check_entity_tags, encode_for
     tag_set, words_from_logits, write_conll
 from ...models.heads import BertForTokenClassification
 from ..metrics import ner_metrics
-from .. import Rows, TaskSettings
+from .. import STANDARD_MAX_LENGTH, Rows, TaskSettings
 from ..records import write_records
 
 logger = logging.getLogger("bertforge")
@@ -24,7 +24,7 @@ class NerTask:
 
     def __init__(self, settings: TaskSettings, tokenizer, config=None):
         self.settings, self.tokenizer = settings, tokenizer
-        self.max_length = settings.max_length or 128
+        self.max_length = settings.max_length or STANDARD_MAX_LENGTH["ner"]
         self._sentences = lru_cache(maxsize=None)(self._read)
         if config is not None:
             if not config.id2label:

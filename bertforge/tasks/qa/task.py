@@ -14,7 +14,7 @@ from .features import QAFeatures, qa_features
 from .scoring import squad_evaluate
 from .squad import QAExample, read_squad
 from ...models.heads import BertForQuestionAnswering
-from .. import Rows, TaskSettings
+from .. import STANDARD_MAX_LENGTH, Rows, TaskSettings
 
 
 class QuestionAnsweringTask:
@@ -23,7 +23,7 @@ class QuestionAnsweringTask:
 
     def __init__(self, settings: TaskSettings, tokenizer, config=None):
         self.settings, self.tokenizer = settings, tokenizer
-        self.max_length = settings.max_length or 384
+        self.max_length = settings.max_length or STANDARD_MAX_LENGTH["qa"]
         self.doc_stride = 128 if settings.stride < 0 else settings.stride
         self._examples = lru_cache(maxsize=None)(self._read)
         self._features = lru_cache(maxsize=None)(self._encode)
