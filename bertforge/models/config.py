@@ -119,11 +119,11 @@ class BertConfig:
             raise ValueError(f"{path} must hold a JSON object of config fields")
         return cls.from_dict(values)
 
-    def checked_max_length(self, max_length, where: str = "") -> int:
+    def checked_max_length(self, max_length, where: str = "", name: str = "max_length") -> int:
         """max_length as an int that the position table holds ([CLS] + [SEP] at the least, max_position_embeddings
         at most); UsageError naming the bound otherwise. Checked where the length enters, before any work: past
         the table the forward pass fails mid-run."""
-        return checked("max_length", max_length, where=where, bound=Bound(
+        return checked(name, max_length, where=where, bound=Bound(
             2, self.max_position_embeddings, meaning="[CLS] + [SEP] at the least, the model's max_position_embeddings "
                                                      "at most"))
 

@@ -127,14 +127,13 @@ class BiEncoder(nn.Module):
                  do_lower_case: bool = False):
         super().__init__()
         pooling_modes(pooling)  # ValueError naming the valid modes
-        positions = bert.config.max_position_embeddings
-        if max_seq_length is not None and max_seq_length > positions:
-            raise ValueError(f"max_seq_length {max_seq_length} is longer than the model's {positions} positions; "
-                             f"use {positions} or fewer")
+        if max_seq_length:  # None or 0: the position table's size
+            bert.config.checked_max_length(max_seq_length, name="max_seq_length")  # the one check of the table
         self.bert = bert
         if bert.pooler is not None:  # the sentence vector pools token states: no loss reaches the [CLS] pooler, so it
             bert.pooler.requires_grad_(False)  # stays as loaded, and DDP (torchrun) does not wait for its gradient
-        self.pooling, self.normalize, self.max_seq_length = pooling, normalize, max_seq_length or positions
+        self.pooling, self.normalize, self.max_seq_length = (pooling, normalize,
+                                                             max_seq_length or bert.config.max_position_embeddings)
         self.prompts, self.default_prompt_name = dict(prompts or {}), default_prompt_name
         self.do_lower_case = do_lower_case
         self.objective = objective or Objective()
