@@ -7,6 +7,7 @@ rewritten in place) on tiny CSVs and the bert-tiny checkpoint, a step or two eac
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -94,9 +95,10 @@ def test_a_folder_holding_another_commands_run_is_refused(labelled, cassette_dir
     assert tree(run) == before
 
 
-@pytest.mark.parametrize("kind", ["index", "adapt", "corpus"])
+@pytest.mark.parametrize("kind", ["index", "adapt", "corpus", "checkpoint"])
 def test_another_kind_of_output_is_refused_and_left_untouched(labelled, cassette_dir, kind):
-    """finetune wrote its checkpoints, metrics and best/ into an `index build` folder without complaint."""
+    """finetune wrote its checkpoints, metrics and best/ into an `index build` folder (or a model's) without
+    complaint."""
     output = labelled.parents[1] / kind
     if kind == "index":  # a real one (`index build` makes its folder)
         (labelled.parent / "passages.txt").write_text("the cat sat on the mat\nrain is forecast today\n")
@@ -105,6 +107,8 @@ def test_another_kind_of_output_is_refused_and_left_untouched(labelled, cassette
     elif kind == "adapt":
         output.mkdir()
         (output / stages.MARKER).write_text("{}\n")
+    elif kind == "checkpoint":  # the model it starts from, given as --output by mistake
+        shutil.copytree(cassette_dir, output)
     else:
         output.mkdir()
         (output / "tokens.bin").write_bytes(b"\0\0")

@@ -9,8 +9,8 @@ One policy for every training command (pretrain, finetune, sbert train, readmiss
 - a folder holds one command's runs: a new run writes FOLDER/RUN_RECORD (the command, when, and the
   caches it made), and any other command refuses that folder, resume, overwrite or not (`sbert train
   --resume` in a finetune run used to pass over finetune's checkpoints as damaged and start at step 0).
-  Another kind of bertforge output (an index, an adapt folder, a prepared corpus) is refused too. A run
-  folder from before the record (none there) is accepted as before: nothing is inferred from its files.
+  Another kind of output (an index, an adapt folder, a prepared corpus, a model checkpoint) is refused too.
+  A run folder from before the record (none there) is accepted as before: nothing is inferred from its files.
 Caches (pretrain's trained vocabulary and prepared corpus) are not a run: a new run reuses them when
 they were made from the same files, and rebuilds them otherwise. `--overwrite` removes a cache only
 when the record says this command made it (a `data/` folder that was there before is the user's).
@@ -49,6 +49,7 @@ RUN_FILES = (METRICS_FILE, "results.json", "scores.csv", "curves.png", "tensorbo
 INDEX_META, INDEX_FORMAT = "meta.json", "bertforge-index"
 ADAPT_MARKER = "adapt.json"
 CORPUS_TOKENS = "tokens.bin"
+CHECKPOINT_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
 @contextlib.contextmanager
@@ -133,6 +134,8 @@ def other_output(folder: Path) -> str | None:
         return f"an adapt output folder ({ADAPT_MARKER})"
     if (folder / CORPUS_TOKENS).is_file():
         return f"a prepared corpus ({CORPUS_TOKENS})"
+    if (folder / "config.json").is_file() and any((folder / name).exists() for name in CHECKPOINT_WEIGHTS):
+        return "a model checkpoint (config.json and its weights)"  # a run keeps its models in subfolders (best/)
     try:
         meta = json.loads((folder / INDEX_META).read_text(encoding="utf-8"))
     except (OSError, ValueError):  # none, or not bertforge's
