@@ -193,3 +193,15 @@ def test_without_dev_the_last_model_ships_even_over_an_earlier_run(tmp_path, cas
 
 def torch_equal(a, b) -> bool:
     return bool((a == b).all())
+
+
+def test_sbert_reads_a_beir_folder_in_beirs_own_layout(tmp_path):
+    """sbert evaluate --data and data.dev read only qrels.tsv; adapt --eval and index weight --tune took BEIR's
+    qrels/test.tsv too (the repository's own python-faq set is laid out so)."""
+    from bertforge.tasks.retrieval.recipe import load_held_out
+
+    write(tmp_path / "queries.jsonl", '{"_id": "q1", "text": "cat"}\n')
+    write(tmp_path / "corpus.jsonl", '{"_id": "d1", "text": "a cat"}\n{"_id": "d2", "text": "dog"}\n')
+    (tmp_path / "qrels").mkdir()
+    write(tmp_path / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    assert load_held_out(str(tmp_path)).relevant == {"q1": ["d1"]}

@@ -476,3 +476,26 @@ def test_a_part_is_judged_as_its_passage_unless_the_qrels_name_the_part_itself()
 
     assert document_id("d3#2", {"d3"}) == "d3" and document_id("d3", {"d3"}) == "d3" and document_id(7, set()) == "7"
     assert document_id("faq#12", {"faq#12"}) == "faq#12"  # an id of its own that holds '#'
+
+
+def test_a_judged_document_the_index_lacks_stays_in_the_ideal_ranking(saved_index, tmp_path):
+    """qrels name s-passages and one the index lacks (a duplicate adapt dropped): found at rank 1 of 2 relevant,
+    nDCG@10 is 1 / (1 + 1/log2(3)) = 0.6131 as BEIR and pytrec_eval count it, not 1.0."""
+    from bertforge.search.weights import read_judged_queries, weight_ndcg
+
+    index = Index.load(saved_index)
+    first = index.search(QUERIES[0], top_k=1)[0].id
+    beir = write_beir(tmp_path / "judged", {"q0": QUERIES[0]}, [("q0", first), ("q0", "gone")])
+    judged = read_judged_queries(beir, index)
+    assert len(judged.relevant_documents[0]) == 2 and judged.left_out == 0
+    assert weight_ndcg(index, judged)[1.0] == pytest.approx(1 / (1 + 1 / math.log2(3)))
+
+
+def test_equal_scores_rank_in_corpus_order_at_every_weight(index, tmp_path):
+    """Two copies of a passage: FAISS put the later row first at weight 1, the hybrid ranking the earlier."""
+    text = "Emma Woodhouse, handsome, clever, and rich, with a comfortable home."
+    vectors = index.embedder.encode([text, text, "Mr. Knightley walked to Hartfield in the rain."])
+    twins = Index.from_vectors(index.spec, vectors, make_passages([text, text, "rain"], ["a", "b", "c"], 0),
+                               kind="flat")
+    assert [[hit.id for hit in twins.search(text, top_k=2, dense_weight=weight)] for weight in (1.0, 0.9)] == \
+        [["a", "b"], ["a", "b"]]

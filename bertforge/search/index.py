@@ -286,7 +286,10 @@ class Index:
             return hybrid_top_k(self.faiss_index, self.kind, self.searcher(), self.bm25(), vectors, texts, top_k,
                                 dense_weight)
         scores, rows = self.searcher().search(vectors, min(top_k, len(self)))
-        return Ranked(rows, scores, None, None)
+        # Equal scores in corpus order, as `tasks.retrieval.metrics.top_k` and the hybrid ranking break ties
+        # (FAISS put the later row first): the same duplicate passage ranked the same way at every weight.
+        order = np.lexsort((rows, -scores), axis=-1)
+        return Ranked(np.take_along_axis(rows, order, axis=-1), np.take_along_axis(scores, order, axis=-1), None, None)
 
     def hits(self, ranked: Ranked) -> list[list[Hit]]:
         """One list of Hits per query, the passages read once for all queries; rows -1 (none found) left out."""

@@ -26,8 +26,8 @@ from .index import Index
 
 @dataclass
 class JudgedQueries:
-    """Queries whose relevant documents are in one index. A document is a row, or every part of a passage split
-    in parts; documents are numbered in order of their first row."""
+    """Queries with a relevant document in one index. A document is a row, or every part of a passage split in
+    parts; documents are numbered in order of their first row, then the judged ones the index lacks."""
 
     texts: list[str]
     relevant_documents: list[list[int]]
@@ -59,12 +59,14 @@ def read_judged_queries(folder: str | Path, index: Index) -> JudgedQueries:
                      for passage_id in index.row_ids()]
     judged = JudgedQueries([], [], [], 0, np.array(row_documents, dtype=np.int64))
     for query_id in judged_ids:
-        found = [documents[doc_id] for doc_id in relevant[query_id] if doc_id in documents]
-        if not found:
+        if not any(doc_id in documents for doc_id in relevant[query_id]):
             judged.left_out += 1
             continue
         judged.texts.append(queries[query_id])
-        judged.relevant_documents.append(found)
+        # A judged document the index lacks (a duplicate adapt dropped) stays relevant, never found, as BEIR and
+        # pytrec_eval count it: left out, it lowered the ideal and a query scored 1.0 for finding the rest.
+        judged.relevant_documents.append([documents.setdefault(doc_id, len(documents))
+                                          for doc_id in relevant[query_id]])
         judged.own_documents.append(documents.get(query_id))
     if not judged.texts:
         example = relevant[judged_ids[0]][0]

@@ -19,7 +19,7 @@ from ...train.config import FinetuningConfig
 from ...train.runner import RecipeRun, run_recipe
 from .bi_encoder import BiEncoder, Objective
 from .evaluation import encoder_embedder, encoder_scorer, evaluate_retrieval, evaluate_scored_pairs
-from .reader import SentencePairs, read_pairs, read_retrieval_set
+from .reader import SentencePairs, beir_qrels, read_pairs, read_retrieval_set
 
 logger = logging.getLogger("bertforge")
 
@@ -96,10 +96,11 @@ def train_sbert_in(recipe: SbertRecipe, run: RecipeRun) -> dict:
 
 
 def load_held_out(path: str):
-    """A BEIR folder -> RetrievalSet; a file -> scored pairs (sentence1, sentence2, score)."""
+    """A BEIR folder (its qrels where `beir_qrels` finds them: qrels/test.tsv or qrels.tsv) -> RetrievalSet; a file ->
+    scored pairs (sentence1, sentence2, score)."""
     folder = Path(path)
     if folder.is_dir():
-        return read_retrieval_set(folder / "queries.jsonl", folder / "corpus.jsonl", folder / "qrels.tsv")
+        return read_retrieval_set(folder / "queries.jsonl", folder / "corpus.jsonl", beir_qrels(folder))
     return read_pairs(folder, scored=True, held_out=True)
 
 
