@@ -72,6 +72,27 @@ def test_minilm_export_matches_sentence_vectors(tmp_path, minilm_dir, data_dir):
 
     assert export_onnx(minilm_dir, tmp_path / "minilm", pooling="mean", normalize=True) <= 1e-4
     check_against_bertforge(minilm_dir, tmp_path / "minilm", emma_lines(data_dir, 50), "mean")
+    # a runtime truncates at the folder's max_seq_length, as embed does (it read the 512 positions: cosine 0.88)
+    assert BertTokenizer.from_pretrained(tmp_path / "minilm").model_max_length == 256
+
+
+def test_the_export_keeps_the_folders_prompts_for_a_runtime(tmp_path, minilm_dir):
+    """The graph starts from token ids: a folder's "query: " is the runtime's to put before each text."""
+    import json
+    import shutil
+
+    from bertforge.export.onnx_export import write_prompts
+    from bertforge.models.folder import read_model_folder
+
+    folder = shutil.copytree(minilm_dir, tmp_path / "prompted")
+    settings = json.loads((folder / "config_sentence_transformers.json").read_text())
+    settings.update(prompts={"query": "query: ", "passage": ""}, default_prompt_name="query")
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(settings))
+    (tmp_path / "out").mkdir()
+    write_prompts(read_model_folder(folder), tmp_path / "out")
+    assert read_model_folder(folder).default_prompt == "query: "
+    written = json.loads((tmp_path / "out" / "config_sentence_transformers.json").read_text())
+    assert (written["prompts"], written["default_prompt_name"]) == ({"query": "query: ", "passage": ""}, "query")
 
 
 def test_the_exported_graph_is_bertmodels_own_forward(minilm_dir, monkeypatch):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import logging
 import os
 import warnings
@@ -106,8 +107,22 @@ def export_onnx(folder: str | os.PathLike | ModelFolder, output: str | os.PathLi
                               opset_version=OPSET, external_data=False, verbose=False)
         difference = check_with_onnxruntime(onnx_file, graph, tokenizer)
         model.config.to_json_file(staging / "config.json")
+        # A runtime truncates where the tokenizer's config says: the folder's max_seq_length (256 for MiniLM,
+        # not the 512 positions), as `embed` and sentence-transformers do.
+        tokenizer.model_max_length = read.max_seq_length
         tokenizer.save_pretrained(staging)
+        write_prompts(read, staging)
     return difference
+
+
+def write_prompts(read: ModelFolder, staging: Path) -> None:
+    """The folder's prompts in sentence-transformers' config, for a runtime to put before each text: the graph
+    starts from token ids, so a prompt (e.g. "query: ") is the tokenizer's side, as in `embed`."""
+    if read.prompts:
+        values = {"prompts": read.prompts, "default_prompt_name": read.default_prompt_name,
+                  "similarity_fn_name": read.similarity_fn_name}
+        (staging / "config_sentence_transformers.json").write_text(json.dumps(values, indent=2) + "\n",
+                                                                    encoding="utf-8")
 
 
 @contextlib.contextmanager
