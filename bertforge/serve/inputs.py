@@ -29,14 +29,15 @@ class Prompts:
 
     named: dict[str, str] = field(default_factory=dict)
     default: str = ""
+    model: str = ""  # whose prompts they are (the embedding model's folder), for the 422 message
 
     def prefix(self, prompt_name: str | None) -> str:
         if prompt_name is None:
             return self.default
         if prompt_name not in self.named:
-            known = ", ".join(self.named) or "none (start the server with --default-prompt-name or an ST folder)"
-            raise ApiError(422, "validation", f"prompt_name {prompt_name!r} is not one of this server's prompts: "
-                                              f"{known}")
+            known = ", ".join(self.named) or "none (serve a sentence-transformers folder that has prompts)"
+            whose = f"the model {self.model}'s" if self.model else "this server's"
+            raise ApiError(422, "validation", f"prompt_name {prompt_name!r} is not one of {whose} prompts: {known}")
         return self.named[prompt_name]
 
 
@@ -112,10 +113,14 @@ class InputEncoder:
         if len(ids) <= limit:
             return ids
         if not truncate:
-            raise ApiError(413, "validation",
-                           f"{which(index, count)} has {len(ids)} tokens, more than the server's limit of {limit} "
-                           f"(--max-input-length); shorten it, send \"truncate\": true to cut it to {limit}, or "
-                           "start the server with --auto-truncate")
+            raise too_long(len(ids), limit, which(index, count))
         if direction == "left":
             return ids[:1] + ids[len(ids) - limit + 1:]
         return ids[:limit - 1] + ids[-1:]
+
+
+def too_long(length: int, limit: int, what: str) -> ApiError:
+    """TEI's 413 for an input over the limit that the request did not ask to truncate."""
+    return ApiError(413, "validation", f"{what} has {length} tokens, more than the server's limit of {limit} "
+                                       f"(--max-input-length); shorten it, send \"truncate\": true to cut it to "
+                                       f"{limit}, or start the server with --auto-truncate")

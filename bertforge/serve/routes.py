@@ -1,14 +1,13 @@
 """The text routes: tokenize and decode, fill-mask, classify / predict, rerank, search."""
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 
 from .embed_routes import ERRORS
 from .errors import ApiError
-from .inputs import as_list
+from .index import query_lengths, search_within
+from .inputs import as_list, too_long, which
 from .responses import FastJSONResponse
 from .schemas import (ClassifyRequest, DecodeRequest, FillMaskCandidate, FillMaskRequest, Prediction, PredictRequest,
                       Rank, RerankRequest, SearchHit, SearchRequest, Token, TokenizeRequest)
@@ -148,9 +147,14 @@ async def rerank(body: RerankRequest, request: Request, server: Server = Depends
 async def search(body: SearchRequest, request: Request, server: Server = Depends(current_server)):
     index = require(server.models.index, "search", "start the server with --index DIR")
     queries = as_list(body.query, "query", server.settings.max_client_batch_size)
+    lengths, model_limit = await server.run_on_model_thread(request, query_lengths, index, queries)
+    limit = min(server.settings.max_input_length, model_limit)  # the rule of every route: 413, or cut if asked
+    too_many = [(i, length) for i, length in enumerate(lengths) if length > limit]
+    if too_many and not (server.settings.auto_truncate if body.truncate is None else body.truncate):
+        raise too_long(too_many[0][1], limit, which(too_many[0][0], len(queries)))
     try:
-        hits = await server.run_on_model_thread(request, partial(index.search, dense_weight=body.dense_weight),
-                                                queries, body.top_k)
+        hits = await server.run_on_model_thread(request, search_within, index, queries, body.top_k,
+                                                body.dense_weight, limit if too_many else None)
     except ValueError as error:  # a hybrid search without bm25s installed, the index's model folder gone
         raise ApiError(424, "backend", str(error)) from None
     return [[SearchHit(id=str(hit.id), text=hit.text, score=float(hit.score), dense_score=hit.dense_score,

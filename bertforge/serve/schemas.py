@@ -164,6 +164,7 @@ class SearchRequest(BaseModel):
     top_k: StrictInt = Field(10, ge=1, le=100)
     dense_weight: StrictFloat | None = Field(None, ge=0, le=1, description="the encoder's share of a hybrid ranking "
                                              "with BM25 (1: the encoder alone, 0: BM25 alone; default: the index's)")
+    truncate: StrictBool | None = TRUNCATE
 
 
 class SearchHit(BaseModel):

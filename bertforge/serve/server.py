@@ -19,6 +19,7 @@ from fastapi import Request
 
 from ..engine.governor import ThreadGovernor
 from ..engine.threads import chosen_while_running, default_threads
+from ..models.folder import default_prompt
 from .batching import Batcher, ShuttingDown
 from .errors import ApiError
 from .inputs import InputEncoder, Prompts
@@ -56,24 +57,31 @@ class Server:
         self.threads = settings.threads or default_threads()
         if chosen_while_running(settings.threads) and models.embedding.embedder.device.type == "cpu":
             self.governor = ThreadGovernor(self.threads)  # on a GPU the CPU's thread count is not what a batch waits on
-        prompts = Prompts(models.prompts, self.default_prompt())
-        for name, model in (("embed", models.embedding), ("mlm", models.masked_lm), ("classify", models.classifier),
-                            ("rerank", models.reranker)):
+        prompts = Prompts(models.prompts, self.default_prompt(), models.embedding.name)
+        # One Prompts for the routes that embed text (/embed*, /embed_sparse on the MLM), as TEI applies them.
+        for name, model, prompted in (("embed", models.embedding, True), ("sparse", models.masked_lm, True),
+                                      ("mlm", models.masked_lm, False), ("classify", models.classifier, False),
+                                      ("rerank", models.reranker, False)):
             if model is not None:  # each model's inputs within its own limit too (the setting is checked on embed's)
                 limit = min(settings.max_input_length, model.max_length)
                 self.encoders[name] = InputEncoder(model.tokenizer, limit, settings.auto_truncate,
-                                                   prompts if name == "embed" else Prompts())
+                                                   prompts if prompted else Prompts())
 
     def default_prompt(self) -> str:
+        """--default-prompt; else --default-prompt-name, which must be one of the folder's prompts; else the
+        folder's own default_prompt_name, read as sentence-transformers reads it (models.folder.default_prompt:
+        a name that is not among its prompts means no prompt)."""
         settings, models = self.settings, self.models
         if settings.default_prompt is not None:
             return settings.default_prompt
-        name = settings.default_prompt_name or models.default_prompt_name
-        if name is not None and name not in models.prompts:
+        name = settings.default_prompt_name
+        if name is None:
+            return default_prompt(models.prompts, models.default_prompt_name)
+        if name not in models.prompts:
             known = ", ".join(models.prompts) or "none"
             raise ValueError(f"--default-prompt-name {name}: the model's prompts are {known}; give one of them, "
                              "or the text itself with --default-prompt")
-        return models.prompts[name] if name is not None else ""
+        return models.prompts[name]
 
     def start(self) -> None:
         """torch's thread count, and a batcher (queue + loop) per kind of forward pass; call on the event loop."""

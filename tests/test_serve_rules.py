@@ -1,0 +1,88 @@
+"""One rule in every route: /search's input-length rule, the folder's default prompt read as
+sentence-transformers reads it, and the server's prompts on /embed_sparse."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from bertforge.serve.app import create_app  # noqa: E402
+from bertforge.serve.models import load_models  # noqa: E402
+from bertforge.serve.settings import ServeSettings  # noqa: E402
+from serve_support import sentence_index  # noqa: E402
+
+PASSAGES = ["The bank raised its interest rates.", "Cats sleep most of the day.", "The river bank was muddy."]
+LONG = " ".join(f"word{i % 50} alpha beta" for i in range(200)) + " cats"  # about 800 tokens
+
+
+def prompted_folder(folder, minilm_dir, settings: dict):
+    """MiniLM as an ST folder whose config_sentence_transformers.json is `settings`."""
+    shutil.copytree(minilm_dir, folder)
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(settings))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def index(minilm_dir):
+    return sentence_index(minilm_dir, PASSAGES)
+
+
+def test_search_refuses_a_query_over_the_input_limit_unless_asked_to_truncate(minilm_dir, index):
+    models = load_models(str(minilm_dir), index=index)
+    with TestClient(create_app(models, ServeSettings(max_input_length=32))) as client:
+        refused = client.post("/search", json={"query": LONG, "top_k": 3})
+        embed = client.post("/embed", json={"inputs": LONG})
+        short = client.post("/search", json={"query": PASSAGES[1], "top_k": 1})
+        cut = client.post("/search", json={"query": [LONG], "top_k": 3, "truncate": True})
+        vectors = np.array(client.post("/embed", json={"inputs": [LONG, *PASSAGES], "truncate": True}).json())
+    assert refused.status_code == embed.status_code == 413
+    assert "limit of 32" in refused.json()["error"] and "truncate" in refused.json()["error"]
+    assert short.status_code == 200 and short.json()[0][0]["text"] == PASSAGES[1]
+    assert cut.status_code == 200
+    scores = {hit["text"]: hit["score"] for hit in cut.json()[0]}  # searched with the query's first 32 tokens
+    expected = vectors[1:] @ vectors[0]
+    np.testing.assert_allclose([scores[text] for text in PASSAGES], expected, atol=1e-4)
+    assert index.embedder.max_length == 256  # the index's own model still cuts at its own limit
+    with TestClient(create_app(models, ServeSettings(max_input_length=32, auto_truncate=True))) as client:
+        auto = client.post("/search", json={"query": LONG, "top_k": 3})
+    assert auto.status_code == 200 and [h["score"] for h in auto.json()[0]] == [h["score"] for h in cut.json()[0]]
+
+
+def test_search_counts_the_index_models_limit_too(minilm_dir, index):
+    with TestClient(create_app(load_models(str(minilm_dir), index=index))) as client:  # 512 here, 256 the model's
+        refused = client.post("/search", json={"query": LONG})
+        cut = client.post("/search", json={"query": LONG, "truncate": True})
+    assert refused.status_code == 413 and "limit of 256" in refused.json()["error"]
+    assert cut.status_code == 200 and len(cut.json()[0]) == len(PASSAGES)
+
+
+def test_a_folders_default_prompt_name_outside_its_prompts_is_read_as_sentence_transformers_reads_it(
+        tmp_path, minilm_dir):
+    folder = prompted_folder(tmp_path / "model", minilm_dir,
+                             {"prompts": {"passage": "passage: "}, "default_prompt_name": "query"})
+    models = load_models(str(folder))
+    with TestClient(create_app(models)) as client:  # sentence-transformers 6.2 and `bertforge embed`: no prompt
+        assert client.get("/info").json()["default_prompt"] == ""
+        plain = client.post("/embed", json={"inputs": PASSAGES}).json()
+        passage = client.post("/embed", json={"inputs": PASSAGES, "prompt_name": "passage"}).json()
+    with TestClient(create_app(load_models(str(minilm_dir)))) as client:
+        np.testing.assert_allclose(plain, client.post("/embed", json={"inputs": PASSAGES}).json(), atol=1e-6)
+        assert not np.allclose(passage, plain, atol=1e-3)
+    with pytest.raises(ValueError, match="--default-prompt-name query: the model's prompts are passage"):
+        create_app(models, ServeSettings(default_prompt_name="query"))  # a name the user gave is checked
+
+
+def test_embed_sparse_applies_the_servers_prompts(tmp_path, minilm_dir, cassette_dir):
+    folder = prompted_folder(tmp_path / "prompted", minilm_dir, {"prompts": {"query": "query: ", "passage": "p: "}})
+    with TestClient(create_app(load_models(str(folder), mlm=str(cassette_dir)))) as client:
+        assert client.get("/info").json()["prompts"] == ["query", "passage"]
+        named = client.post("/embed_sparse", json={"inputs": "hello", "prompt_name": "query"})
+        written = client.post("/embed_sparse", json={"inputs": "query: hello"})
+        unknown = client.post("/embed_sparse", json={"inputs": "hello", "prompt_name": "document"})
+        fill = client.post("/fill-mask", json={"inputs": "the cat [MASK] on the mat"})
+    assert named.status_code == 200 and named.json() == written.json()
+    assert unknown.status_code == 422 and "prompted's prompts: query, passage" in unknown.json()["error"]
+    assert fill.status_code == 200
