@@ -59,6 +59,19 @@ def test_search_counts_the_index_models_limit_too(minilm_dir, index):
     assert cut.status_code == 200 and len(cut.json()[0]) == len(PASSAGES)
 
 
+
+def test_a_search_the_index_cannot_run_is_424_not_a_bad_input(minilm_dir, index, monkeypatch):
+    """bm25s missing for a hybrid index: the route meant 424, but the model thread's ValueError became 422 first."""
+    models = load_models(str(minilm_dir), index=index)
+
+    def no_bm25(*args, **kwargs):
+        raise ValueError("hybrid search needs bm25s: pip install 'bertforge[search]'")
+
+    monkeypatch.setattr(type(index), "search", no_bm25)
+    with TestClient(create_app(models)) as client:
+        answer = client.post("/search", json={"query": "cats", "dense_weight": 0.5})
+    assert answer.status_code == 424 and "bm25s" in answer.json()["error"]
+
 def test_a_folders_default_prompt_name_outside_its_prompts_is_read_as_sentence_transformers_reads_it(
         tmp_path, minilm_dir):
     folder = prompted_folder(tmp_path / "model", minilm_dir,

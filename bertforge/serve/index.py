@@ -10,6 +10,8 @@ import copy
 from pathlib import Path
 from typing import Protocol
 
+from .errors import ApiError
+
 
 class SearchIndex(Protocol):
     dense_weight: float  # the default ranking: below 1 fused with BM25 (GET /info shows it)
@@ -39,13 +41,16 @@ def search_within(index: SearchIndex, queries: list[str], top_k: int, dense_weig
                   max_length: int | None = None) -> list[list]:
     """`index.search`, the queries cut at max_length tokens (None: the index model's own limit, where
     `Index.search` cuts them); the passages' vectors are unchanged, BM25 reads the whole query."""
-    embedder = index.embedder
-    if max_length is None or max_length >= embedder.max_length:
-        return index.search(queries, top_k, dense_weight=dense_weight)
-    shorter = copy.copy(embedder)  # the same model and tokenizer, cutting earlier; the index's own is untouched
-    shorter.max_length = max_length
-    weight = index.dense_weight if dense_weight is None else dense_weight
-    return index.hits(index.rank(shorter.encode(queries), queries, top_k, weight))
+    try:
+        embedder = index.embedder
+        if max_length is None or max_length >= embedder.max_length:
+            return index.search(queries, top_k, dense_weight=dense_weight)
+        shorter = copy.copy(embedder)  # the same model and tokenizer, cutting earlier; the index's own is untouched
+        shorter.max_length = max_length
+        weight = index.dense_weight if dense_weight is None else dense_weight
+        return index.hits(index.rank(shorter.encode(queries), queries, top_k, weight))
+    except ValueError as error:  # the server's index cannot run (bm25s missing, its model folder gone): not the input
+        raise ApiError(424, "backend", str(error)) from None
 
 
 def load_index(folder: str, device: str | None = None) -> SearchIndex:

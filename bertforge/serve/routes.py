@@ -152,10 +152,7 @@ async def search(body: SearchRequest, request: Request, server: Server = Depends
     too_many = [(i, length) for i, length in enumerate(lengths) if length > limit]
     if too_many and not (server.settings.auto_truncate if body.truncate is None else body.truncate):
         raise too_long(too_many[0][1], limit, which(too_many[0][0], len(queries)))
-    try:
-        hits = await server.run_on_model_thread(request, search_within, index, queries, body.top_k,
-                                                body.dense_weight, limit if too_many else None)
-    except ValueError as error:  # a hybrid search without bm25s installed, the index's model folder gone
-        raise ApiError(424, "backend", str(error)) from None
+    hits = await server.run_on_model_thread(request, search_within, index, queries, body.top_k, body.dense_weight,
+                                            limit if too_many else None)
     return [[SearchHit(id=str(hit.id), text=hit.text, score=float(hit.score), dense_score=hit.dense_score,
                        lexical_score=hit.lexical_score) for hit in row] for row in hits]

@@ -174,6 +174,8 @@ async def until_disconnected(request: Request, awaitable):
 def model_result(work: asyncio.Future):
     try:
         return work.result()
+    except ApiError:  # the function said which answer itself (search: 424 for an index it cannot run)
+        raise
     except ShuttingDown as error:
         raise ApiError(503, "unhealthy", f"{error}; retry on another replica") from None
     except ValueError as error:  # an input the model code refused (e.g. a word not in its sentence)
