@@ -165,8 +165,9 @@ def test_an_error_a_library_raised_in_place_of_a_swallowed_stop_is_the_stop(monk
 CTRL_C_IN_EXEC = """
 import os, signal, sys
 from bertforge.cli.boundary import describe, report
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job's parent passes SIGINT down ignored
 try:  # as a dataclass being made while a module loads: its methods are exec()'d from a string
-    exec("import os, signal\\nos.kill(os.getpid(), signal.SIGINT)\\nwhile True: pass")
+    exec("import os, signal, time\\nos.kill(os.getpid(), signal.SIGINT)\\ntime.sleep(30)")
 except KeyboardInterrupt as error:
     sys.exit(report(*describe(error, "serve")))
 """
