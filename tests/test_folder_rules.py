@@ -168,6 +168,21 @@ def test_adapts_mlm_stage_keeps_the_bases_prompts_and_lower_casing(minilm_dir, c
     assert (saved.pooling, saved.normalize) == (read_model_folder(base).pooling, read_model_folder(base).normalize)
 
 
+
+def test_a_vocabulary_named_by_its_model_folder_lower_cases_as_the_folder_says(minilm_dir, tmp_path, capsys):
+    """`tokenize --vocab`, serve's `--vocab`, prepare's and a recipe's tokenizer.vocab took a folder's files alone:
+    "Hello World" was [UNK] [UNK] where `--model` gave hello world."""
+    from bertforge.cli.parser import main
+    from bertforge.embeddings.vocabulary import load_vocabulary
+
+    folder = lower_casing(minilm_dir, tmp_path / "cased")
+    assert load_vocabulary(folder).tokenize("Hello World") == ["hello", "world"]
+    assert main(["tokenize", "Hello World", "--vocab", str(folder)]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["hello", "world"]
+    (tmp_path / "files").mkdir()
+    shutil.copy(minilm_dir / "vocab.txt", tmp_path / "files" / "vocab.txt")  # vocabulary files alone, as before
+    assert load_vocabulary(tmp_path / "files").tokenize("Hello") == ["hello"]
+
 # ---- the max_seq_length
 
 def test_a_plain_checkpoint_trains_and_evaluates_at_the_folders_length(cassette_dir, tmp_path):

@@ -38,9 +38,11 @@ def tokenize(text: str, vocab: list[str] = ["minilm"], lowercase: bool | None = 
         vocab: checkpoint folders, vocab.txt or tokenizer.json files (or packaged short names)
         lowercase: force lower-casing on or off (default: what each vocabulary says)
     """
+    from ..embeddings.vocabulary import load_vocabulary
     from ..tokenization.tokenizer import BertTokenizer
 
-    tokenizers = {str(v): BertTokenizer.from_pretrained(resolve_model(v), do_lower_case=lowercase) for v in vocab}
+    tokenizers = {str(v): load_vocabulary(v) if lowercase is None else
+                  BertTokenizer.from_pretrained(resolve_model(v), do_lower_case=lowercase) for v in vocab}
     columns = {name: tok.tokenize(text) for name, tok in tokenizers.items()}
     if len(columns) == 1:
         (name, tok), = tokenizers.items()
@@ -244,10 +246,10 @@ def prepare(files: list[str], *, output: str, vocab: str = "minilm", document_bo
         batch_size: documents per tokenizer batch (the batch is tokenized on all cores)
         overwrite: replace shards already in the output folder
     """
+    from ..embeddings.vocabulary import load_vocabulary
     from ..tasks.pretraining.shards import prepare_corpus
-    from ..tokenization.tokenizer import BertTokenizer
 
-    corpus = prepare_corpus(files, BertTokenizer.from_pretrained(resolve_model(vocab)), output,
+    corpus = prepare_corpus(files, load_vocabulary(vocab), output,
                             document_boundary=document_boundary, text_field=text_field, batch_size=batch_size,
                             overwrite=overwrite)
     print(f"prepared {corpus.num_documents:,} documents, {corpus.num_sentences:,} sentences, "

@@ -9,6 +9,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..embeddings.vocabulary import load_vocabulary
 from ..engine.devices import device_from_option
 from ..models.folder import ModelFolder, read_model_folder
 from ..resources import PACKAGED_CHECKPOINTS, resolve_model
@@ -122,5 +123,5 @@ def load_models(model: str, mlm: str | None = None, classifier: str | None = Non
         if not path.exists():
             raise ValueError(f"--vocab {spec} does not exist; give a checkpoint folder, vocab.txt or tokenizer.json")
         name = display_name(spec)
-        served.vocabularies[name if name not in served.vocabularies else str(spec)] = BertTokenizer.from_pretrained(path)
+        served.vocabularies[name if name not in served.vocabularies else str(spec)] = load_vocabulary(path)
     return served

@@ -25,6 +25,7 @@ from ...train.run_folder import claim_run_folder
 from .corpus import DocumentBoundary, expand_paths
 from .shards import TokenizedCorpus, prepare_corpus, vocab_fingerprint
 from ...models.heads import IGNORE_INDEX, BertForPreTraining, masked_positions_from, padded_masked_positions
+from ...embeddings.vocabulary import load_vocabulary
 from ...tokenization.tokenizer import BertTokenizer
 from ...engine.devices import select_device, to_device
 from ...train.distributed import Topology, barrier, process_group
@@ -97,7 +98,7 @@ def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Top
     settings = recipe.tokenizer
     source = recipe.model.init_from or settings.vocab
     if source:
-        return BertTokenizer.from_pretrained(source)
+        return load_vocabulary(source)
     trained, record = run_dir / "tokenizer", run_dir / "tokenizer" / TRAINED_ON
     wanted = {**asdict(settings), "text_field": recipe.data.text_field}
     if topology.is_main:
