@@ -36,9 +36,15 @@ def process_group(device: torch.device) -> Iterator[Topology]:
     topology = init_distributed(device)
     try:
         yield topology
-    finally:
-        if not joined_before:
+    except BaseException:
+        if not joined_before:  # no barrier: the other ranks may be in a collective this one will never join
             shutdown(topology)
+        raise
+    if not joined_before:
+        # Leave together: a rank that destroyed its gloo group while rank 0 was still finishing (the run folder's
+        # record, written by rank 0 alone) aborted at exit, "terminate called without an active exception".
+        barrier(topology)
+        shutdown(topology)
 
 
 def init_distributed(device: torch.device) -> Topology:
