@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..models.folder import read_model_folder
+from ..models.folder import is_model_folder, read_model_folder
 from ..resources import resolve_model
 from ..tokenization.folder import load_tokenizer
 from ..tokenization.tokenizer import BertTokenizer
@@ -16,6 +16,6 @@ def load_vocabulary(spec: str | os.PathLike) -> BertTokenizer:
     (`load_tokenizer`: a sentence-transformers module's subfolder, its lower-casing), else a folder of vocabulary
     files, a vocab.txt or a tokenizer.json as they are. Raises ValueError as BertTokenizer.from_pretrained does."""
     path = Path(resolve_model(spec))
-    if path.is_dir() and any((path / name).is_file() for name in ("config.json", "modules.json")):
+    if is_model_folder(path):
         return load_tokenizer(read_model_folder(path))
     return BertTokenizer.from_pretrained(path)

@@ -105,6 +105,13 @@ def default_prompt(prompts: dict[str, str], default_prompt_name: str | None) -> 
     return prompts.get(default_prompt_name, "") if default_prompt_name else ""
 
 
+def is_model_folder(path: str | os.PathLike) -> bool:
+    """Whether `path` is a folder `read_model_folder` reads as a model (a plain checkpoint's config.json, or a
+    sentence-transformers folder's modules.json), not one of vocabulary files alone."""
+    path = Path(path)
+    return (path / "config.json").is_file() or (path / MODULES_FILE).is_file()
+
+
 def read_model_folder(path: str | os.PathLike) -> ModelFolder:
     """Read a checkpoint folder (or packaged short name, or hub id) into a ModelFolder; nothing is loaded.
 

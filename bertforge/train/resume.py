@@ -33,7 +33,7 @@ from safetensors.torch import load_file
 
 from ..errors import BertforgeError
 from ..input_files import fingerprints
-from ..models.folder import model_fingerprint, read_model_folder
+from ..models.folder import is_model_folder, model_fingerprint, read_model_folder
 from ..resources import resolve_model
 from ..settings import PATH_KIND
 from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_state
@@ -87,10 +87,8 @@ def checkpoint_identity(name: str | None) -> str | None:
         return name
     if folder is None or not folder.is_dir():
         return name
-    try:
+    if is_model_folder(folder):  # else a vocabulary folder: its files are the identity
         folder = read_model_folder(folder).transformer
-    except ValueError:  # a vocabulary folder: no config.json
-        pass
     return FINGERPRINT + model_fingerprint(folder)
 
 
