@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .errors import ApiError
+from .inputs import too_long, which
 
 
 class SearchIndex(Protocol):
@@ -30,23 +31,22 @@ class SearchIndex(Protocol):
         """`rank`'s rows -> per query the Hits, as `search` returns them."""
 
 
-def query_lengths(index: SearchIndex, queries: list[str]) -> tuple[list[int], int]:
-    """Each query's tokens as the index's model reads it (prompt, [CLS], [SEP]), and that model's max_length.
-    Runs on the model thread: the index's model may load here, and its tokenizer is that thread's."""
-    embedder = index.embedder
-    return [embedder.token_count(query) for query in queries], embedder.max_length
-
-
 def search_within(index: SearchIndex, queries: list[str], top_k: int, dense_weight: float | None,
-                  max_length: int | None = None) -> list[list]:
-    """`index.search`, the queries cut at max_length tokens (None: the index model's own limit, where
-    `Index.search` cuts them); the passages' vectors are unchanged, BM25 reads the whole query."""
+                  max_input_length: int, truncate: bool) -> list[list]:
+    """`index.search` under the rule of every route: a query longer than max_input_length or the index model's
+    own limit (its tokens as that model reads it: prompt, [CLS], [SEP]) is TEI's 413 unless `truncate`, and then
+    cut there; the passages' vectors are unchanged, BM25 reads the whole query. Runs on the model thread (the
+    index's model may load here, and its tokenizer is that thread's), in one trip: counting and searching."""
     try:
         embedder = index.embedder
-        if max_length is None or max_length >= embedder.max_length:
+        limit = min(max_input_length, embedder.max_length)
+        over = next(((i, n) for i, n in enumerate(map(embedder.token_count, queries)) if n > limit), None)
+        if over is not None and not truncate:
+            raise too_long(over[1], limit, which(over[0], len(queries)))
+        if over is None or limit == embedder.max_length:  # within it, or cut where `Index.search` cuts
             return index.search(queries, top_k, dense_weight=dense_weight)
         shorter = copy.copy(embedder)  # the same model and tokenizer, cutting earlier; the index's own is untouched
-        shorter.max_length = max_length
+        shorter.max_length = limit
         weight = index.dense_weight if dense_weight is None else dense_weight
         return index.hits(index.rank(shorter.encode(queries), queries, top_k, weight))
     except ValueError as error:  # the server's index cannot run (bm25s missing, its model folder gone): not the input

@@ -6,8 +6,8 @@ from fastapi import APIRouter, Depends, Request
 
 from .embed_routes import ERRORS
 from .errors import ApiError
-from .index import query_lengths, search_within
-from .inputs import as_list, too_long, which
+from .index import search_within
+from .inputs import as_list
 from .responses import FastJSONResponse
 from .schemas import (ClassifyRequest, DecodeRequest, FillMaskCandidate, FillMaskRequest, Prediction, PredictRequest,
                       Rank, RerankRequest, SearchHit, SearchRequest, Token, TokenizeRequest)
@@ -147,12 +147,8 @@ async def rerank(body: RerankRequest, request: Request, server: Server = Depends
 async def search(body: SearchRequest, request: Request, server: Server = Depends(current_server)):
     index = require(server.models.index, "search", "start the server with --index DIR")
     queries = as_list(body.query, "query", server.settings.max_client_batch_size)
-    lengths, model_limit = await server.run_on_model_thread(request, query_lengths, index, queries)
-    limit = min(server.settings.max_input_length, model_limit)  # the rule of every route: 413, or cut if asked
-    too_many = [(i, length) for i, length in enumerate(lengths) if length > limit]
-    if too_many and not (server.settings.auto_truncate if body.truncate is None else body.truncate):
-        raise too_long(too_many[0][1], limit, which(too_many[0][0], len(queries)))
+    truncate = server.settings.auto_truncate if body.truncate is None else body.truncate
     hits = await server.run_on_model_thread(request, search_within, index, queries, body.top_k, body.dense_weight,
-                                            limit if too_many else None)
+                                            server.settings.max_input_length, truncate)
     return [[SearchHit(id=str(hit.id), text=hit.text, score=float(hit.score), dense_score=hit.dense_score,
                        lexical_score=hit.lexical_score) for hit in row] for row in hits]
