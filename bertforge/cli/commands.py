@@ -39,10 +39,8 @@ def tokenize(text: str, vocab: list[str] = ["minilm"], lowercase: bool | None = 
         lowercase: force lower-casing on or off (default: what each vocabulary says)
     """
     from ..embeddings.vocabulary import load_vocabulary
-    from ..tokenization.tokenizer import BertTokenizer
 
-    tokenizers = {str(v): load_vocabulary(v) if lowercase is None else
-                  BertTokenizer.from_pretrained(resolve_model(v), do_lower_case=lowercase) for v in vocab}
+    tokenizers = {str(v): load_vocabulary(v, lowercase) for v in vocab}
     columns = {name: tok.tokenize(text) for name, tok in tokenizers.items()}
     if len(columns) == 1:
         (name, tok), = tokenizers.items()
