@@ -92,6 +92,18 @@ def test_finetuned_folder_is_a_transformers_checkpoint(tweet_run, tweet_splits):
         torch.testing.assert_close(ours(**batch).logits, theirs(**batch).logits, atol=1e-5, rtol=1e-4)
 
 
+def test_every_model_folder_of_a_run_says_how_its_inputs_are_read(tweet_run, tweet_splits):
+    """task.json was written into best/ once the run ended: a checkpoint's model/ (and best/ while training) was read
+    by `predict` with the default settings (128 tokens, the text column 'text', windows averaged)."""
+    from bertforge.train.checkpointing import list_checkpoints
+
+    checkpoints = [checkpoint / "model" for checkpoint in list_checkpoints(tweet_splits / "run")]
+    assert checkpoints
+    for folder in [best_model_folder(tweet_splits / "run"), *checkpoints]:
+        task, _ = load_for_prediction(folder)
+        assert task.max_length == 64 and task.settings.label_column == "sentiment", folder
+
+
 def test_predict_writes_probabilities_per_row(tweet_run, tweet_splits, capsys):
     output = tweet_splits / "predictions.jsonl"
     assert main(["predict", "--model", str(tweet_splits / "run" / "best"), "--input",

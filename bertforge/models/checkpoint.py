@@ -37,6 +37,9 @@ class BertPreTrainedModel(nn.Module):
     # Parameters shared with another one (the MLM decoder is the word-embedding matrix):
     # neither saved nor expected on load.
     tied_keys: tuple[str, ...] = ()
+    # Small text files written beside the weights by every save (a fine-tuned model's task.json, how `predict` reads
+    # its inputs), so that a run's checkpoints and best/ are as usable as its final folder. Set on an instance.
+    files_beside_weights: dict[str, str] = {}
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -90,6 +93,8 @@ class BertPreTrainedModel(nn.Module):
             save_file(state, str(staging / WEIGHTS_SAFETENSORS), metadata={"format": "pt"})
             if tokenizer is not None:
                 tokenizer.save_pretrained(staging)
+            for name, text in self.files_beside_weights.items():
+                (staging / name).write_text(text, encoding="utf-8")
         return target
 
 

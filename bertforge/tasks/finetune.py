@@ -16,14 +16,13 @@ from ..tokenization.folder import load_tokenizer
 from ..train.config import FinetuningConfig
 from ..train.runner import RecipeRun, run_recipe
 from . import STANDARD_MAX_LENGTH, TASKS, TaskName, TaskSettings, load_task
-from ..atomic import write_text
 from ..errors import UsageError
 from ..validation import check_fields
 from ..models.config import BertConfig
 from ..settings import CHECKPOINT, KEYS_OF, build, recipe_from_values
 
 logger = logging.getLogger("bertforge")
-TASK_FILE = "task.json"  # beside the best model: the task and how its inputs are read, for `predict`
+TASK_FILE = "task.json"  # beside every saved model of a run: the task and how its inputs are read, for `predict`
 
 
 @dataclass
@@ -77,6 +76,7 @@ def check_length_fits(recipe: FinetuneRecipe) -> None:
 def finetune_in(recipe: FinetuneRecipe, run: RecipeRun) -> dict:
     task = load_task(recipe.task, recipe.data, run.tokenizer)
     model = run.build(task.model_class, **task.config_overrides(), **recipe.model_overrides)
+    model.files_beside_weights = {TASK_FILE: json.dumps(task_card(recipe, run.init_from), indent=2) + "\n"}
     rows = task.training_rows()
     batches = run.batches(len(rows), recipe.batch_size, rows.collate)
     config = run.schedule(batches, recipe.epochs, has_dev=bool(recipe.data.dev), default_metric=task.default_metric)
@@ -85,7 +85,6 @@ def finetune_in(recipe: FinetuneRecipe, run: RecipeRun) -> dict:
                    batches.batches_per_epoch)
     evaluate = (lambda m: task.evaluate(m, "dev", recipe.eval_batch_size, run.device)) if recipe.data.dev else None
     final = run.fit(model, batches, config, evaluate)
-    write_text(run.best_folder / TASK_FILE, json.dumps(task_card(recipe, run.init_from), indent=2) + "\n")
     results = {"task": recipe.task, "init_from": run.init_from, "train_rows": len(rows), "steps": config.max_steps}
     for split in ("dev", "test"):
         if getattr(recipe.data, split):
