@@ -126,7 +126,7 @@ def titled(title: str, text: str) -> str:
 class CorpusRecord:
     text: str
     title: str
-    id: str | int | None  # None: the record names none, and its reader names it after its file and line
+    id: str | None  # None: the record names none, and its reader names it after its file and line
 
 
 def corpus_record(record: dict, where: str, text_field: str = "text", id_field: str | None = None,
@@ -135,7 +135,7 @@ def corpus_record(record: dict, where: str, text_field: str = "text", id_field: 
     .jsonl or of a folder, adapt, pretraining, train-tokenizer, embed): the text under `text_field`, or under
     `text` when the record has no such field (one option names a folder's JSONL field and its tables' column);
     an optional str `title`; the id under `id_field`, which every record must then have, or, with none asked for,
-    under `id` or else BEIR's `_id`.
+    under `id` or else BEIR's `_id`, as a str (an int id is read as its digits).
 
     Raises ValueError starting with `where` (FILE:LINE) for a text or title that is not a str (ending with
     `advice`), a missing id asked for, or an id that is not a str or an int.
@@ -153,7 +153,9 @@ def corpus_record(record: dict, where: str, text_field: str = "text", id_field: 
     # bool is an int subclass; True as an id is surely a mistake.
     if passage_id is not None and (not isinstance(passage_id, (str, int)) or isinstance(passage_id, bool)):
         raise ValueError(f"{where}: the id must be a str or an int, found {type(passage_id).__name__}")
-    return CorpusRecord(text, title, passage_id)
+    # Ids are strings, as BEIR's, the server's and a folder's: an int id read from one file was 7 on the command
+    # line and "7" from the server or from the same file in a folder.
+    return CorpusRecord(text, title, None if passage_id is None else str(passage_id))
 
 
 class Decompressed(io.RawIOBase):

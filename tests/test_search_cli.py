@@ -87,9 +87,12 @@ def test_bad_input_is_one_line(capsys, minilm_index, tmp_path, austen_files):
 
 
 def test_top_k_beyond_the_index_shows_all_with_a_note(capsys, minilm_index):
-    code, out, _ = run(capsys, "search", minilm_index, "Emma", "--top-k", "500")
-    assert code == 0 and "fewer than top_k=500; showing all" in out
+    """The note went to stdout, so `search --as-json > hits.jsonl` did not hold JSON Lines."""
+    code, out, err = run(capsys, "search", minilm_index, "Emma", "--top-k", "500")
+    assert code == 0 and "fewer than top_k=500; showing all" in err
     assert len([line for line in out.splitlines() if re.match(r"\s*\d+\. ", line)]) == 80
+    code, out, err = run(capsys, "search", minilm_index, "Emma", "--top-k", "500", "--as-json")
+    assert code == 0 and len([json.loads(line) for line in out.splitlines()]) == 80
 
 
 def test_long_query_warns_and_still_searches(capsys, minilm_index, caplog):

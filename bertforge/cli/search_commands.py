@@ -6,6 +6,7 @@ command wires several layers together: `senses` reads a corpus (tasks/) into wor
 from __future__ import annotations
 
 import json
+import sys
 
 from ..embeddings import SentencePooling
 from ..search import IndexKind
@@ -144,7 +145,8 @@ def search(index: str, query: str, top_k: int = 10, model: str | None = None, re
         searcher.set_effort(effort)
     hits = searcher.search(query, top_k=top_k, dense_weight=dense_weight)
     if top_k > len(searcher):
-        print(f"note: the index holds {len(searcher)} passages, fewer than top_k={top_k}; showing all")
+        print(f"note: the index holds {len(searcher)} passages, fewer than top_k={top_k}; showing all",
+              file=sys.stderr)  # stdout is the hits: `search --as-json > hits.jsonl` stays JSON Lines
     if rerank:
         from ..search.rerank import Reranker
 

@@ -288,7 +288,7 @@ def jsonl_passages(path: Path, name: str, text_field: str = "text", id_field: st
         found = corpus_record(record, f"{path}:{line_number}", text_field, id_field)
         sentences = sentences_of(found.text)
         if sentences:
-            yield Passage(f"{name}:{line_number}" if found.id is None else str(found.id), sentences,
+            yield Passage(f"{name}:{line_number}" if found.id is None else found.id, sentences,
                           normalise(found.title))
 
 

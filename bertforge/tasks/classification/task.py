@@ -6,6 +6,7 @@ probabilities are combined per document (mean, max or ClinicalBERT's formula) be
 """
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 
 import numpy as np
@@ -86,7 +87,7 @@ class ClassificationTask:
             records.append(record)
         write_records(records, output_path)
         for warning in rows.skipped:
-            print(f"warning: {warning}")
+            print(f"warning: {warning}", file=sys.stderr)
         return len(records)
 
     def _prediction(self, score) -> dict:

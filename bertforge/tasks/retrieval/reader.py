@@ -157,7 +157,7 @@ def read_texts_by_id(path: Path) -> dict[str, str]:
     texts: dict[str, str] = {}
     for line, record in jsonl_objects(path):
         found = corpus_record(record, f"{path}:{line}", id_field="_id", advice="BEIR's layout has it under 'text'")
-        key = str(found.id)
+        key = found.id
         if key in texts:
             raise ValueError(f"{path}:{line}: id {key!r} appears twice; ids must be unique")
         texts[key] = titled(found.title, found.text)
