@@ -26,6 +26,9 @@ class ShuffledBatches:
     permutation, and this process (`rank`) gets its own batch_size of them: an epoch is the examples once
     over all processes, in fewer steps. Every process gets a full batch at every step (the processes step
     together): the last step of an epoch fills up from the permutation's start.
+
+    `batches_left_in_epoch` tells the loop where an epoch ends: with grad_accumulation an optimizer step ends at
+    the epoch's last batch (transformers' Trainer's rule), so an epoch is one pass over the examples.
     """
 
     def __init__(self, size: int, batch_size: int, collate: Collate, seed: int = 0, rank: int = 0,
@@ -55,6 +58,12 @@ class ShuffledBatches:
         if self.world_size == 1:
             return order[start:start + self.batch_size].tolist()
         return order[torch.arange(start, start + self.batch_size) % self.size].tolist()
+
+    def batches_left_in_epoch(self, position: dict) -> int:
+        """Batches from `position` (a state_dict()) to the end of the epoch that the next batch belongs to: all of
+        a new epoch's at an epoch's end (or before any batch). The same on every process under torchrun."""
+        done = position["batches_done"]
+        return self.batches_per_epoch - done if done < self.batches_per_epoch else self.batches_per_epoch
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "batches_done": self.batches_done}

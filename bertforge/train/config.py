@@ -27,7 +27,8 @@ class TrainConfig:
         weight_decay: AdamW's decoupled weight decay (not on biases and LayerNorm)
         warmup: a fraction of max_steps (below 1) or a number of steps
         schedule: after warm-up: linear (decay to 0 at max_steps, BERT's) or constant
-        grad_accumulation: micro-batches per optimizer step
+        grad_accumulation: micro-batches per optimizer step (in a recipe counted in epochs, an epoch's last step
+            takes only the micro-batches left in it: an epoch is one pass over the data)
         max_grad_norm: gradients are clipped to this norm
         precision: auto (bf16 autocast on a GPU for models of BERT-base width and up and on a CPU with AMX, else
             fp32), fp32 or bf16
@@ -37,8 +38,10 @@ class TrainConfig:
             the same shapes (one launch a step instead of ~1,000; pretraining pads its batches to one shape for
             it); one process, grad_accumulation 1 and no compile only, else (and with false) eager steps
         log_every: steps between log records
-        eval_every: steps between evaluations (0: only at the end)
-        save_every: steps between checkpoints (0: only at the end)
+        eval_every: steps between evaluations, and one at the end. 0: at every epoch's end in the recipes counted
+            in epochs (finetune, sbert train, readmission train), only at the end in pretrain (counted in steps);
+            a number past the run's last step (1000000): only at the end in every recipe
+        save_every: steps between checkpoints, and one at the end; 0 and larger numbers as eval_every
         keep_last: checkpoints kept (0 keeps every one)
         seed: the run's seed (data order, fresh weights, dropout)
         tensorboard: also write TensorBoard logs
@@ -90,7 +93,8 @@ class TrainConfig:
 @dataclass
 class FinetuningConfig(TrainConfig):
     """TrainConfig with BERT's fine-tuning values (Devlin et al. 2018, A.3: lr 2e-5, 10% warm-up, weight decay 0.01),
-    counted in epochs (max_steps 0: `train.optim.epoch_schedule`), the best model by dev kept and one checkpoint.
+    counted in epochs (max_steps 0: `train.optim.epoch_schedule`; eval_every and save_every 0: every epoch), the best
+    model by dev kept and one checkpoint.
 
     The one declaration of those values: finetune's and sbert train's `training` sections, readmission's
     run and adapt's stages start from it.

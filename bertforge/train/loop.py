@@ -39,7 +39,13 @@ from .running_metrics import RunningMetrics, Statistics, fmt
 from .run_log import RunLog, plot_curves
 
 class BatchStream(Protocol):
-    """Endless batches (epoch after epoch) whose position can be saved and restored."""
+    """Endless batches (epoch after epoch) whose position can be saved and restored.
+
+    A stream may also tell where its epochs end, `batches_left_in_epoch(position) -> int` (ShuffledBatches does):
+    an optimizer step then takes its grad_accumulation micro-batches only up to an epoch's last batch, so a run
+    counted in epochs passes over its data exactly that many times. A stream without it (pretraining's, counted in
+    steps) fills every step.
+    """
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]: ...
     def state_dict(self) -> dict[str, Any]: ...
@@ -125,6 +131,7 @@ class StepRunner:
     forward_kwargs: dict
     stream: Prefetcher
     graphed: GraphedStep | None
+    batches_left_in_epoch: Callable[[Any], int] | None  # the stream's (BatchStream); None: it has no epoch ends
 
     @classmethod
     def build(cls, model, forward_model, optimizer, scheduler, batches: BatchStream, config: TrainConfig,
@@ -137,24 +144,31 @@ class StepRunner:
         stream = Prefetcher.for_model(batches, model, device, pack=graphed is None)  # a graph takes one shape
         autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
         return cls(model, forward_model, optimizer, scheduler, config, topology, device, autocast, running,
-                   statistics, forward_kwargs, stream, graphed)
+                   statistics, forward_kwargs, stream, graphed, getattr(batches, "batches_left_in_epoch", None))
+
+    def micro_batches(self) -> int:
+        """The next step's micro-batches: grad_accumulation, fewer where the epoch ends sooner (its last step). Read
+        from the position of the last batch the loop took, so a resumed run cuts its steps where the original did."""
+        if self.batches_left_in_epoch is None:
+            return self.config.grad_accumulation
+        return min(self.config.grad_accumulation, self.batches_left_in_epoch(self.stream.state_dict()))
 
     def step(self) -> None:
         if self.graphed is None:
-            self.eager_step(self.stream.next_batch)
+            self.eager_step(self.stream.next_batch, self.micro_batches())
             return
         batch = to_device(self.stream.next_batch(), self.device)
         output = self.graphed.run(batch)
         if output is None:  # warm-up, or a batch of another shape
             self.optimizer.zero_grad(set_to_none=True)  # after the capture the gradients are the graph's
-            self.eager_step(lambda: batch)
+            self.eager_step(lambda: batch, 1)  # a graph only at grad_accumulation 1 (graphs_apply): never a short step
             return
         self.running.add(self.graphed.inputs, output, self.statistics)  # before the next replay overwrites them
         self.running.end_step()
         self.scheduler.step()
 
-    def eager_step(self, next_batch: Callable[[], dict]) -> None:
-        accumulate_gradients(self.forward_model, next_batch, self.config, self.topology, self.device, self.autocast,
+    def eager_step(self, next_batch: Callable[[], dict], micro_batches: int) -> None:
+        accumulate_gradients(self.forward_model, next_batch, micro_batches, self.topology, self.device, self.autocast,
                              self.running, self.statistics, self.forward_kwargs)
         optimizer_step(self.model, self.optimizer, self.scheduler, self.config.max_grad_norm)
 
@@ -291,19 +305,21 @@ def hidden_width(model: torch.nn.Module) -> int | None:
     return None
 
 
-def accumulate_gradients(forward_model, next_batch: Callable[[], dict], config: TrainConfig, topology: Topology,
+def accumulate_gradients(forward_model, next_batch: Callable[[], dict], micro_batches: int, topology: Topology,
                          device: torch.device, autocast, running: RunningMetrics, statistics: Statistics | None,
                          forward_kwargs: dict) -> None:
-    """Forward and backward over grad_accumulation micro-batches; DDP all-reduces on the last one only."""
+    """Forward and backward over the step's micro_batches (StepRunner.micro_batches), the gradient their mean loss's;
+    DDP all-reduces on the last one only."""
     by_hand = topology.distributed and syncs_by_hand(forward_model)
-    for micro_step in range(config.grad_accumulation):
+    for micro_step in range(micro_batches):
         batch = to_device(next_batch(), device)
-        last = micro_step == config.grad_accumulation - 1
+        last = micro_step == micro_batches - 1
         sync = contextlib.nullcontext() if last or not topology.distributed or by_hand else forward_model.no_sync()
         with sync:
             with autocast:
                 output = forward_model(**batch, **forward_kwargs)
-            (output.loss / config.grad_accumulation).backward()
+            # By the micro-batches this step takes, not grad_accumulation: an epoch's short last step is a mean too.
+            (output.loss / micro_batches).backward()
         running.add(batch, output, statistics)
     if by_hand:
         average_gradients(forward_model, topology)

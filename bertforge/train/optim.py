@@ -62,8 +62,11 @@ def epoch_schedule(training, epochs: float, batches_per_epoch: int, has_dev: boo
     """A TrainConfig counted in epochs: steps from epochs, an evaluation and checkpoint every epoch, and
     the task's metric for the best model (none without a dev set).
 
-    The loop counts optimizer steps (batches / grad_accumulation). Settings given explicitly
-    (max_steps, eval_every, save_every, best_metric) are kept.
+    The loop counts optimizer steps, and ends one at each epoch's last batch (the stream's `batches_left_in_epoch`):
+    an epoch is ceil(batches / grad_accumulation) steps, its last one taking what is left, so step multiples of
+    that are epoch ends. eval_every / save_every 0 (the default) mean every epoch here (TrainConfig's rule for a
+    recipe counted in epochs); settings given explicitly (max_steps, eval_every, save_every, best_metric) are kept,
+    so an eval_every past the run's last step evaluates only at the end.
     """
     steps_per_epoch = math.ceil(batches_per_epoch / training.grad_accumulation)
     best_metric = (training.best_metric or default_metric) if has_dev else ""
