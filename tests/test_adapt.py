@@ -24,6 +24,7 @@ import bertforge.search
 from bertforge import BertForMaskedLM
 from bertforge.adapt.budget import budgeted_steps
 from bertforge.search.documents import Passage, PassageStore, passage_text, read_corpus, split_long
+from bertforge.adapt.evaluation import HYBRID_METRIC
 from bertforge.adapt.domain_vocabulary import corpus_pieces, grow_checkpoint, old_pieces, vocabulary_change
 from bertforge.adapt.ict import IctCollator, held_out_queries, ict_pair, training_passages
 from bertforge.adapt.methods import MethodSettings, TeacherVectors
@@ -426,15 +427,20 @@ def test_a_time_budget_shortens_training_to_the_steps_a_timed_step_allows_and_a_
         return max(r["step"] for r in records)
 
     assert trained_steps(tmp_path / "roomy", seconds=1e6) == 30  # time for all 3 epochs: the preset's length
-    assert json.loads((tmp_path / "roomy" / BUDGET_FILE).read_text())["epochs"] == 3.0
+    roomy = json.loads((tmp_path / "roomy" / BUDGET_FILE).read_text())
+    assert (roomy["steps"], roomy["epochs"]) == (30, 3.0)
     short = tmp_path / "short"
     assert trained_steps(short, seconds=1e-3) == MIN_BUDGET_STEPS  # no time: the fewest steps worth training
     budget = json.loads((short / BUDGET_FILE).read_text())
-    assert budget["epochs"] == 1.0 and budget["epochs_without_budget"] == 3.0 and budget["step_seconds"] > 0
+    assert (budget["steps"], budget["steps_without_budget"], budget["epochs"]) == (MIN_BUDGET_STEPS, 30, 1.0)
+    assert budget["epochs_without_budget"] == 3.0 and budget["step_seconds"] > 0
     assert not [p for p in short.iterdir() if p.name.startswith("timing-")]  # the timing run's scratch is gone
-    budget["epochs"] = 2.0  # as if the first run had measured room for 20 steps...
+    budget["steps"] = 20  # as if the first run had measured room for 20 steps...
     (short / BUDGET_FILE).write_text(json.dumps(budget))
     assert trained_steps(short, seconds=0.0, resume=True) == 20  # ...a resumed run trains what was chosen then
+    # A budget file from before steps were kept holds the epochs chosen: they train the steps they trained then
+    (short / BUDGET_FILE).write_text(json.dumps({"epochs": 2.5, "epochs_without_budget": 3.0}))
+    assert trained_steps(short, seconds=0.0, resume=True) == 25
 
 
 def test_quick_trains_without_attention_dropout_and_the_saved_config_keeps_the_checkpoints(cassette_dir, tmp_path,
@@ -546,6 +552,10 @@ def test_the_run_writes_model_index_and_report(adapted):
     assert "Snowball English stems" in report["bm25"]  # which BM25 every row was scored and fused with
     budget = report["systems"][3]["budget"]  # quick's 20 minutes sized the ICT stage, less what ran before it
     assert budget["step_seconds"] > 0 and 0 < budget["seconds"] < 20 * 60 and budget["epochs"] <= 3
+    ict = report["systems"][3]  # the steps the budget chose are the steps trained; epochs are them for reading
+    assert budget["steps"] == ict["steps"] and budget["epochs"] == round(ict["steps"] / budget["batches_per_epoch"], 4)
+    assert set(ict["evaluations"][-1]) == {"step", "hybrid_dev_ndcg@10", "hybrid_test_ndcg@10", "dev_ndcg@10",
+                                          "test_ndcg@10"}
     assert report["scored_passages"] == report["corpus"]["passages"]  # a small corpus is ranked whole...
     assert "ranked against" not in (adapted / "report.md").read_text()
     from bertforge.adapt.report import report_markdown
@@ -605,7 +615,8 @@ def test_continued_mlm_lowers_the_held_out_masked_lm_loss_and_the_ict_stage_star
     assert sorted(p.name for p in stage.iterdir()) == ["budget.json", "done.json", "mlm", "model"]  # run, texts: gone
     assert mlm["budget"]["steps"] == mlm["budget"]["steps_without_budget"] == mlm["steps"]  # 20 minutes: they fit
     assert has_mlm_head(stage / "mlm") and (stage / "model" / "modules.json").is_file()
-    assert Stage.of(adapted, "ict", mlm["key"], MethodSettings(**ict["settings"])).key == ict["key"]  # chained
+    chained = Stage.of(adapted, "ict", mlm["key"], MethodSettings(**ict["settings"]), HYBRID_METRIC)  # + its metric
+    assert chained.key == ict["key"] and ict["best_metric"] == HYBRID_METRIC
     assert not any("continued MLM" in reason for reason in report["skipped"])
 
 

@@ -1,7 +1,7 @@
 """adapt's time budget: how many training steps fit in what is left of the run's minutes.
 
 Before a training stage, `training_seconds` (the pipeline) takes what has run and what is still to come, priced at
-what the base's scoring measured, from the budget; `budgeted_epochs` (a sentence-encoder stage) and
+what the base's scoring measured, from the budget; `budgeted_stage_steps` (a sentence-encoder stage) and
 `budgeted_steps` (continued MLM, which gets MLM_SHARE of it) time a training step here with the one loop on a copy
 of the model and train fewer steps when the preset's would not fit. The choice is kept in the stage's folder
 (BUDGET_FILE), so a resumed stage trains the same schedule.
@@ -28,6 +28,7 @@ from .stages import base_system
 
 if TYPE_CHECKING:
     from ..tasks.retrieval.bi_encoder import BiEncoder
+    from ..train.batches import ShuffledBatches
     from ..train.distributed import Topology
     from ..train.runner import RecipeRun
     from .methods import MethodSettings  # methods and pipeline import this module
@@ -60,7 +61,7 @@ def budget_minutes(preset: str, minutes: float | None) -> float | None:
 @dataclasses.dataclass(frozen=True)
 class StageTime:
     """What a training stage may take under the budget: `seconds` for its steps and its evaluations during training
-    together, and `evaluation`, what one of those evaluations costs (the held-out ranking). `budgeted_epochs`
+    together, and `evaluation`, what one of those evaluations costs (the held-out ranking). `budgeted_stage_steps`
     charges the evaluations of the steps it chooses: a stage cut to less than an epoch evaluates once, at its end,
     and the seconds of the evaluations it no longer makes go to steps."""
 
@@ -105,19 +106,24 @@ def mlm_seconds(run: Run, systems: list[dict | None], first_stage: MethodSetting
     return MLM_SHARE * (time_left.seconds - evaluations * time_left.evaluation)
 
 
-def budgeted_epochs(run: RecipeRun, model: BiEncoder, fresh_batches: Callable, epochs: float, budget: StageTime,
-                    evaluations_per_epoch: int = 1) -> float:
-    """`epochs`, or fewer when a step measured on this machine says they would not fit `budget` with the
-    evaluations during training they make (`steps_within`).
+def budgeted_stage_steps(run: RecipeRun, model: BiEncoder, fresh_batches: Callable, epochs: float, budget: StageTime,
+                         evaluations_per_epoch: int = 1) -> int:
+    """The steps a sentence-encoder stage trains (its max_steps): `epochs` of its batches as the recipe's schedule
+    counts them (`epoch_steps`), or fewer when a step measured on this machine says they would not fit `budget`
+    with the evaluations during training they make (`steps_within`).
 
+    Steps are the one quantity: the budget charges its evaluations for these steps, the loop trains exactly them.
+    (It chose epochs rounded to 2 decimals once, which the schedule turned back into steps: 12 steps that fit in
+    epochs of 3,125 batches trained 1, and 1,236 of 1,000 trained 1,240, over the budget.)
     A step is timed on a copy of the model with the one loop (its precision, device, teacher and batches: what
     training will do; `timed_step_seconds`), in scratch folders; under torchrun the processes agree on their mean.
-    At least MIN_BUDGET_STEPS steps. A resumed run reads the choice from run.folder/BUDGET_FILE.
+    At least MIN_BUDGET_STEPS steps. A resumed run reads the choice from run.folder/BUDGET_FILE (`kept_steps`).
     """
+    batches = fresh_batches()
+    per_epoch, most = batches.batches_per_epoch, epoch_steps(run, batches, epochs)
     kept = read_budget(run.folder)
     if run.resume and kept is not None:
-        return kept["epochs"]
-    per_epoch = fresh_batches().batches_per_epoch
+        return kept_steps(kept, run, batches)
     trainee = copy.deepcopy(model)
 
     def train_steps(steps: int, scratch: Path) -> None:
@@ -127,18 +133,29 @@ def budgeted_epochs(run: RecipeRun, model: BiEncoder, fresh_batches: Callable, e
 
     step, seconds = timed_within(budget.seconds, train_steps, run.folder, run.topology)
     every = evaluation_interval(per_epoch, evaluations_per_epoch)
-    steps = steps_within(seconds, step, budget.evaluation, every, max(1, round(epochs * per_epoch)))
-    chosen = min(epochs, round(steps / per_epoch, 2))
+    steps = steps_within(seconds, step, budget.evaluation, every, most)
     if run.topology.is_main:
-        write_text(run.folder / BUDGET_FILE, json.dumps({"epochs": chosen, "epochs_without_budget": epochs,
-                                                         "step_seconds": step, "seconds": seconds,
-                                                         "evaluation_seconds": budget.evaluation}) + "\n")
-        fits = ("the preset's steps fit" if chosen == epochs else
-                f"{max(1, round(chosen * per_epoch))} steps ({chosen:g} epochs) instead of the preset's "
-                f"{round(epochs * per_epoch)} ({epochs:g})")
+        # "epochs" is for reading (the report's stage record); "steps" is what a resumed stage trains
+        write_text(run.folder / BUDGET_FILE, json.dumps({
+            "steps": steps, "steps_without_budget": most, "epochs": round(steps / per_epoch, 4),
+            "epochs_without_budget": epochs, "batches_per_epoch": per_epoch, "step_seconds": step,
+            "seconds": seconds, "evaluation_seconds": budget.evaluation}) + "\n")
+        fits = ("the preset's steps fit" if steps == most else
+                f"{steps} steps ({steps / per_epoch:.3g} epochs) instead of the preset's {most} ({epochs:g})")
         print(f"time budget: {max(0.0, seconds):.0f} s left for training and its evaluations "
               f"({budget.evaluation:.0f} s each), {per_step(step)}: {fits}", flush=True)
-    return chosen
+    return steps
+
+
+def epoch_steps(run: RecipeRun, batches: ShuffledBatches, epochs: float) -> int:
+    """The steps `epochs` of `batches` train by the recipe's schedule (`train.optim.epoch_schedule`'s rule)."""
+    return run.schedule(batches, epochs, has_dev=False, default_metric="").max_steps
+
+
+def kept_steps(kept: dict, run: RecipeRun, batches: ShuffledBatches) -> int:
+    """The steps a BUDGET_FILE says the stage trains. One written before steps were kept holds the epochs chosen,
+    which that stage's schedule turned into steps by `epoch_steps`: a killed stage resumes with that schedule."""
+    return kept["steps"] if "steps" in kept else epoch_steps(run, batches, kept["epochs"])
 
 
 def steps_within(seconds: float, step_seconds: float | None, evaluation_seconds: float, every: int,
@@ -210,7 +227,7 @@ def per_step(step_seconds: float | None) -> str:
 
 
 def read_budget(run_dir: Path) -> dict | None:
-    """What `budgeted_epochs` or `budgeted_steps` chose for the stage trained in run_dir (None: no budget)."""
+    """What `budgeted_stage_steps` or `budgeted_steps` chose for the stage trained in run_dir (None: no budget)."""
     path = run_dir / BUDGET_FILE
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 

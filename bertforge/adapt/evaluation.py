@@ -21,6 +21,9 @@ from .ict import HeldOut
 
 RECALL_AT = (1, 10, 100)
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
+# What picks a stage's best checkpoint during training: the dev nDCG@10 of the model fused with BM25 at its best
+# weight, as the index ranks. Its own name: ndcg@10 is the model alone, as `sbert train` logs it (eval_ndcg@10)
+HYBRID_METRIC = "hybrid_ndcg@10"
 
 
 def ict_metrics(scorer: Scorer, held_out: HeldOut) -> dict[str, dict[str, float]]:
@@ -102,10 +105,11 @@ class Evaluator:
         return evaluate_retrieval(scorer, self.beir, recall_at=RECALL_AT)
 
     def during_training(self, model) -> dict[str, float]:
-        """What the loop sees at each evaluation: the dev nDCG@10 of the model fused with BM25 at its best
-        weight, as the index will rank (the loop keeps the checkpoint best by it), beside the model alone's."""
+        """What the loop sees at each evaluation: HYBRID_METRIC, the dev nDCG@10 of the model fused with BM25 at its
+        best weight, as the index will rank (the loop keeps the checkpoint best by it), and its test one; beside
+        them ndcg@10 and test_ndcg@10, the model alone's (retrieval_metrics' meaning, as `sbert train` logs it)."""
         dense = remembered(self.scorer(model))
         alone = ict_metrics(dense, self.held_out)
         fused = ict_metrics(hybrid_scorer(dense, self.lexical, self.best_weight(dense)), self.held_out)
-        return {"ndcg@10": fused["dev"]["ndcg@10"], "test_ndcg@10": fused["test"]["ndcg@10"],
-                "alone_ndcg@10": alone["dev"]["ndcg@10"], "alone_test_ndcg@10": alone["test"]["ndcg@10"]}
+        return {HYBRID_METRIC: fused["dev"]["ndcg@10"], "hybrid_test_ndcg@10": fused["test"]["ndcg@10"],
+                "ndcg@10": alone["dev"]["ndcg@10"], "test_ndcg@10": alone["test"]["ndcg@10"]}

@@ -11,7 +11,8 @@
   (`tasks.retrieval.denoising`). No pairs, no negatives: learns what the domain's sentences say.
 
 Each method trains the model in place and keeps the best model on the dev ICT queries in
-run_dir/best (the loop's best-model tracking, metric ndcg@10).
+run_dir/best (the loop's best-model tracking, by the metric train_method is given: ndcg@10, the model alone, as
+`sbert train` keeps it; adapt's pipeline gives hybrid_ndcg@10, the model fused with BM25 as its index ranks).
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from ..train.best import best_model_folder
 from ..train.config import FinetuningConfig
 from ..train.run_log import METRICS_FILE
 from ..train.runner import RecipeRun, run_recipe
-from .budget import StageTime, budgeted_epochs, evaluation_interval
+from .budget import StageTime, budgeted_stage_steps, evaluation_interval
 from ..search.documents import Passage
 from .ict import MIN_QUERY_WORDS, IctCollator, training_passages
 from .mining import bm25_negatives
@@ -84,14 +85,18 @@ class MethodSettings:
 def train_method(init: Path, corpus: Sequence[Passage], texts: Sequence[str], settings: MethodSettings, run_dir: Path,
                  evaluate: Callable[[BiEncoder], dict[str, float]], device: str = "auto", resume: bool = False,
                  precision: str = "auto", budget: StageTime | None = None,
-                 generated: dict[int, list[str]] | None = None) -> tuple[BiEncoder | None, list[dict]]:
+                 generated: dict[int, list[str]] | None = None, best_metric: str = "ndcg@10"
+                 ) -> tuple[BiEncoder | None, list[dict]]:
     """Train the encoder at `init` with settings.method on the corpus, with the recipe runner (the one loop).
 
     corpus / texts: the passages as indexed (held-out ones without their cut sentence).
     generated: {corpus index: generated queries} (pseudo_queries.py), anchors for ICT's settings.generated_share.
     budget: the time the training steps and their evaluations may take (None: settings.epochs, however long):
-    fewer epochs when a step measured here (`budget.budgeted_epochs`) says settings.epochs would take longer; the
-    choice is kept in run_dir/budget.BUDGET_FILE, so a resumed run trains the same schedule.
+    fewer steps when a step measured here (`budget.budgeted_stage_steps`) says settings.epochs would take longer,
+    trained as the schedule's max_steps; the choice is kept in run_dir/budget.BUDGET_FILE, so a resumed run trains
+    the same schedule. Evaluations (and checkpoints) come every settings.evaluations_per_epoch of an epoch and at
+    the end, as the budget charged them.
+    best_metric: what `evaluate` returns that picks run_dir/best (the loop logs it as eval_<best_metric>).
     Returns the best model on the dev queries (loaded from run_dir/best) and the loop's records,
     evaluations included (from run_dir's metrics log, so those before a kill count too); (None, []) on the
     other processes under torchrun.
@@ -113,11 +118,12 @@ def train_method(init: Path, corpus: Sequence[Passage], texts: Sequence[str], se
             collate = TeacherVectors(collate, copy.deepcopy(model).to(run.device))
         fresh_batches = functools.partial(run.batches, len(collate), settings.batch_size, collate, seed=settings.seed)
         batches = fresh_batches()
-        epochs = settings.epochs if budget is None else budgeted_epochs(run, model, fresh_batches, settings.epochs,
-                                                                        budget, settings.evaluations_per_epoch)
+        schedule = run.schedule(batches, settings.epochs, has_dev=True, default_metric=best_metric)
+        if budget is not None:  # the budget's steps, exactly: not rounded through epochs and back
+            schedule = dataclasses.replace(schedule, max_steps=budgeted_stage_steps(
+                run, model, fresh_batches, settings.epochs, budget, settings.evaluations_per_epoch))
         every = evaluation_interval(batches.batches_per_epoch, settings.evaluations_per_epoch)
-        schedule = dataclasses.replace(run.schedule(batches, epochs, has_dev=True, default_metric="ndcg@10"),
-                                       eval_every=every, save_every=every)
+        schedule = dataclasses.replace(schedule, eval_every=every, save_every=every)
         logger.info("%s: %d examples, batch %d, %d steps", settings.method, len(collate), settings.batch_size,
                     schedule.max_steps)
         run.fit(model, batches, schedule, evaluate=evaluate)

@@ -32,7 +32,7 @@ from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
 from ..train.distributed import Topology, barrier, process_group
 from ..search.documents import MAX_WORDS, Corpus, corpus_summary, no_text_found, read_corpus
-from .evaluation import Evaluator, read_beir_folder
+from .evaluation import HYBRID_METRIC, Evaluator, read_beir_folder
 from .ict import HeldOut, held_out_queries, training_passages
 from .budget import StageTime, mlm_seconds, read_budget, training_seconds
 from .methods import MethodSettings, train_method
@@ -142,7 +142,8 @@ def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
         planned = [(name, replace(s, generated_share=GENERATED_SHARE) if s.method == "ict" else s)
                    for name, s in planned]
     for position, (name, settings) in enumerate(planned):
-        stage = Stage.of(run.output, name, key, settings, *minutes)
+        # Keyed by the metric picking its best checkpoint too: one killed while that was ndcg@10 cannot resume by it
+        stage = Stage.of(run.output, name, key, settings, HYBRID_METRIC, *minutes)
         stages.append(stage)
         systems.append(finished(run, stage, lambda: run_stage(
             run, stage, settings, init, training_seconds(run, systems, settings, started, len(planned) - position),
@@ -291,7 +292,7 @@ def run_query_stage(run: Run, stage: Stage, settings: QuerySettings, seconds: fl
 def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path, budget: StageTime | None = None,
               generated: dict[int, list[str]] | None = None) -> dict | None:
     """Train one stage from `init` (resuming its checkpoints after a kill), its steps and evaluations within
-    `budget` when given (`budget.budgeted_epochs`), ICT's anchors partly `generated` queries when given; its
+    `budget` when given (`budget.budgeted_stage_steps`), ICT's anchors partly `generated` queries when given; its
     record, finished."""
     started = time.time()
     print(f"stage {stage.name}: {settings.method}, {settings.epochs} epoch(s), batch {settings.batch_size}, "
@@ -301,39 +302,53 @@ def run_stage(run: Run, stage: Stage, settings: MethodSettings, init: Path, budg
         shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
     best_model, records = train_method(init, run.held_out.corpus, run.held_out.texts(), settings, stage.run,
                                        run.evaluator.during_training, run.options.device, resume=resume,
-                                       precision=run.options.precision, budget=budget, generated=generated)
+                                       precision=run.options.precision, budget=budget, generated=generated,
+                                       best_metric=HYBRID_METRIC)
     if best_model is None:  # another process under torchrun: rank 0 scores and records the stage
         return None
     budget = read_budget(stage.run)
-    evaluations = [r for r in records if "eval_ndcg@10" in r]
-    best = max(evaluations, key=lambda r: r["eval_ndcg@10"])  # the first of equals, as the loop keeps it
+    evaluations = [r for r in records if f"eval_{HYBRID_METRIC}" in r]
+    best = max(evaluations, key=lambda r: r[f"eval_{HYBRID_METRIC}"])  # the first of equals, as the loop keeps it
     shutil.rmtree(stage.model, ignore_errors=True)
     (stage.run / "best").rename(stage.model)
     scored = run.evaluator.encoder(best_model.to(run.device))  # alone and fused with BM25, every set
     shutil.rmtree(stage.run)  # checkpoints: only a killed stage needs them
     steps = evaluations[-1]["step"]
     return stage.finish({"name": stage.name, "key": stage.key, **scored, "best_step": best["step"],
-                         "steps": steps, "seconds": time.time() - started,
+                         "best_metric": HYBRID_METRIC, "steps": steps, "seconds": time.time() - started,
                          "steps_per_second": steps / max(1e-9, time.time() - started),
-                         "description": describe(replace(settings, epochs=budget["epochs"]) if budget else settings),
+                         "description": describe(settings, budget),
                          "settings": asdict(settings), "budget": budget,
                          "evaluations": [evaluation_record(r) for r in evaluations]})
 
 
 def evaluation_record(record: dict) -> dict:
-    """One evaluation during training, as the report keeps it: fused with BM25 (what picked the checkpoint)
-    and the model alone, on the dev and test queries."""
-    return {"step": record["step"], "dev_ndcg@10": record["eval_ndcg@10"],
-            "test_ndcg@10": record.get("eval_test_ndcg@10"), "alone_dev_ndcg@10": record.get("eval_alone_ndcg@10"),
-            "alone_test_ndcg@10": record.get("eval_alone_test_ndcg@10")}
+    """One evaluation during training, as the report keeps it: fused with BM25 (hybrid_, what picked the
+    checkpoint) and the model alone (ndcg@10, as retrieval_metrics and `sbert train` mean it), on the dev and test
+    queries."""
+    return {"step": record["step"], "hybrid_dev_ndcg@10": record[f"eval_{HYBRID_METRIC}"],
+            "hybrid_test_ndcg@10": record.get("eval_hybrid_test_ndcg@10"),
+            "dev_ndcg@10": record.get("eval_ndcg@10"), "test_ndcg@10": record.get("eval_test_ndcg@10")}
 
 
-def describe(settings: MethodSettings) -> str:
+def length(settings: MethodSettings, budget: dict | None) -> str:
+    """How long the stage trained: the preset's epochs, or the steps a time budget chose (BUDGET_FILE; one
+    written before steps were kept holds its epochs only)."""
+    if budget is None:
+        return f"{settings.epochs} epoch(s)"
+    if "steps" not in budget:
+        return f"{budget['epochs']} epoch(s)"
+    if budget["steps"] == budget["steps_without_budget"]:
+        return f"{settings.epochs} epoch(s)"
+    return f"{budget['steps']} steps ({budget['epochs']:g} epoch(s), the time budget's)"
+
+
+def describe(settings: MethodSettings, budget: dict | None = None) -> str:
     if settings.method == "simcse":
-        return f"SimCSE (a passage and itself under two dropout masks), {settings.epochs} epoch(s)"
+        return f"SimCSE (a passage and itself under two dropout masks), {length(settings, budget)}"
     if settings.method == "tsdae":
         return (f"TSDAE (each sentence rebuilt from the vector of its words after deleting 60%), batch "
-                f"{settings.batch_size}, lr {settings.learning_rate:g}, {settings.epochs} epoch(s)")
+                f"{settings.batch_size}, lr {settings.learning_rate:g}, {length(settings, budget)}")
     negatives = " + a BM25-mined hard negative" if settings.hard_negatives else ""
     queries = (f"; {settings.generated_share:.0%} of the anchors of passages with generated queries are one of them "
                "(against the whole passage)" if settings.generated_share else "")
@@ -346,7 +361,7 @@ def describe(settings: MethodSettings) -> str:
                  if settings.distillation else "")
     return (f"ICT (a sentence vs its passage without it, kept {settings.keep_probability:.0%}), in-batch "
             f"negatives{negatives}{queries}, {'symmetric ' if settings.symmetric else ''}MNRL scale {settings.scale:g}"
-            f"{distilled}, batch {settings.batch_size}, lr {settings.learning_rate:g}, {settings.epochs} epoch(s)")
+            f"{distilled}, batch {settings.batch_size}, lr {settings.learning_rate:g}, {length(settings, budget)}")
 
 
 def pick_final(systems: list[dict]) -> dict:
