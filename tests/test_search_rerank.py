@@ -104,3 +104,23 @@ def test_search_cli_reranks_the_top_k(tmp_path, capsys, cross_encoder, passages,
 def test_a_model_that_is_not_a_pair_classifier_is_refused(cassette_dir, tmp_path):
     with pytest.raises(ValueError, match="not a fine-tuned model"):
         Reranker(cassette_dir)
+
+
+def test_a_cross_encoder_saved_by_transformers_reranks_as_a_pair_at_its_own_length(cassette_dir, tmp_path, passages):
+    """A one-label cross-encoder without bertforge's task.json (as sentence-transformers' CrossEncoder saves one) was
+    refused as 'not a cross-encoder' (its task read one text column), though `serve --reranker` serves it."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=37, max_position_embeddings=64, num_labels=1)
+    model = transformers.BertForSequenceClassification(config).eval()
+    model.save_pretrained(tmp_path / "ce")
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(cassette_dir)
+    tokenizer.save_pretrained(tmp_path / "ce")
+    query, texts = "elinor and marianne", [passages[0], " ".join(passages[:6])]  # the second past 64 tokens
+    encoded = tokenizer([query] * 2, texts, truncation="longest_first", max_length=64, padding=True,
+                        return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**encoded).logits[:, 0].numpy()
+    reranker = Reranker(tmp_path / "ce")
+    assert reranker.task.max_length == 64
+    np.testing.assert_allclose(reranker.scores(query, texts)[:1], expected[:1], atol=1e-5)

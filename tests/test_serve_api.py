@@ -215,6 +215,24 @@ def test_each_served_model_takes_inputs_within_its_own_limit(minilm_dir, tmp_pat
         assert client.post("/classify", json={"inputs": long_text, "truncate": True}).status_code == 200
         assert client.post("/embed", json={"inputs": "word " * 200}).status_code == 200  # MiniLM's own 256
 
+
+def test_a_fine_tuned_classifier_is_served_at_the_length_it_was_trained_to_read(minilm_dir, tmp_path):
+    """A classifier fine-tuned at 64 tokens (its task.json) read 256 of a text beside MiniLM, where `predict` and
+    `search --rerank` read it at 64; one without task.json is read at its folder's own length by all three."""
+    from bertforge.tasks.finetune import TASK_FILE, prediction_task
+
+    folder = tiny_classifier(tmp_path / "tuned", minilm_dir)
+    (folder / TASK_FILE).write_text(json.dumps({"task": "classification", "init_from": "minilm",
+                                                "data": {"max_length": 64}}), encoding="utf-8")
+    assert prediction_task(folder)[0].max_length == 64
+    plain = tiny_classifier(tmp_path / "plain", minilm_dir)
+    assert prediction_task(plain)[0].max_length == 512  # the folder's max_seq_length, not the standard 128
+    models = load_models(str(minilm_dir), classifier=str(folder), device="cpu")
+    with TestClient(create_app(models)) as client:
+        refused = client.post("/classify", json={"inputs": "word " * 100})
+        assert refused.status_code == 413 and "64" in refused.json()["error"]
+        assert client.post("/classify", json={"inputs": "word " * 100, "truncate": True}).status_code == 200
+
 def test_search_equals_brute_force_inner_product(client, sentences, sbert):
     query = "This medicine gave me a terrible headache."
     hits = client.post("/search", json={"query": query, "top_k": 5}).json()[0]

@@ -34,7 +34,7 @@ class Reranker:
 
     def __init__(self, folder: str | Path, relevant_label: str | None = None, batch_size: int = 32,
                  device: str | torch.device = "cpu"):
-        task, self.model = load_for_prediction(folder)
+        task, self.model = load_for_prediction(folder, pair=True)  # a cross-encoder without task.json: a pair
         if not isinstance(task, ClassificationTask) or len(task.settings.text_columns) != 2:
             raise ValueError(f"{folder} is not a cross-encoder: a re-ranker is a sequence-classification model "
                              "fine-tuned on (query, passage) pairs (two text columns) with `bertforge finetune`")

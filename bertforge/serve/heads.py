@@ -11,6 +11,7 @@ from ..engine.prepacked_linear import prepack_where_it_pays
 from ..models.packed_forward import packed_forward
 from ..models.folder import ModelFolder
 from ..models.heads import BertForMaskedLM, BertForSequenceClassification
+from ..tasks.finetune import prediction_task
 from ..tokenization.folder import load_tokenizer
 from .passes import Tokens, run_in_passes
 
@@ -85,6 +86,11 @@ class SequenceClassifier(HeadModel):
     def __init__(self, folder: ModelFolder, name: str, device: torch.device | None = None):
         model = BertForSequenceClassification.from_pretrained(folder.transformer)
         super().__init__(model, folder, name, device)
+        # The length it was trained to read, as `predict` and `search --rerank` read it (task.json's; for a folder
+        # fine-tuned elsewhere its own max_seq_length), not the folder's position table: a classifier fine-tuned at
+        # 128 tokens read 256 of a text here beside MiniLM.
+        task, _ = prediction_task(folder.root)
+        self.max_length = task.max_length
         config = model.config
         self.labels = [(config.id2label or {}).get(i, f"LABEL_{i}") for i in range(config.num_labels)]
         self.problem_type = config.problem_type or ("regression" if config.num_labels == 1

@@ -101,9 +101,19 @@ ARCHITECTURE_TASKS = {"BertForSequenceClassification": "classification", "BertFo
                       "BertForQuestionAnswering": "qa"}
 
 
-def load_for_prediction(folder: str | Path):
-    """(task, model) for a fine-tuned folder (or packaged short name): bertforge's task.json says how
-    inputs were read; for a checkpoint fine-tuned elsewhere, the task follows config.json's architecture.
+def load_for_prediction(folder: str | Path, pair: bool = False):
+    """(task, model) for a fine-tuned folder (or packaged short name): `prediction_task`, and its weights."""
+    task, read = prediction_task(folder, pair)
+    return task, task.model_class.from_pretrained(read.transformer)
+
+
+def prediction_task(folder: str | Path, pair: bool = False):
+    """(task, ModelFolder) that reads inputs as the fine-tuned folder (or packaged short name) was trained to read
+    them, for `predict`, `search --rerank` and `serve --classifier/--reranker` alike: bertforge's task.json says how
+    (the run's data settings: columns, max_length, windows); a checkpoint fine-tuned elsewhere has none, and its task
+    follows config.json's architecture, a classifier read at its folder's max_seq_length (the length a transformers
+    pipeline reads; the standard 128 cut such a model's 512-token inputs into windows) and, with `pair`, as a text
+    pair (a cross-encoder such as sentence-transformers' CrossEncoder saves).
 
     Raises ValueError for a model that is not fine-tuned for one of the tasks, or whose task.json
     and architecture disagree."""
@@ -118,13 +128,16 @@ def load_for_prediction(folder: str | Path):
     if architecture not in ARCHITECTURE_TASKS:
         raise ValueError(f"{folder} holds a {architecture}, not a fine-tuned model: give one of "
                          f"{', '.join(ARCHITECTURE_TASKS)} (fine-tune it with `bertforge finetune`)")
-    name, settings = ARCHITECTURE_TASKS[architecture], TaskSettings()
-    card_path = folder / TASK_FILE
+    name, card_path = ARCHITECTURE_TASKS[architecture], folder / TASK_FILE
     if card_path.exists():
         card = json.loads(card_path.read_text(encoding="utf-8"))
         settings = build(TaskSettings, card["data"], "task.json data")
         if card["task"] != name:
             raise ValueError(f"{card_path} says task {card['task']!r} but config.json holds a {architecture} "
                              f"({name}); the folder mixes two models: fine-tune it again")
-    task = load_task(name, settings, load_tokenizer(read), config)  # as the run that trained it read its folder
-    return task, task.model_class.from_pretrained(folder)
+    elif name == "classification":
+        settings = TaskSettings(max_length=read.max_seq_length,
+                                text_columns=["text", "text_pair"] if pair else ["text"])
+    else:
+        settings = TaskSettings()
+    return load_task(name, settings, load_tokenizer(read), config), read  # as the run that trained it read its folder
