@@ -128,15 +128,15 @@ def _window_starts(length: int, size: int, stride: int) -> list[int]:
 
 
 def _truncated_pair_lengths(length_a: int, length_b: int, budget: int) -> tuple[int, int]:
-    """Lengths after BERT's loop (pop from the longer text; from B on a tie) until both fit in budget."""
-    excess = length_a + length_b - budget
-    if excess <= 0:
+    """Lengths of a text pair cut to fit `budget` pieces, the longer text first, as transformers' fast tokenizers cut
+    them (tokenizers' LongestFirst, what the server's tokenizer and sentence-transformers' CrossEncoder do): the
+    shorter text stays whole when cutting the longer one suffices, else each gets half, the odd piece going to the
+    longer text (to B on a tie). BERT's original loop gave it to the other text: a server and `predict` read the
+    same pair one piece apart."""
+    if length_a + length_b <= budget:
         return length_a, length_b
-    # The loop first evens the two out, then takes from B and A in turn (B first): closed form of that.
-    cut = min(abs(length_a - length_b), excess)
-    if length_a > length_b:
-        length_a -= cut
-    else:
-        length_b -= cut
-    excess -= cut
-    return length_a - excess // 2, length_b - (excess + 1) // 2
+    short, long = sorted((length_a, length_b))
+    long = short if short > budget else max(short, budget - short)
+    if short + long > budget:
+        short, long = budget // 2, budget // 2 + budget % 2
+    return (long, short) if length_a > length_b else (short, long)
