@@ -324,3 +324,17 @@ def test_pooler_needs_a_model_that_has_one(minilm_dir, ours):
     without_pooler.pooler = None
     with pytest.raises(ValueError, match="has no pooler"):
         embed(without_pooler, ["a"], tokenizer=tokenizer, pooling="pooler")
+
+
+def test_a_folder_loads_on_the_device_the_commands_choose(cassette_dir, monkeypatch):
+    """The CLI and search.Index took the GPU when there was one; Embedder.from_pretrained and bertforge.embed kept a
+    folder's model on the CPU, where it was loaded. int8 runs on the CPU only, and stays there."""
+    import bertforge.embeddings.embed as embed_module
+
+    asked = []
+    monkeypatch.setattr(embed_module, "device_from_option", lambda value: asked.append(value) or torch.device("cpu"))
+    Embedder.from_pretrained(cassette_dir)
+    assert asked == [None]
+    Embedder.from_pretrained(cassette_dir, dtype="int8")
+    Embedder.from_pretrained(cassette_dir, device="cpu")
+    assert asked == [None]

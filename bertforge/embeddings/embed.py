@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from ..engine.batching import TokenBatch, collate, fit_to_budget, plan_batches, tokenize_windows
 from ..engine.cuda_graphs import GraphedPasses
 from ..models.packed_forward import packed_forward
+from ..engine.devices import device_from_option
 from ..engine.pipeline import HostResults, prefetched
 from ..engine.prepacked_linear import prepack_where_it_pays
 from ..engine.precision import check_inference_dtype, in_dtype
@@ -96,7 +97,8 @@ class Embedder:
     max_length: truncation in tokens; default the tokenizer's limit, capped at the
         model's position table.
     progress: True/False to force a tqdm bar on or off; None shows one for long inputs.
-    device: where to run; the model is moved there. Default: where the model already is.
+    device: where to run; the model is moved there. Default: where the model already is (`from_pretrained`, which
+        loads it: the GPU when there is one, as the commands choose).
     dtype: the number format the model runs in: torch.float32 (None), torch.float16 or
         torch.bfloat16 (the weights themselves are converted), or torch.qint8 (int8 weights and
         activations in every linear layer; CPU only); the names "fp32", "fp16", "bf16", "int8"
@@ -164,12 +166,16 @@ class Embedder:
         pooling, normalize, max_length and prompt left out (or None) follow the folder
         (`read_model_folder`): a sentence-transformers folder's Pooling, Normalize, max_seq_length
         (256 for all-MiniLM-L6-v2) and default prompt, so the vectors are `SentenceTransformer.encode`'s;
-        a plain checkpoint's are mean pooling, unnormalised, its tokenizer's limit.
+        a plain checkpoint's are mean pooling, unnormalised, its tokenizer's limit. device left out is the
+        commands' default (`engine.devices.device_from_option`): this process's GPU when there is one, else the CPU.
         """
         folder = path if isinstance(path, ModelFolder) else read_model_folder(path)
         for name, value in folder_options(folder).items():
             if options.get(name) is None:
                 options[name] = value
+        if options.get("device") is None:  # as every command and SentenceTransformer choose: the GPU if there is one
+            int8 = check_inference_dtype(options.get("dtype")) == torch.qint8  # runs on the CPU only
+            options["device"] = torch.device("cpu") if int8 else device_from_option(None)
         # Converted here, in place: the freshly loaded model is ours, so no float32 copy is kept.
         model = in_dtype(BertModel.from_pretrained(folder.transformer), check_inference_dtype(options.get("dtype")),
                          inplace=True)
