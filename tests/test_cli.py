@@ -300,6 +300,12 @@ def test_fill_mask_without_a_mask_is_an_error(capsys):
     assert code == 1 and "[MASK]" in err
 
 
+def test_fill_mask_refuses_a_text_past_the_models_limit_as_the_server_does(capsys):
+    """It was cut at 512 tokens in silence: a [MASK] past the cut was reported missing ("no [MASK] in ...")."""
+    code, _, err = run(capsys, "fill-mask", "word " * 600 + "[MASK].")
+    assert code == 1 and "604 tokens, over the model's limit of 512" in err and "no [MASK]" not in err
+
+
 def test_train_tokenizer_then_use_it(capsys, tmp_path, data_dir):
     novel = data_dir / "austen" / "persuasion.txt"
     code, out, _ = run(capsys, "train-tokenizer", str(novel), "--output", str(tmp_path / "vocab"),

@@ -31,10 +31,16 @@ def load_masked_lm(folder: str | os.PathLike) -> BertForMaskedLM | BertForPreTra
 def fill_mask(model: BertForMaskedLM | BertForPreTraining, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
     """For each [MASK] in `text`, in order, the top_k (token, probability) pairs.
 
-    Raises ValueError when the text has no [MASK] token.
+    Raises ValueError when the text has no [MASK] token, or is longer than the model reads (the server's /fill-mask
+    answers 413 there, and transformers' fill-mask pipeline fails): cut silently, a [MASK] past the limit was
+    reported missing and the others were predicted without the text that followed.
     """
-    encoding = tokenizer(text, return_tensors="pt", truncation=True)
+    encoding = tokenizer(text, return_tensors="pt")
     input_ids = encoding["input_ids"]
+    limit = min(int(getattr(tokenizer, "model_max_length", 512)), model.config.max_position_embeddings)
+    if input_ids.shape[1] > limit:
+        raise ValueError(f"the text is {input_ids.shape[1]} tokens, over the model's limit of {limit} ([CLS] and "
+                         "[SEP] included); shorten it to the sentences around the mask")
     positions = (input_ids[0] == tokenizer.mask_token_id).nonzero().flatten()
     if len(positions) == 0:
         raise ValueError(f"no {tokenizer.convert_ids_to_tokens([tokenizer.mask_token_id])[0]} in {text!r}: "
