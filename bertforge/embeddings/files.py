@@ -75,12 +75,12 @@ def embed_file(texts: list[str], output: str | Path, embedder: Embedder, setting
     mine = range(topology.rank, num_parts, topology.world_size)
     todo = [i for i in mine if not part_is_whole(folder, i, part_rows(i, len(texts), part_texts), embedder.dim)]
     reused = len(mine) - len(todo)
-    with tqdm(total=sum(part_rows(i, len(texts), part_texts) for i in todo), unit="text",
-              disable=not topology.is_main or not todo) as bar:
+    # As index build shows it: on a terminal only (None), moving a batch at a time (on_rows), not a part at a time
+    with tqdm(total=sum(part_rows(i, len(texts), part_texts) for i in todo), unit="text", desc="embedding",
+              disable=None if topology.is_main and todo else True) as bar:
         for index in todo:
-            vectors = embedder.encode(texts[index * part_texts:(index + 1) * part_texts])
+            vectors = embedder.encode(texts[index * part_texts:(index + 1) * part_texts], on_rows=bar.update)
             write_array(part_file(folder, index), vectors)
-            bar.update(len(vectors))
     barrier(topology)  # every part is on disk
     if topology.is_main:
         assemble(folder, num_parts, output, len(texts), embedder.dim)
