@@ -90,9 +90,14 @@ def main() -> None:
                 if (output / "results.json").exists():
                     continue
                 print(f"== {name} / {task} / seed {seed}", flush=True)
-                run_readmission(ReadmissionRun(data=str(data), task=task, name=name, output=str(output),
-                                               seed=seed, epochs=args.epochs, learning_rate=args.learning_rate,
-                                               max_length=args.max_length, **spec), overwrite=True)  # a run stopped half-way starts again
+                # The BERT rows' own settings to them alone: the Bi-LSTM keeps the original's learning rate
+                # (readmission train refuses a setting its kind does not read, and bow reads none of these).
+                bert = {"learning_rate": args.learning_rate, "max_length": args.max_length} if spec["kind"] == "bert" \
+                    else {}
+                epochs = {"epochs": args.epochs} if spec["kind"] != "bow" else {}
+                run_readmission(ReadmissionRun(data=str(data), task=task, name=name, output=str(output), seed=seed,
+                                               **epochs, **bert, **spec),
+                                overwrite=True)  # a run stopped half-way starts again
     print(write_report([WORK / "runs"], ROOT / "docs" / "readmission"))
 
 

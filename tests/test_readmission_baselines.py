@@ -9,13 +9,16 @@ from sklearn.metrics import roc_auc_score
 
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from bertforge.cli.parser import main
+from bertforge.errors import UsageError
 from bertforge.readmission.baselines import (BILSTM_CONFIG, BiLSTMClassifier, Vocabulary, admission_scores,
                                              bag_of_words, bidirectional_lstm, chunk_probabilities, collate_chunks,
-                                             train_bilstm)
-from bertforge.readmission.settings import ReadmissionRun
+                                             scored_admissions, train_bilstm)
+from bertforge.readmission.settings import KINDS, ReadmissionRun
 from bertforge.readmission.recipe import run_readmission
 from bertforge.readmission.report import plot_curves, table4, table4_csv
 from bertforge.train.batches import ShuffledBatches
+from bertforge.train.checkpointing import latest_checkpoint, load_trainer_state
 
 FILLER = [f"word{i}" for i in range(40)]
 TINY_BILSTM = {"epochs": 3, "batch_size": 16, "lr": 1e-2, "embedding_dim": 16, "hidden_size": 16, "min_count": 1}
@@ -44,7 +47,8 @@ def test_bag_of_words_learns_the_driving_words(chunks):
     (train_texts, train_labels), (test_texts, test_labels) = chunks
     pipeline = bag_of_words(train_texts, train_labels, seed=0)
     scores = chunk_probabilities(pipeline, test_texts)
-    assert scores.shape == (200,)
+    assert scores.shape == (200,) and chunk_probabilities(pipeline, []).shape == (0,)
+    np.testing.assert_array_equal(chunk_probabilities(pipeline, test_texts, batch_size=7), scores)  # in slices
     assert roc_auc_score(test_labels, scores) > 0.8
     vocabulary = pipeline.named_steps["counts"].vocabulary_
     assert len(vocabulary) == len(FILLER) + 3
@@ -108,6 +112,25 @@ def test_bilstm_keeps_the_epoch_with_the_best_dev_auroc(chunks, tmp_path):
     dev_aurocs = [record["eval_auroc"] for record in metric_records(tmp_path, "eval_auroc")]
     assert len(dev_aurocs) == 3 and np.argmax(dev_aurocs) != 2
     assert roc_auc_score(dev_labels, chunk_probabilities(model, dev_texts)) == pytest.approx(max(dev_aurocs), abs=1e-12)
+
+
+def test_bilstm_picks_its_epoch_by_the_admissions_scores(chunks, tmp_path):
+    """Dev chunks are scored as Table 4 scores test chunks, per admission (`scored_admissions`, as BERT's
+    validation): eval_auroc was the chunks' AUROC, a different number from the admissions' that picked BERT's."""
+    (train_texts, train_labels), (test_texts, test_labels) = chunks
+    dev_texts, admissions = test_texts[:100], np.arange(100) // 4  # 25 admissions of 4 chunks
+    dev_labels = test_labels[:100][admissions * 4]  # each chunk carries its admission's label (its first chunk's)
+    model, _ = train_bilstm(train_texts, train_labels, dev_texts=dev_texts, dev_labels=dev_labels,
+                            dev_admissions=admissions, c=3.0, seed=0, output_dir=tmp_path,
+                            **{**TINY_BILSTM, "epochs": 1})
+    [logged] = metric_records(tmp_path, "eval_auroc")
+    probabilities = chunk_probabilities(model, dev_texts)
+    expected = scored_admissions(admissions, dev_labels, probabilities, c=3.0)["metrics"]
+    assert {key: logged[f"eval_{key}"] for key in expected} == pytest.approx(expected, abs=1e-12)
+    assert roc_auc_score(dev_labels, probabilities) != pytest.approx(expected["auroc"], abs=1e-3)  # rules differ
+    with pytest.raises(ValueError, match="one admission id per chunk"):
+        train_bilstm(train_texts, train_labels, dev_texts=dev_texts, dev_labels=dev_labels,
+                     dev_admissions=admissions[:-1])
 
 
 def test_bilstm_steps_are_adams_at_a_constant_rate(chunks):
@@ -205,25 +228,79 @@ def test_bilstm_saves_and_loads_with_its_vocabulary(chunks, bilstm_run, tmp_path
         BiLSTMClassifier.from_pretrained(folder)
 
 
-def test_a_readmission_run_trains_the_bilstm_in_its_own_folder(chunks, tmp_path):
+@pytest.fixture(scope="module")
+def prepared_chunks(chunks, tmp_path_factory):
+    """The chunks as `readmission prepare` writes them (one chunk per admission): the data folder."""
     (train_texts, train_labels), (test_texts, test_labels) = chunks
+    data = tmp_path_factory.mktemp("readmission") / "data"
     splits = {"train": (train_texts, train_labels), "val": (test_texts[:100], test_labels[:100]),
               "test": (test_texts[100:], test_labels[100:])}
     for split, (texts, labels) in splits.items():
-        path = tmp_path / "data" / "discharge" / f"{split}.csv"
+        path = data / "discharge" / f"{split}.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", encoding="utf-8", newline="") as file:  # one chunk per admission
+        with open(path, "w", encoding="utf-8", newline="") as file:
             csv.writer(file).writerows([("ID", "TEXT", "Label")] + [(i, text, label) for i, (text, label)
                                                                     in enumerate(zip(texts, labels))])
+    return data
+
+
+def test_a_readmission_run_trains_the_bilstm_in_its_own_folder(chunks, prepared_chunks, tmp_path):
+    (train_texts, train_labels), (test_texts, test_labels) = chunks
     output = tmp_path / "run"
-    result = run_readmission(ReadmissionRun(data=str(tmp_path / "data"), kind="bilstm", output=str(output)))
+    result = run_readmission(ReadmissionRun(data=str(prepared_chunks), kind="bilstm", output=str(output)))
     assert result["auroc"] > 0.8
     # 240 chunks in batches of 32: 8 steps an epoch, 3 epochs; the best epoch's model in best/ gives the scores.
     assert [record["step"] for record in metric_records(output, "eval_auroc")] == [8, 16, 24]
+    # Settings left at ReadmissionRun's defaults (BERT's) keep the original's: Adam at a constant 1e-3.
+    assert {record["lr"] for record in metric_records(output, "lr")} == {1e-3}
     best = BiLSTMClassifier.from_pretrained(output / "best")
     with open(output / "scores.csv", encoding="utf-8") as file:
         written = [float(row["score"]) for row in csv.DictReader(file)]
     np.testing.assert_allclose(written, chunk_probabilities(best, test_texts[100:]))
+
+
+def test_a_bilstm_run_trains_with_the_loop_settings_it_is_given(chunks, prepared_chunks, tmp_path):
+    """The command line's loop settings reach the Bi-LSTM (they were ignored: 24 steps at 1e-3, picked by AUROC);
+    those left at their defaults keep the original's (a constant rate, no weight decay or clipping, fp32)."""
+    output = tmp_path / "run"
+    run_readmission(ReadmissionRun(data=str(prepared_chunks), kind="bilstm", output=str(output), max_steps=4,
+                                   eval_every=2, best_metric="auprc", learning_rate=0.5, warmup=4, log_every=1,
+                                   batch_size=16, eval_batch_size=7, tensorboard=False, plot=False, device="cpu"))
+    assert [record["step"] for record in metric_records(output, "eval_auprc")] == [2, 4]
+    rates = [record["lr"] for record in metric_records(output, "lr")]
+    assert len(rates) == 4 and rates[0] < rates[-1] == 0.5  # 4 warm-up steps to a constant rate
+    state = load_trainer_state(latest_checkpoint(output))
+    assert state["best"]["metric"] == "auprc"
+    assert {key: state["config"][key] for key in ("learning_rate", "warmup", "weight_decay", "schedule",
+                                                  "max_grad_norm", "precision", "tensorboard")} == {
+        "learning_rate": 0.5, "warmup": 4, "weight_decay": 0.0, "schedule": "constant",
+        "max_grad_norm": float("inf"), "precision": "fp32", "tensorboard": False}
+    assert not (output / "curves.png").exists() and not (output / "tensorboard").exists()
+
+
+def test_settings_a_kind_does_not_read_are_refused(prepared_chunks, tmp_path, capsys):
+    """A setting only another kind reads would train a model other than the command line says: one usage error
+    naming it. A setting left at its default, or set to its default, is no setting given."""
+    data, output = str(prepared_chunks), str(tmp_path / "run")
+    with pytest.raises(UsageError, match="^--learning-rate applies to --kind bert and bilstm only; leave it out "
+                                         "with --kind bow$"):
+        ReadmissionRun(data=data, output=output, kind="bow", learning_rate=0.5)
+    with pytest.raises(UsageError, match="^--no-tensorboard applies to --kind bert and bilstm only, --max-length "
+                                         "applies to --kind bert only; leave them out with --kind bow$"):
+        ReadmissionRun(data=data, output=output, kind="bow", max_length=128, tensorboard=False)
+    for bert_only in ({"max_length": 128}, {"init_from": "some/checkpoint"}, {"precision": "bf16"}):
+        with pytest.raises(UsageError, match="applies to --kind bert only; leave it out with --kind bilstm"):
+            ReadmissionRun(data=data, output=output, kind="bilstm", **bert_only)
+    for kind in KINDS:
+        ReadmissionRun(data=data, output=output, kind=kind)
+        ReadmissionRun(data=data, output=output, kind=kind, seed=3, c=3.0, eval_batch_size=16, learning_rate=2e-5,
+                       max_length=512)
+    ReadmissionRun(data=data, output=output, kind="bilstm", max_steps=4, warmup=0, schedule="linear", epochs=1)
+    assert main(["readmission", "train", "--data", data, "--output", output, "--kind", "bow", "--eval-every",
+                 "2"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--eval-every applies to --kind bert and bilstm only; leave it "
+                                                    "out with --kind bow")
+    assert not (tmp_path / "run").exists()
 
 
 def test_vocabulary_keeps_frequent_words_and_maps_the_rest_to_unknown():
@@ -245,6 +322,8 @@ def test_inputs_are_checked_at_the_edge(chunks):
         train_bilstm(train_texts, train_labels, epochs=0)
     with pytest.raises(ValueError, match="dev labels"):
         train_bilstm(train_texts, train_labels, dev_texts=train_texts[:4], dev_labels=[0, 1, 2, 1])
+    with pytest.raises(ValueError, match="training sets seed; pass it to train_bilstm"):
+        train_bilstm(train_texts, train_labels, training={"seed": 1})
     with pytest.raises(TypeError, match="BiLSTMClassifier"):
         chunk_probabilities(object(), ["chf"])
     with pytest.raises(ValueError, match="not a str"):

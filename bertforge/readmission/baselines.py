@@ -2,7 +2,8 @@
 
 Both are trained on chunks (one row per 318-word chunk, labelled with its admission's label) and
 scored per admission by ClinicalBERT's formula (`long_documents.combine_per_document`,
-method "clinical"), so every row of Table 4 is computed the same way.
+method "clinical"), so every row of Table 4 is computed the same way; the dev chunks that pick the best
+epoch are scored so too, for every kind (`scored_admissions`; bag-of-words has no epochs to pick from).
 
 - Bag-of-words (Huang et al. 2019): logistic regression on the top 5,000 words; here the counts of
   the 5,000 most frequent words of the training chunks.
@@ -11,7 +12,7 @@ method "clinical"), so every row of Table 4 is computed the same way.
   binary cross-entropy, Adam at a constant lr 1e-3, 3 epochs, at most 318 words per chunk, a
   vocabulary of at most 44,082 training words; the best epoch on the dev set is kept. It trains
   through the one training loop (`train.loop.train`: progress, metrics.jsonl, checkpoints, the
-  best model by dev AUROC, exact resume). Differences: embeddings are randomly initialised (the
+  best model by the dev admissions' AUROC, exact resume). Differences: embeddings are randomly initialised (the
   original loaded its clinical word2vec, which is not available offline), the LSTM has no
   recurrent dropout (torch's LSTM lacks it; dropout is applied to the embeddings instead),
   padding is masked out of the max-pool, the best epoch is chosen on dev AUROC (the original
@@ -26,9 +27,10 @@ import os
 import re
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,7 +38,6 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import roc_auc_score
 from sklearn.pipeline import Pipeline
 from torch import nn
 
@@ -44,7 +45,7 @@ from ..atomic import published_folder
 from ..models.checkpoint import WEIGHTS_SAFETENSORS
 from ..models.outputs import ClassifierOutput
 from ..tasks.long_documents import CLINICALBERT_C, combine_per_document
-from ..tasks.metrics import binary_labels
+from ..tasks.metrics import binary_labels, readmission_metrics
 from ..train.batches import ShuffledBatches, predict_rows
 from ..train.collate import pad_rows
 from ..train.config import Device, FinetuningConfig
@@ -59,6 +60,7 @@ WORD_PATTERN = r"(?u)\b\w+\b"
 _WORDS = re.compile(WORD_PATTERN)
 MAX_VOCABULARY = 44082  # bilstm.py's max_words_count
 BILSTM_CONFIG = "bilstm.json"  # beside model.safetensors: the sizes and the vocabulary
+EVAL_BATCH_SIZE = 256  # chunks per Bi-LSTM forward pass when scoring (no gradients: larger than training's)
 
 
 def bag_of_words(train_texts: Sequence[str], train_labels, seed: int = 0, max_features: int = 5000,
@@ -231,37 +233,38 @@ def collate_chunks(word_ids: Sequence[Sequence[int]], labels: np.ndarray | None 
 
 
 def train_bilstm(train_texts: Sequence[str], train_labels, *, dev_texts: Sequence[str] | None = None,
-                 dev_labels=None, seed: int = 0, epochs: float = 3, batch_size: int = 32, embedding_dim: int = 100,
-                 hidden_size: int = 128, max_words: int = 318, lr: float = 1e-3, min_count: int = 2,
-                 dropout: float = 0.1, output_dir: str | os.PathLike | None = None, resume: bool = False,
-                 device: Device = "auto") -> tuple[BiLSTMClassifier, Vocabulary]:
+                 dev_labels=None, dev_admissions=None, c: float = CLINICALBERT_C, seed: int = 0, epochs: float = 3,
+                 batch_size: int = 32, embedding_dim: int = 100, hidden_size: int = 128, max_words: int = 318,
+                 lr: float = 1e-3, min_count: int = 2, dropout: float = 0.1, eval_batch_size: int = EVAL_BATCH_SIZE,
+                 training: Mapping[str, Any] | None = None, output_dir: str | os.PathLike | None = None,
+                 resume: bool = False, device: Device = "auto") -> tuple[BiLSTMClassifier, Vocabulary]:
     """(fitted model in eval mode, its vocabulary), trained on chunks by the one loop through the recipe runner.
 
-    As the original: binary cross-entropy, Adam at a constant lr (AdamW with no weight decay,
-    the loop's eps 1e-6), no gradient clipping, shuffled batches every epoch. Embeddings are
-    randomly initialised (no pretrained word2vec is available offline). The vocabulary holds
-    training words seen at least min_count times (at most 44,082 words, as the original).
+    As the original (`bilstm_training`): binary cross-entropy, Adam at a constant lr (AdamW with no weight
+    decay, the loop's eps 1e-6), no gradient clipping, shuffled batches every epoch; `training` (the loop's
+    settings by FinetuningConfig field: max_steps, eval_every, best_metric, learning_rate, warmup, ...)
+    replaces any of them. Embeddings are randomly initialised (no pretrained word2vec is available offline).
+    The vocabulary holds training words seen at least min_count times (at most 44,082 words, as the original).
 
-    With dev data, the chunk-level dev AUROC is evaluated after every epoch and the epoch with
-    the best one is returned (else the last). The run (metrics.jsonl with train loss and
-    accuracy and eval_auroc, a checkpoint per epoch, best/) goes to output_dir, which the caller
-    owns (`train.run_folder.claim_run_folder`); resume=True continues the run there exactly.
+    With dev data, the dev chunks are scored after every epoch as Table 4 scores test chunks
+    (`scored_admissions`: eval_auroc, eval_auprc, eval_rp80 of the admissions' scores; dev_admissions names
+    each dev chunk's admission, by default its own) and the model with the best dev AUROC (or training's
+    best_metric) is returned (else the last). The run (metrics.jsonl, a checkpoint per epoch, best/) goes to
+    output_dir, which the caller owns (`train.run_folder.claim_run_folder`); resume=True continues it exactly.
     Without output_dir, a temporary folder is used and removed. device: auto (the GPU when there
     is one), cuda or cpu. The same seed gives the same model on the CPU; the global torch RNG is
     left as it was. Raises ValueError for bad texts or labels (see `bag_of_words`), for dev texts
-    without dev labels, and for epochs < 1.
+    without dev labels or dev admissions not one per dev chunk, for epochs < 1, and for training
+    naming output_dir, seed or device (arguments of their own).
     """
     train_texts, train_labels = _checked_chunks(train_texts, train_labels, "train")
-    if (dev_texts is None) != (dev_labels is None):
-        raise ValueError("pass dev_texts and dev_labels together, or neither")
-    if dev_texts is not None:
-        dev_texts, dev_labels = _checked_chunks(dev_texts, dev_labels, "dev")
+    evaluate = dev_evaluation(dev_texts, dev_labels, dev_admissions, c, eval_batch_size)
     checked("epochs", epochs, float, bound=Bound(1))
     vocabulary = Vocabulary.build(train_texts, min_count=min_count)
     with contextlib.ExitStack() as stack:
         run_dir = Path(output_dir) if output_dir is not None else \
             Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bertforge-bilstm-")))
-        run = RecipeRun(bilstm_training(run_dir, lr, seed, device), resume=resume)
+        run = RecipeRun(bilstm_training(run_dir, lr, seed, device, training), resume=resume)
         # The loop reseeds the global RNG every step (dropout); this run must not change the caller's.
         stack.enter_context(torch.random.fork_rng(devices=[run.device] if run.device.type == "cuda" else []))
         torch.manual_seed(seed)  # the initial weights
@@ -269,23 +272,46 @@ def train_bilstm(train_texts: Sequence[str], train_labels, *, dev_texts: Sequenc
         word_ids = model.word_ids(train_texts)
         batches = ShuffledBatches(len(word_ids), batch_size, seed=seed,
                                   collate=lambda rows: collate_chunks([word_ids[i] for i in rows], train_labels[rows]))
-        config = run.schedule(batches, epochs, has_dev=dev_texts is not None, default_metric="auroc")
-        logger.warning("bilstm: %d training chunks, %d words in the vocabulary, %d steps (%g epochs of %d batches)",
-                       len(word_ids), len(vocabulary), config.max_steps, epochs, batches.batches_per_epoch)
-
-        def evaluate(network: BiLSTMClassifier) -> dict[str, float]:
-            return {"auroc": float(roc_auc_score(dev_labels, chunk_probabilities(network, dev_texts)))}
-
-        model = run.fit(model, batches, config, evaluate if dev_texts is not None else None, statistics=accuracy)
+        config = run.schedule(batches, epochs, has_dev=evaluate is not None, default_metric="auroc")
+        logger.warning("bilstm: %d training chunks, %d words in the vocabulary, %d steps (%d batches an epoch)",
+                       len(word_ids), len(vocabulary), config.max_steps, batches.batches_per_epoch)
+        model = run.fit(model, batches, config, evaluate, statistics=accuracy)
     return model.eval(), model.vocabulary
 
 
-def bilstm_training(run_dir: Path, lr: float, seed: int, device: Device) -> FinetuningConfig:
+def dev_evaluation(texts: Sequence[str] | None, labels, admissions, c: float, batch_size: int):
+    """The loop's evaluate of a Bi-LSTM on dev chunks (`scored_admissions`' metrics), or None without dev texts."""
+    if (texts is None) != (labels is None) or (texts is None and admissions is not None):
+        raise ValueError("pass dev_texts and dev_labels (and dev_admissions) together, or none of them")
+    if texts is None:
+        return None
+    texts, labels = _checked_chunks(texts, labels, "dev")
+    # Each chunk its own admission: a one-chunk admission's score is its chunk's probability.
+    admissions = np.arange(len(texts)) if admissions is None else np.asarray(admissions)
+    if admissions.shape != (len(texts),):
+        raise ValueError(f"{len(texts)} dev texts, dev_admissions {admissions.shape}: one admission id per chunk")
+
+    def evaluate(network: BiLSTMClassifier) -> dict[str, float]:
+        return scored_admissions(admissions, labels, chunk_probabilities(network, texts, batch_size), c)["metrics"]
+    return evaluate
+
+
+def bilstm_training(run_dir: Path, lr: float, seed: int, device: Device,
+                    training: Mapping[str, Any] | None = None) -> FinetuningConfig:
     """The original's optimisation as the loop's settings: Adam at a constant lr (no weight decay, no warm-up,
     no clipping), in float32 (as the original; AMX's bf16 speeds matrix products, and an LSTM this small is not
-    bound by them), counted in epochs, one checkpoint kept."""
-    return FinetuningConfig(output_dir=str(run_dir), learning_rate=lr, weight_decay=0.0, warmup=0,
-                            schedule="constant", max_grad_norm=math.inf, seed=seed, device=device, precision="fp32")
+    bound by them), counted in epochs, one checkpoint kept; then `training`'s settings in their place.
+
+    Raises ValueError when training names output_dir, seed or device: the run folder, the data order and the
+    initial weights follow train_bilstm's own arguments.
+    """
+    training = dict(training or {})
+    own = sorted({"output_dir", "seed", "device"} & set(training))
+    if own:
+        raise ValueError(f"training sets {', '.join(own)}; pass it to train_bilstm as its own argument")
+    original = FinetuningConfig(output_dir=str(run_dir), learning_rate=lr, weight_decay=0.0, warmup=0,
+                                schedule="constant", max_grad_norm=math.inf, seed=seed, device=device, precision="fp32")
+    return replace(original, **training)
 
 
 def accuracy(batch: dict[str, torch.Tensor], output: ClassifierOutput) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -294,15 +320,18 @@ def accuracy(batch: dict[str, torch.Tensor], output: ClassifierOutput) -> dict[s
     return {"accuracy": (right, batch["labels"].new_tensor(len(batch["labels"])))}
 
 
-def chunk_probabilities(model: Pipeline | BiLSTMClassifier, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
-    """P(readmitted) (n,) of each chunk, from a `bag_of_words` Pipeline or a `BiLSTMClassifier` (on its device).
+def chunk_probabilities(model: Pipeline | BiLSTMClassifier, texts: Sequence[str],
+                        batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
+    """P(readmitted) (n,) of each chunk, batch_size at a time, from a `bag_of_words` Pipeline or a `BiLSTMClassifier`.
 
     Raises TypeError for any other model and ValueError for non-str texts.
     """
     texts = _checked_texts(texts, "texts")
     if isinstance(model, Pipeline):
         positive = list(model.classes_).index(1)
-        return model.predict_proba(texts)[:, positive]
+        # In slices: a large split's word counts are never all in memory at once.
+        return np.concatenate([model.predict_proba(texts[start:start + batch_size])[:, positive]
+                               for start in range(0, len(texts), batch_size)] or [np.zeros(0)])
     if isinstance(model, BiLSTMClassifier):
         if not texts:
             return np.zeros(0)
@@ -329,6 +358,26 @@ def admission_scores(admission_ids: Sequence | np.ndarray, chunk_probabilities: 
     if probabilities.ndim != 1:
         raise ValueError(f"chunk_probabilities must be 1-D P(readmitted), got shape {probabilities.shape}")
     return combine_per_document(admission_ids, probabilities, method="clinical", c=c)
+
+
+def scored_admissions(admission_ids: Sequence | np.ndarray, chunk_labels: Sequence[int] | np.ndarray,
+                      probabilities: Sequence[float] | np.ndarray, c: float = CLINICALBERT_C) -> dict:
+    """Chunks scored as Table 4 scores them: {"metrics": `readmission_metrics` of the admission scores (auroc,
+    auprc, rp80, auprc_trapezoid), "admissions": ids (d,) sorted, "labels": theirs (d,), "scores": (d,)}.
+
+    The one validation that picks a best model, for every kind (BERT's epochs and the Bi-LSTM's), and the
+    test set's scoring. Raises ValueError as `admission_scores` does, and unless both labels are present.
+    """
+    admissions, scores = admission_scores(admission_ids, probabilities, c=c)
+    _, labels = admission_labels(admission_ids, chunk_labels)
+    return {"metrics": readmission_metrics(labels, scores), "admissions": admissions, "labels": labels,
+            "scores": scores}
+
+
+def admission_labels(admission_ids: Sequence | np.ndarray, chunk_labels) -> tuple[np.ndarray, np.ndarray]:
+    """(admission ids (d,) sorted, their labels (d,)): every chunk carries its admission's label."""
+    admissions, first = np.unique(np.asarray(admission_ids), return_index=True)
+    return admissions, np.asarray(chunk_labels)[first]
 
 
 def _checked_texts(texts: Sequence[str], name: str) -> list[str]:

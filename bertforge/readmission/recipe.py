@@ -7,7 +7,9 @@ P = (Pmax + Pmean n/c) / (1 + n/c) over the admission's chunk probabilities):
   epoch by validation AUROC kept); from a checkpoint continued-pretrained on the notes, this is
   the ClinicalBERT row of the table;
 - "bow": bag-of-words logistic regression; "bilstm": a Bi-LSTM over word embeddings, trained by
-  the same loop (the best epoch by chunk-level validation AUROC kept in best/).
+  the same loop (the best epoch by validation AUROC kept in best/).
+Validation is scored per admission as the test set is, for both kinds that pick an epoch
+(`baselines.scored_admissions`), so `--best-metric` means one thing for every kind.
 Each run writes results.json (test AUROC / AUPRC / RP80 and what produced them) and
 scores.csv (one row per test admission) so that `report` can rebuild Table 4 and the curves.
 """
@@ -28,8 +30,7 @@ from ..tasks.classification.reader import read_rows
 from ..tasks.classification.windows import Windows, encode_windows
 from ..models.heads import BertForSequenceClassification
 from ..tasks.long_documents import CLINICALBERT_C, combine
-from ..tasks.metrics import readmission_metrics
-from .baselines import admission_scores
+from .baselines import admission_labels, scored_admissions
 from .notes import MIN_TAIL_WORDS, chunk_notes, clean_text
 from .settings import CHUNK_MAX_LENGTH, SPLIT_FILES, ReadmissionRun
 from ..models.folder import read_model_folder
@@ -56,17 +57,13 @@ class Chunks:
 
     def admission_labels(self) -> tuple[np.ndarray, np.ndarray]:
         """(admission ids sorted, their labels): every chunk carries its admission's label."""
-        admissions, first = np.unique(self.admissions, return_index=True)
-        return admissions, self.labels[first]
+        return admission_labels(self.admissions, self.labels)
 
 
 def score_admissions(chunks: Chunks, chunk_probabilities: np.ndarray, c: float) -> dict:
-    """Admission-level metrics and scores from chunk P(readmitted)."""
-    admissions, scores = admission_scores(chunks.admissions, chunk_probabilities, c=c)
-    ids, labels = chunks.admission_labels()
-    assert np.array_equal(ids, admissions)
-    return {"metrics": readmission_metrics(labels, scores), "admissions": admissions, "labels": labels,
-            "scores": scores}
+    """Admission-level metrics and scores from chunk P(readmitted) (`baselines.scored_admissions`): the test
+    split's, and the validation that picks every kind's best epoch."""
+    return scored_admissions(chunks.admissions, chunks.labels, chunk_probabilities, c)
 
 
 # ---------------------------------------------------------------- BERT
@@ -142,7 +139,7 @@ def run_readmission(run: ReadmissionRun, overwrite: bool = False) -> dict:
 
 def train_and_score(run: ReadmissionRun, recipe_run: RecipeRun) -> dict:
     """The run's result (results.json); its test admissions' scores go to scores.csv beside it."""
-    from .baselines import bag_of_words, chunk_probabilities, train_bilstm
+    from .baselines import bag_of_words, chunk_probabilities
 
     chunks = {split: Chunks.read(run.split_file(split)) for split in SPLIT_FILES}
     logger.warning("readmission %s / %s / seed %d: %s", run.name, run.task, run.seed,
@@ -152,13 +149,9 @@ def train_and_score(run: ReadmissionRun, recipe_run: RecipeRun) -> dict:
         test_probabilities = train_bert(run, chunks, recipe_run)
     elif run.kind == "bow":
         model = bag_of_words(chunks["train"].texts, chunks["train"].labels, seed=run.seed)
-        test_probabilities = chunk_probabilities(model, chunks["test"].texts)
+        test_probabilities = chunk_probabilities(model, chunks["test"].texts, scoring_batch_size(run))
     else:
-        # The loop's run (metrics.jsonl, checkpoints, best/) goes into this run's folder.
-        model, _ = train_bilstm(chunks["train"].texts, chunks["train"].labels, dev_texts=chunks["val"].texts,
-                                dev_labels=chunks["val"].labels, seed=run.seed, output_dir=run.output,
-                                device=run.device)
-        test_probabilities = chunk_probabilities(model, chunks["test"].texts)
+        test_probabilities = train_bilstm_run(run, chunks)
     scored = score_admissions(chunks["test"], test_probabilities, run.c)
     with replaced_file(Path(run.output) / "scores.csv") as temporary, \
             open(temporary, "w", encoding="utf-8", newline="") as file:
@@ -168,6 +161,30 @@ def train_and_score(run: ReadmissionRun, recipe_run: RecipeRun) -> dict:
     return {"model": run.name, "task": run.task, "seed": run.seed, **scored["metrics"],
             "test_admissions": int(len(scored["admissions"])), "test_positives": int(scored["labels"].sum()),
             "run": asdict(run)}
+
+
+def train_bilstm_run(run: ReadmissionRun, chunks: dict[str, Chunks]) -> np.ndarray:
+    """The Bi-LSTM with the original's settings but those the run gives (`ReadmissionRun.loop_settings`),
+    picked on validation as BERT is; returns test chunk probabilities."""
+    from .baselines import chunk_probabilities, train_bilstm
+
+    # ReadmissionRun's defaults are BERT's: only what the user set replaces the Bi-LSTM's own values.
+    given = run.given()
+    sizes = {name: given[name] for name in ("epochs", "batch_size") if name in given}
+    # The loop's run (metrics.jsonl, checkpoints, best/) goes into this run's folder.
+    model, _ = train_bilstm(chunks["train"].texts, chunks["train"].labels, dev_texts=chunks["val"].texts,
+                            dev_labels=chunks["val"].labels, dev_admissions=chunks["val"].admissions, c=run.c,
+                            seed=run.seed, eval_batch_size=scoring_batch_size(run), training=run.loop_settings(),
+                            output_dir=run.output, device=run.device, **sizes)
+    return chunk_probabilities(model, chunks["test"].texts, scoring_batch_size(run))
+
+
+def scoring_batch_size(run: ReadmissionRun) -> int:
+    """Chunks per forward pass when a baseline scores chunks: --eval-batch-size when given, else the baselines'
+    own (ReadmissionRun's default is sized for BERT)."""
+    from .baselines import EVAL_BATCH_SIZE
+
+    return run.given().get("eval_batch_size", EVAL_BATCH_SIZE)
 
 
 # ---------------------------------------------------------------- inference on a new admission
