@@ -105,3 +105,18 @@ def test_a_new_admission_is_scored_note_by_note(trained, prepared):
     assert len(chunks) == n and trace.top_chunk == chunks[int(probabilities.argmax())]
     with pytest.raises(ValueError, match="no words"):
         admission_risk(model, tokenizer, ["   ", "[** **]"])
+
+
+def test_evaluate_and_predict_read_chunks_at_the_length_the_model_was_trained_on(trained, prepared, capsys):
+    """A model trained on chunks cut at 128 pieces was scored at 512 by `readmission evaluate` (its default), and
+    `predict` / `serve --classifier` knew nothing of how it read: its best/ had no task.json."""
+    from bertforge.tasks.finetune import prediction_task
+
+    best = trained / "bert" / "best"
+    task, _ = prediction_task(best)
+    assert task.max_length == 128 and task.settings.max_windows == 1 and task.settings.combine == "clinical"
+    capsys.readouterr()
+    assert main(["readmission", "evaluate", "--model", str(best), "--data", str(prepared / "data")]) == 0
+    printed = dict(part.split()[:2] for part in capsys.readouterr().out.split(" on ")[0].split(", "))
+    result = json.loads((trained / "bert" / "results.json").read_text())
+    assert float(printed["auroc"]) == pytest.approx(result["auroc"], abs=1e-4)

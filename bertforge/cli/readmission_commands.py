@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..readmission.prepare import ReadmissionTask
-from ..readmission.settings import CHUNK_MAX_LENGTH, ReadmissionRun
+from ..readmission.settings import ReadmissionRun
 from ..tasks.long_documents import CLINICALBERT_C
 
 
@@ -50,7 +50,7 @@ def readmission_train(run: ReadmissionRun, *, overwrite: bool = False) -> None:
 
 
 def readmission_evaluate(*, model: str, data: str, task: ReadmissionTask = "discharge",
-                         c: float = CLINICALBERT_C, max_length: int = CHUNK_MAX_LENGTH) -> None:
+                         c: float = CLINICALBERT_C, max_length: int = 0) -> None:
     """Score a fine-tuned readmission model on a task's test admissions (e.g. a discharge model on early notes).
 
     Args:
@@ -58,15 +58,16 @@ def readmission_evaluate(*, model: str, data: str, task: ReadmissionTask = "disc
         data: the folder `readmission prepare` wrote
         task: the notes to score: the discharge summary, or those of the first 2 / 3 days
         c: the combination's scaling factor
-        max_length: word pieces per chunk
+        max_length: word pieces per chunk (0: what the model was trained on, its task.json's; else 512)
     """
-    from ..readmission.recipe import BertChunkScorer, Chunks, load_readmission_model, score_admissions
+    from ..readmission.recipe import (BertChunkScorer, Chunks, load_readmission_model, score_admissions,
+                                      trained_chunk_length)
     from ..engine.devices import select_device
 
     chunks = Chunks.read(Path(data) / task / "test.csv")
     device = select_device()
     network, tokenizer = load_readmission_model(model, device)
-    scorer = BertChunkScorer(tokenizer, max_length)
+    scorer = BertChunkScorer(tokenizer, max_length or trained_chunk_length(model))
     scored = score_admissions(chunks, scorer.probabilities(network, scorer.windows(chunks.texts), device), c)
     print(", ".join(f"{k} {v:.4f}" for k, v in scored["metrics"].items()) +
           f" on {len(scored['admissions'])} test admissions")
@@ -93,7 +94,7 @@ def readmission_score(notes: list[str], *, model: str, c: float = CLINICALBERT_C
         c: the combination's scaling factor
     """
     from ..input_files import open_text, require_file
-    from ..readmission.recipe import admission_risk, load_readmission_model
+    from ..readmission.recipe import admission_risk, load_readmission_model, trained_chunk_length
     from ..engine.devices import select_device
 
     texts = []
@@ -104,7 +105,7 @@ def readmission_score(notes: list[str], *, model: str, c: float = CLINICALBERT_C
             raise ValueError(f"note file {note} is empty; give the admission's notes, one file per note")
     device = select_device()
     network, tokenizer = load_readmission_model(model, device)
-    trace = admission_risk(network, tokenizer, texts, c=c, device=device)
+    trace = admission_risk(network, tokenizer, texts, c=c, max_length=trained_chunk_length(model), device=device)
     for note, risk in zip(notes, trace.risks):
         print(f"after {note}: risk {risk:.3f}")
     print(f"highest-scoring chunk ({max(trace.chunk_probabilities):.3f}): {trace.top_chunk[:400]}")

@@ -29,6 +29,8 @@ from ..train.batches import predict_rows
 from ..tasks.classification.reader import read_rows
 from ..tasks.classification.windows import Windows, encode_windows
 from ..models.heads import BertForSequenceClassification
+from ..tasks import TaskSettings
+from ..tasks.finetune import task_card
 from ..tasks.long_documents import CLINICALBERT_C, combine
 from .baselines import admission_labels, scored_admissions
 from .notes import MIN_TAIL_WORDS, chunk_notes, clean_text
@@ -92,6 +94,10 @@ def train_bert(run: ReadmissionRun, chunks: dict[str, Chunks], recipe_run: Recip
     model = recipe_run.build(BertForSequenceClassification, num_labels=2,
                              id2label={0: "not readmitted", 1: "readmitted"},
                              label2id={"not readmitted": 0, "readmitted": 1}, problem_type="single_label_classification")
+    # How its chunks are read (the first max_length pieces, one window): `readmission evaluate` and `score`,
+    # `predict` and `serve --classifier` read them so too.
+    model.files_beside_weights = task_card("classification", recipe_run.init_from, TaskSettings(
+        max_length=run.max_length, stride=0, max_windows=1, combine="clinical", combine_c=run.c))
     batches = recipe_run.batches(len(train_windows), run.batch_size, train_windows.collate, seed=run.seed)
     config = recipe_run.schedule(batches, run.epochs, has_dev=True, default_metric="auroc")
 
@@ -101,6 +107,15 @@ def train_bert(run: ReadmissionRun, chunks: dict[str, Chunks], recipe_run: Recip
 
     best = recipe_run.fit(model, batches, config, evaluate)
     return scorer.probabilities(best, scorer.windows(chunks["test"].texts), recipe_run.device)
+
+
+def trained_chunk_length(folder: str) -> int:
+    """The word pieces of a chunk a readmission model was trained on (its task.json's max_length; a folder without
+    one, CHUNK_MAX_LENGTH within its own length): `evaluate` and `score` read chunks as training read them."""
+    from ..tasks.finetune import TASK_FILE, prediction_task
+
+    task, read = prediction_task(folder)
+    return task.max_length if (read.transformer / TASK_FILE).is_file() else min(CHUNK_MAX_LENGTH, task.max_length)
 
 
 def load_readmission_model(folder: str, device: torch.device) -> tuple[BertForSequenceClassification, BertTokenizer]:

@@ -76,7 +76,7 @@ def check_length_fits(recipe: FinetuneRecipe) -> None:
 def finetune_in(recipe: FinetuneRecipe, run: RecipeRun) -> dict:
     task = load_task(recipe.task, recipe.data, run.tokenizer)
     model = run.build(task.model_class, **task.config_overrides(), **recipe.model_overrides)
-    model.files_beside_weights = {TASK_FILE: json.dumps(task_card(recipe, run.init_from), indent=2) + "\n"}
+    model.files_beside_weights = task_card(recipe.task, run.init_from, recipe.data)
     rows = task.training_rows()
     batches = run.batches(len(rows), recipe.batch_size, rows.collate)
     config = run.schedule(batches, recipe.epochs, has_dev=bool(recipe.data.dev), default_metric=task.default_metric)
@@ -92,9 +92,11 @@ def finetune_in(recipe: FinetuneRecipe, run: RecipeRun) -> dict:
     return results
 
 
-def task_card(recipe: FinetuneRecipe, init_from: str) -> dict:
-    """What `predict` needs besides the HF files: the task and how inputs were read and windowed."""
-    return {"task": recipe.task, "init_from": init_from, "data": asdict(recipe.data)}
+def task_card(task: str, init_from: str | None, data: TaskSettings) -> dict[str, str]:
+    """{TASK_FILE: its text}, for a model's `files_beside_weights`: what `predict`, `search --rerank` and `serve`
+    need besides the HF files (`prediction_task`), the task and how its inputs were read and windowed."""
+    card = {"task": task, "init_from": init_from, "data": asdict(data)}
+    return {TASK_FILE: json.dumps(card, indent=2) + "\n"}
 
 
 ARCHITECTURE_TASKS = {"BertForSequenceClassification": "classification", "BertForTokenClassification": "ner",
