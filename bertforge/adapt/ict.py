@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from ..embeddings.embed import with_prompt
 from ..search.documents import Passage, passage_text
 
 if TYPE_CHECKING:  # mining reads the query candidates from here
@@ -149,18 +150,20 @@ class IctCollator:
     those passages' examples the anchor is one of them and the positive the whole passage (nothing was cut from
     it); the hard negative is then the one mined for a sentence of the passage.
     lexical: BM25 statistics of the corpus; each batch then carries the anchors' BM25 scores against its positives
-    (`lexical_teacher`, for the teacher term's distill_lexical).
+    (`lexical_teacher`, for the teacher term's distill_lexical), of the texts as written.
+    prompt: the model's default prompt, put before every anchor, positive and negative (`with_prompt`, counted in
+    the length limits) as adapt's scoring, `index build` and `search` put it before queries and passages alike.
     """
 
     def __init__(self, corpus: Sequence[Passage], examples: list[int], tokenizer, max_length: int,
                  query_max_length: int = 64, seed: int = 0, negatives: HardNegatives | None = None,
                  keep_probability: float = KEEP_PROBABILITY, generated: dict[int, list[str]] | None = None,
-                 generated_share: float = 0.0, lexical: Bm25Statistics | None = None):
+                 generated_share: float = 0.0, lexical: Bm25Statistics | None = None, prompt: str = ""):
         self.corpus, self.examples, self.tokenizer = corpus, examples, tokenizer
         self.max_length, self.query_max_length, self.seed = max_length, query_max_length, seed
         self.negatives, self.keep_probability = negatives, keep_probability
         self.generated, self.generated_share = generated or {}, generated_share
-        self.lexical = lexical
+        self.lexical, self.prompt = lexical, prompt
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -191,5 +194,6 @@ class IctCollator:
         return batch
 
     def encode(self, name: str, texts: list[str], max_length: int) -> dict[str, torch.Tensor]:
-        encoded = self.tokenizer(texts, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+        encoded = self.tokenizer([with_prompt(self.prompt, text) for text in texts], truncation=True,
+                                 max_length=max_length, padding=True, return_tensors="pt")
         return {f"{name}_input_ids": encoded["input_ids"], f"{name}_attention_mask": encoded["attention_mask"]}

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..embeddings.embed import with_prompt
 from ..engine.threads import torch_threads
 from ..models.model import set_attention_dropout
 from ..tasks.retrieval.baselines import Bm25Statistics
@@ -112,7 +113,8 @@ def train_method(init: Path, corpus: Sequence[Passage], texts: Sequence[str], se
         model = run.build(model_class(settings.method), max_seq_length=settings.max_length, objective=objective)
         if settings.attention_dropout is not None:
             set_attention_dropout(model, settings.attention_dropout)
-        collate = make_collator(settings, corpus, texts, run.tokenizer, generated)
+        # Every text trained on gets the prompt every score and index puts before it (the model's default one)
+        collate = make_collator(settings, corpus, texts, run.tokenizer, generated, model.default_prompt)
         if settings.distillation:
             # The starting model, frozen, before its copy trains: the same weights without reading `init` again.
             collate = TeacherVectors(collate, copy.deepcopy(model).to(run.device))
@@ -146,11 +148,13 @@ def model_class(method: str) -> type[BiEncoder]:
 
 
 def make_collator(settings: MethodSettings, corpus: Sequence[Passage], texts: Sequence[str], tokenizer,
-                  generated: dict[int, list[str]] | None = None):
+                  generated: dict[int, list[str]] | None = None, prompt: str = ""):
+    """settings.method's collator; prompt: the model's default prompt, before every text it encodes."""
     if settings.method == "simcse":
-        return SimcseCollator(texts, tokenizer, settings.max_length)
+        return SimcseCollator(texts, tokenizer, settings.max_length, prompt=prompt)
     if settings.method == "tsdae":
-        return DenoisingCollator(tsdae_sentences(corpus), tokenizer, settings.max_length, seed=settings.seed)
+        return DenoisingCollator(tsdae_sentences(corpus), tokenizer, settings.max_length, seed=settings.seed,
+                                 prompt=prompt)
     examples = training_passages(corpus)
     if not examples:
         raise ValueError("no passage has two sentences to cut a query from: ICT needs text with sentence "
@@ -161,7 +165,8 @@ def make_collator(settings: MethodSettings, corpus: Sequence[Passage], texts: Se
     lexical = Bm25Statistics(texts) if settings.distill_lexical else None
     return IctCollator(corpus, examples, tokenizer, settings.max_length, settings.query_max_length,
                        seed=settings.seed, negatives=negatives, keep_probability=settings.keep_probability,
-                       generated=generated, generated_share=settings.generated_share, lexical=lexical)
+                       generated=generated, generated_share=settings.generated_share, lexical=lexical,
+                       prompt=prompt)
 
 
 def tsdae_sentences(corpus: Sequence[Passage]) -> list[str]:
@@ -198,17 +203,20 @@ class TeacherVectors:
 
 
 class SimcseCollator:
-    """Texts -> (text, the same text) pairs: the two dropout masks of the two encodings are the noise."""
+    """Texts -> (text, the same text) pairs: the two dropout masks of the two encodings are the noise.
 
-    def __init__(self, texts: Sequence[str], tokenizer, max_length: int):
-        self.texts, self.tokenizer, self.max_length = texts, tokenizer, max_length
+    prompt: the model's default prompt, before each text (`with_prompt`, counted in max_length) as `embed` puts it.
+    """
+
+    def __init__(self, texts: Sequence[str], tokenizer, max_length: int, prompt: str = ""):
+        self.texts, self.tokenizer, self.max_length, self.prompt = texts, tokenizer, max_length, prompt
 
     def __len__(self) -> int:
         return len(self.texts)
 
     def __call__(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        encoded = self.tokenizer([self.texts[i] for i in indices], truncation=True, max_length=self.max_length,
-                                 padding=True, return_tensors="pt")
+        encoded = self.tokenizer([with_prompt(self.prompt, self.texts[i]) for i in indices], truncation=True,
+                                 max_length=self.max_length, padding=True, return_tensors="pt")
         ids, mask = encoded["input_ids"], encoded["attention_mask"]
         return {"anchor_input_ids": ids, "anchor_attention_mask": mask,
                 "positive_input_ids": ids.clone(), "positive_attention_mask": mask.clone()}

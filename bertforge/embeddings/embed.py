@@ -263,8 +263,8 @@ class Embedder:
                 yield batch.pin_memory() if pin else batch
 
     def prompted(self, texts: list[str]) -> list[str]:
-        """The texts as the model reads them: the prompt put before each, as SentenceTransformer.encode(prompt=...)."""
-        return [self.prompt + text for text in texts] if self.prompt else texts
+        """The texts as the model reads them (`with_prompt`), as SentenceTransformer.encode(prompt=...)."""
+        return [with_prompt(self.prompt, text) for text in texts] if self.prompt else texts
 
     def token_count(self, text: str) -> int:
         """The tokens `encode` would give the model for `text` before truncation: prompt, [CLS] and [SEP] included."""
@@ -392,3 +392,8 @@ def folder_options(folder: ModelFolder | VectorSettings) -> dict:
     same from a BiEncoder read from the folder (tasks/retrieval), so training's scores see the vectors embed gives."""
     return {"pooling": folder.pooling, "normalize": folder.normalize, "max_length": folder.max_seq_length,
             "prompt": folder.default_prompt}
+
+
+def with_prompt(prompt: str, text: str) -> str:
+    """`text` as a sentence encoder reads it, in `encode` and in every training batch: the default prompt first."""
+    return prompt + text

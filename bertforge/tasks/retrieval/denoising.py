@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ...embeddings.embed import with_prompt
 from ...models.decoder import BertDecoder
 from ...models.folder import ModelFolder, read_model_folder
 from ...models.heads import IGNORE_INDEX
@@ -47,10 +48,15 @@ class DenoisingCollator:
     """Text indices -> DenoisingAutoEncoder's forward arguments: each text damaged, and the text itself.
 
     The deletions depend on (seed, the batch's indices): a resumed run rebuilds the batch it would have had.
+    prompt: the model's default prompt, put whole before each damaged text (`with_prompt`, counted in max_length),
+    which the encoder embeds as `embed` will; the decoder writes back the text alone (the prompt, the same in every
+    text, is nothing to learn from the vector).
     """
 
-    def __init__(self, texts: list[str], tokenizer, max_length: int, seed: int = 0, ratio: float = DELETION_RATIO):
+    def __init__(self, texts: list[str], tokenizer, max_length: int, seed: int = 0, ratio: float = DELETION_RATIO,
+                 prompt: str = ""):
         self.texts, self.tokenizer, self.max_length, self.seed, self.ratio = texts, tokenizer, max_length, seed, ratio
+        self.prompt = prompt
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -58,7 +64,7 @@ class DenoisingCollator:
     def __call__(self, indices: list[int]) -> dict[str, Tensor]:
         rng = np.random.default_rng([self.seed, *indices])
         texts = [self.texts[i] for i in indices]
-        noisy = self.encode([delete_words(text, rng, self.ratio) for text in texts])
+        noisy = self.encode([with_prompt(self.prompt, delete_words(text, rng, self.ratio)) for text in texts])
         original = self.encode(texts)
         return {"noisy_input_ids": noisy["input_ids"], "noisy_attention_mask": noisy["attention_mask"],
                 "input_ids": original["input_ids"], "attention_mask": original["attention_mask"]}

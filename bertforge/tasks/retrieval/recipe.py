@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ...embeddings.embed import with_prompt
 from ...settings import CHECKPOINT, PATH, load_recipe, recipe_from_values
 from ...train.config import FinetuningConfig
 from ...train.runner import RecipeRun, run_recipe
@@ -80,7 +81,8 @@ def train_sbert_in(recipe: SbertRecipe, run: RecipeRun) -> dict:
     held_out = {split: load_held_out(path) for split in ("dev", "test") if (path := getattr(recipe.data, split))}
     model = run.build(BiEncoder, pooling=recipe.pooling or None, normalize=recipe.normalize,
                       max_seq_length=recipe.max_length or None, objective=recipe.loss)
-    batches = run.batches(len(pairs), recipe.batch_size, PairCollator(pairs, run.tokenizer, model.max_seq_length))
+    collate = PairCollator(pairs, run.tokenizer, model.max_seq_length, prompt=model.default_prompt)
+    batches = run.batches(len(pairs), recipe.batch_size, collate)
     default_metric = "spearman" if isinstance(held_out.get("dev"), SentencePairs) else "ndcg@10"
     config = run.schedule(batches, recipe.epochs, has_dev="dev" in held_out, default_metric=default_metric)
     logger.warning("training a %s-pooled bi-encoder from %s on %s: %d rows, loss %s, %d steps", model.pooling,
@@ -112,10 +114,15 @@ def evaluate_held_out(model: BiEncoder, tokenizer, data, batch_size: int = 64) -
 
 
 class PairCollator:
-    """Rows -> the BiEncoder's forward arguments: each column tokenised and padded to its longest text."""
+    """Rows -> the BiEncoder's forward arguments: each column tokenised and padded to its longest text.
 
-    def __init__(self, pairs: SentencePairs, tokenizer, max_length: int):
-        self.pairs, self.tokenizer, self.max_length = pairs, tokenizer, max_length
+    prompt: the model's default prompt (`BiEncoder.default_prompt`), put before every text of every column as
+    `embed` and the evaluations put it (`with_prompt`, the prompt counted in max_length): the model trains on the
+    ids it is scored and served on. "" (a folder without prompts): the texts as written.
+    """
+
+    def __init__(self, pairs: SentencePairs, tokenizer, max_length: int, prompt: str = ""):
+        self.pairs, self.tokenizer, self.max_length, self.prompt = pairs, tokenizer, max_length, prompt
 
     def __call__(self, indices: list[int]) -> dict[str, torch.Tensor]:
         columns = {"anchor": self.pairs.anchors, "positive": self.pairs.positives}
@@ -123,8 +130,8 @@ class PairCollator:
             columns["negative"] = self.pairs.negatives
         batch = {}
         for name, texts in columns.items():
-            encoded = self.tokenizer([texts[i] for i in indices], truncation=True, max_length=self.max_length,
-                                     padding=True, return_tensors="pt")
+            encoded = self.tokenizer([with_prompt(self.prompt, texts[i]) for i in indices], truncation=True,
+                                     max_length=self.max_length, padding=True, return_tensors="pt")
             batch[f"{name}_input_ids"], batch[f"{name}_attention_mask"] = encoded["input_ids"], encoded["attention_mask"]
         if self.pairs.scores is not None:
             batch["scores"] = torch.tensor([self.pairs.scores[i] for i in indices], dtype=torch.float32)
