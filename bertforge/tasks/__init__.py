@@ -40,7 +40,8 @@ class TaskSettings:
     label_separator: str = "|"  # between the labels of a multi-label CSV cell
     # sequence lengths and windows; 0 / -1 take the task's standard value
     max_length: int = 0  # STANDARD_MAX_LENGTH: classification and ner 128, qa 384
-    stride: int = -1  # classification: overlap of a long text's windows (32); qa: doc_stride (128)
+    stride: int = -1  # classification: the overlap of a long text's windows, as transformers' tokenizers' (-1: 32)
+    doc_stride: int = 128  # qa: the step between a context's windows' starts, run_squad.py's (the BERT paper's 128)
     max_windows: int = 0  # 0: every window of a long text
     combine: Combine = "mean"  # windows -> document (clinical: ClinicalBERT's mix, with combine_c)
     combine_c: float = CLINICALBERT_C

@@ -133,7 +133,7 @@ def prediction_task(folder: str | Path, pair: bool = False):
     name, card_path = ARCHITECTURE_TASKS[architecture], folder / TASK_FILE
     if card_path.exists():
         card = json.loads(card_path.read_text(encoding="utf-8"))
-        settings = build(TaskSettings, card["data"], "task.json data")
+        settings = build(TaskSettings, readable_card_data(card), "task.json data")
         if card["task"] != name:
             raise ValueError(f"{card_path} says task {card['task']!r} but config.json holds a {architecture} "
                              f"({name}); the folder mixes two models: fine-tune it again")
@@ -143,3 +143,13 @@ def prediction_task(folder: str | Path, pair: bool = False):
     else:
         settings = TaskSettings()
     return load_task(name, settings, load_tokenizer(read), config), read  # as the run that trained it read its folder
+
+
+def readable_card_data(card: dict) -> dict:
+    """A task.json's data settings as TaskSettings reads them now: a question-answering card written before
+    data.doc_stride (2026-11-27) kept its step between windows as data.stride."""
+    data = dict(card["data"])
+    if card["task"] == "qa" and "doc_stride" not in data:
+        stride = data.pop("stride", -1)
+        data["doc_stride"] = 128 if stride < 0 else stride
+    return data

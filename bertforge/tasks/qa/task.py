@@ -15,6 +15,7 @@ from .scoring import squad_evaluate
 from .squad import QAExample, read_squad
 from ...models.heads import BertForQuestionAnswering
 from .. import STANDARD_MAX_LENGTH, Rows, TaskSettings
+from ...errors import UsageError
 
 
 class QuestionAnsweringTask:
@@ -24,7 +25,11 @@ class QuestionAnsweringTask:
     def __init__(self, settings: TaskSettings, tokenizer, config=None):
         self.settings, self.tokenizer = settings, tokenizer
         self.max_length = settings.max_length or STANDARD_MAX_LENGTH["qa"]
-        self.doc_stride = 128 if settings.stride < 0 else settings.stride
+        if settings.stride >= 0:  # one name, one meaning: a `stride` means an overlap wherever it is read
+            raise UsageError(f"data.stride={settings.stride} is the overlap of a classification text's windows; "
+                             "question answering steps its windows by data.doc_stride (run_squad.py's step between "
+                             "window starts, 128 by default): set that instead")
+        self.doc_stride = settings.doc_stride
         self._examples = lru_cache(maxsize=None)(self._read)
         self._features = lru_cache(maxsize=None)(self._encode)
 
