@@ -124,3 +124,13 @@ def test_approximate_build_prints_its_recall_against_exact(capsys, austen_files,
     assert code == 2 and "--effort: must be at least 1, got 0" in err
     code, out, _ = run(capsys, "search", tmp_path / "tuned", "Emma", "--effort", "256", "--top-k", "2")
     assert code == 0 and len([line for line in out.splitlines() if line.strip()]) == 2
+
+
+def test_index_build_says_when_pooling_overrides_the_folders(capsys, tmp_path):
+    """`embed --pooling cls` on a mean-pooling folder says its vectors are no longer the folder's; index build did not."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a bank\nthe river\n", encoding="utf-8")
+    code, _, err = run(capsys, "index", "build", corpus, "--output", tmp_path / "index", "--pooling", "cls")
+    assert code == 0 and "--pooling cls overrides it" in err
+    code, _, err = run(capsys, "index", "build", corpus, "--output", tmp_path / "same", "--pooling", "mean")
+    assert code == 0 and "overrides" not in err

@@ -35,8 +35,13 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
         device: where the passages are embedded: cpu, cuda or cuda:N (default: the GPU if there is one, else the CPU)
     """
     from ..engine.devices import device_from_option
+    from ..models.folder import read_model_folder
+    from ..resources import resolve_model
     from ..search.build import build_index
+    from .commands import say_overrides
 
+    if pooling is not None:  # said as embed says it: the index's vectors are no longer the folder's own
+        say_overrides(read_model_folder(resolve_model(model)), {"pooling": pooling})
     meta = build_index(corpus, output, model, kind=kind, chunk_size=chunk_size, pooling=pooling, normalize=normalize,
                        batch_size=batch_size, text_field=text_field, id_field=id_field, tune_queries=tune_queries,
                        dense_weight=dense_weight, device=device_from_option(device))
