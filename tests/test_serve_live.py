@@ -247,7 +247,7 @@ USAGE, FAILED = 2, 1  # the CLI's exit codes: the command line is wrong / a file
     (["--max-batch-tokens", "100"], "--max-batch-tokens 100 is smaller than --max-input-length 256", USAGE),
     (["--index", "/no/such/index"], "--index /no/such/index is not a folder", FAILED),
     (["--vocab", "/no/such/vocab.txt"], "--vocab /no/such/vocab.txt does not exist", FAILED),
-    (["--mlm", "minilm"], "--mlm minilm holds a BertModel model, which has no MLM head", FAILED),
+    (["--mlm", "minilm"], "--mlm minilm holds a BertModel model without MLM head weights", FAILED),
     (["--device", "tpu"], "--device 'tpu' is not a device", USAGE),
     (["--dtype", "int4"], "argument --dtype: invalid choice: 'int4'", USAGE),
 ] + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device cuda: torch sees no GPU here", USAGE)]))

@@ -99,3 +99,25 @@ def test_embed_sparse_applies_the_servers_prompts(tmp_path, minilm_dir, cassette
     assert named.status_code == 200 and named.json() == written.json()
     assert unknown.status_code == 422 and "prompted's prompts: query, passage" in unknown.json()["error"]
     assert fill.status_code == 200
+
+
+def test_an_mlm_head_is_told_by_its_weights_as_fill_mask_and_adapt_tell_it(cassette_dir, minilm_dir, tmp_path):
+    """The server went by config.json's architecture: a checkpoint with its MLM head but no architecture named (as
+    converted checkpoints often are) had no /fill-mask and was refused as --mlm, while `fill-mask` answered; MiniLM
+    relabelled BertForMaskedLM was served with a random head, while `fill-mask` refused it."""
+    from bertforge.models.folder import read_model_folder
+    from bertforge.serve.models import load_masked_lm
+
+    unnamed = shutil.copytree(cassette_dir, tmp_path / "unnamed")
+    config = json.loads((unnamed / "config.json").read_text())
+    config.pop("architectures")
+    (unnamed / "config.json").write_text(json.dumps(config))
+    assert load_masked_lm(str(unnamed), read_model_folder(unnamed), None, "cpu") is not None
+    assert load_masked_lm("minilm", read_model_folder(minilm_dir), str(unnamed), "cpu") is not None
+    relabelled = shutil.copytree(minilm_dir, tmp_path / "relabelled")
+    config = json.loads((relabelled / "config.json").read_text())
+    config["architectures"] = ["BertForMaskedLM"]
+    (relabelled / "config.json").write_text(json.dumps(config))
+    assert load_masked_lm(str(relabelled), read_model_folder(relabelled), None, "cpu") is None
+    with pytest.raises(ValueError, match="without MLM head weights"):
+        load_masked_lm("minilm", read_model_folder(minilm_dir), str(relabelled), "cpu")

@@ -24,7 +24,7 @@ from pathlib import Path
 from ..atomic import published_folder, replaced_file
 from ..errors import UsageError
 from ..input_files import blank_line_blocks
-from ..models.checkpoint import weight_names
+from ..models.checkpoint import has_mlm_head
 from ..models.folder import ModelFolder, read_model_folder
 from ..resources import resolve_model
 from ..tasks.pretraining.dataset import PretrainingConfig
@@ -59,11 +59,6 @@ class MlmSettings:
     def __post_init__(self) -> None:
         if self.vocab not in VOCABS:
             raise ValueError(f"vocab {self.vocab!r} is not one of {', '.join(VOCABS)}")
-
-
-def has_mlm_head(folder: Path) -> bool:
-    """The checkpoint stores an MLM head (cls.predictions.*), whatever its config.json calls it."""
-    return any(name.startswith("cls.predictions.") for name in weight_names(folder))
 
 
 # --mlm's value that skips continued MLM even for a base with an MLM head (a SPLADE or already domain-trained one).

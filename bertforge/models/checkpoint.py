@@ -265,6 +265,17 @@ def weight_names(folder: Path) -> set[str]:
     return set(read_state_dict(folder)[1])
 
 
+# The MLM head's own layers (its decoder is tied to the word embeddings, its bias alone says nothing).
+MLM_HEAD = "cls.predictions.transform."
+
+
+def has_mlm_head(folder: Path) -> bool:
+    """The checkpoint stores an MLM head, whatever its config.json calls it: by its weights, as transformers loads
+    what they hold (a converted checkpoint's config may name no architecture; a BertModel renamed BertForMaskedLM
+    would get a random head). The one test of fill-mask, adapt's continued MLM and the server's /fill-mask."""
+    return any(name.removeprefix("bert.").startswith(MLM_HEAD) for name in weight_names(folder))
+
+
 def check_shapes(state_dict: dict[str, Tensor], model: nn.Module, weights_file: Path) -> None:
     expected = model.state_dict()
     for key, tensor in state_dict.items():

