@@ -173,11 +173,12 @@ def test_a_jsonl_corpus_reads_the_same_as_a_file_in_a_folder_and_as_a_beir_corpu
     folder = tmp_path / "docs"
     folder.mkdir()
     records = [{"_id": "doc-a", "title": "Indentation", "text": "Python groups statements by indentation."},
-               {"id": 7, "text": "Strings are immutable."}, {"text": "A record without an id."}]
+               {"id": 7, "text": "Strings are immutable."}, {"text": "A record without an id."},
+               {"id": "r4", "text": "AT&amp;T dropped I&#039;m told."}]  # a record's text as written, each way
     corpus = folder / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
     expected = [("doc-a", "Indentation Python groups statements by indentation."), ("7", "Strings are immutable."),
-                ("corpus.jsonl:3", "A record without an id.")]
+                ("corpus.jsonl:3", "A record without an id."), ("r4", "AT&amp;T dropped I&#039;m told.")]
     assert [(p.id, p.text) for p in read_passages(corpus)] == expected
     assert [(p.id, passage_text(p)) for p in read_corpus([folder]).passages] == expected  # an int id too: "7"
     assert read_texts_by_id(write_lines(tmp_path / "beir.jsonl", [json.dumps(records[0])])) == {

@@ -286,10 +286,12 @@ def file_passages(path: Path, name: str, text_column: str, id_column: str | None
 def jsonl_passages(path: Path, name: str, text_field: str = "text", id_field: str | None = None) -> Iterator[Passage]:
     for line_number, record in jsonl_objects(path):
         found = corpus_record(record, f"{path}:{line_number}", text_field, id_field)
-        sentences = sentences_of(found.text)
+        # A record's text is data, not HTML: taken as written, as a streamed .jsonl and a BEIR set read it
+        # (`&amp;` decoded here only gave the folder's passage another text than the same file streamed)
+        sentences = sentences_of(found.text, escaped=False)
         if sentences:
             yield Passage(f"{name}:{line_number}" if found.id is None else found.id, sentences,
-                          normalise(found.title))
+                          normalise(found.title, escaped=False))
 
 
 def text_passages(path: Path, name: str) -> Iterator[Passage]:
