@@ -49,7 +49,8 @@ BUDGET_SHARE = 0.85
 # Continued MLM (a base with an MLM head: the BioBERT / ClinicalBERT recipe) gets at most this share of the training
 # time; the sentence-encoder stages after it, which are what makes the search better, get the rest. Without it a
 # BERT-base's epoch of a ~150k-word corpus (~47 steps of 32 x 128 tokens at ~7 s in bf16 on this 2-core Xeon, ~14 s
-# in fp32) took the whole budget on a slower CPU and left ICT its minimum.
+# in fp32) took the whole budget on a slower CPU and left ICT its minimum. (47 steps was the old sizing, half a real
+# epoch; a real one, counted from the prepared corpus, is ~77 on Emma's 157k words: the share matters more now.)
 MLM_SHARE = 1 / 3
 
 

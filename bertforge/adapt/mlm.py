@@ -7,7 +7,9 @@ of whole sentences up to 128 tokens, no next-sentence task (DAPT, Gururangan et 
 too; the sentence encoder never uses the NSP head). With `--vocab new` the checkpoint's vocabulary
 first grows by the corpus's own pieces (domain_vocabulary.py).
 
-What it trains on: the indexed passages (held-out ones without their cut sentence), as ICT does.
+What it trains on: the indexed passages (held-out ones without their cut sentence), as ICT does, each a document
+of its own (pretraining packs sentences within a document): its length is epochs of the instances the prepared
+corpus gives (`sized_settings`), counted by the pretraining dataset that trains on them.
 What it is measured on: the held-out ICT query sentences, which no stage trains on: masked-token
 loss and accuracy before the first step and after the last, under the same masks. Its row in the
 report is the MLM-trained encoder under the base's pooling, zero-shot on the ICT queries; the stages
@@ -16,6 +18,7 @@ after it train that encoder.
 from __future__ import annotations
 
 import functools
+import math
 import shutil
 import time
 from dataclasses import asdict, dataclass, replace
@@ -27,14 +30,15 @@ from ..input_files import blank_line_blocks
 from ..models.checkpoint import has_mlm_head
 from ..models.folder import ModelFolder, read_model_folder
 from ..resources import resolve_model
-from ..tasks.pretraining.dataset import PretrainingConfig
-from ..tasks.pretraining.recipe import DataSettings, ModelSettings, PretrainRecipe, run_pretraining
+from ..tasks.pretraining.dataset import PretrainingConfig, PretrainingDataset
+from ..tasks.pretraining.recipe import (DataSettings, ModelSettings, PretrainRecipe, load_or_train_tokenizer,
+                                        run_pretraining, tokenized_corpus)
 from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..tokenization.folder import load_tokenizer
 from ..tokenization.tokenizer import BertTokenizer
 from ..train.checkpointing import latest_checkpoint, list_checkpoints
 from ..train.config import TrainConfig
-from ..train.distributed import barrier
+from ..train.distributed import Topology, barrier
 from .budget import budgeted_steps, read_budget
 from .domain_vocabulary import corpus_pieces, grow_checkpoint, vocabulary_change
 
@@ -44,9 +48,14 @@ TRAIN_TEXT, HELD_OUT_TEXT = "corpus.txt", "heldout.txt"  # a passage (a held-out
 
 @dataclass
 class MlmSettings:
-    """The MLM stage's knobs (presets.mlm_settings sizes `steps` from the corpus)."""
+    """The MLM stage's knobs (presets.mlm_settings gives the preset's). Its length: `steps` when given, else
+    `epochs` of the prepared corpus's instances within [min_steps, max_steps] (`sized_settings`, which fills in
+    `steps` before the stage trains; the stage's cache key hashes these settings before that)."""
 
-    steps: int = 100
+    steps: int | None = None
+    epochs: float = 1.0
+    min_steps: int = 1
+    max_steps: int | None = None  # None: no cap
     batch_size: int = 32
     learning_rate: float = 1e-4
     warmup: float = 0.06
@@ -59,6 +68,12 @@ class MlmSettings:
     def __post_init__(self) -> None:
         if self.vocab not in VOCABS:
             raise ValueError(f"vocab {self.vocab!r} is not one of {', '.join(VOCABS)}")
+
+    def steps_for(self, instances: int) -> int:
+        """The steps `epochs` of an epoch of `instances` (a process's) train, within [min_steps, max_steps]. An
+        epoch is the loader's batches, its last one short (recipe.EndlessBatches): ceil(instances / batch_size)."""
+        steps = max(self.min_steps, round(self.epochs * math.ceil(instances / self.batch_size)))
+        return steps if self.max_steps is None else min(self.max_steps, steps)
 
 
 # --mlm's value that skips continued MLM even for a base with an MLM head (a SPLADE or already domain-trained one).
@@ -112,11 +127,14 @@ def run_mlm_stage(run, stage, settings: MlmSettings, seconds: float | None = Non
     resume = latest_checkpoint(stage.run) is not None if stage.run.is_dir() else False
     if stage.run.is_dir() and not resume and main:
         shutil.rmtree(stage.run)  # killed before its first checkpoint: start it again
+    barrier(run.topology)
+    settings, instances = sized_settings(settings, init, stage.folder, run.options, run.topology, resume)
     if seconds is not None:
         timing = functools.partial(timing_steps, mlm_recipe(init, stage.folder, settings, run.options))
         settings = replace(settings, steps=budgeted_steps(stage.folder, settings.steps, seconds, resume, run.topology,
                                                           timing))
-    print(f"stage {stage.name}: continued MLM pretraining of {source}, {settings.steps} steps, batch "
+    print(f"stage {stage.name}: continued MLM pretraining of {source}, {settings.steps} steps "
+          f"({epochs_of(settings.steps, instances, settings.batch_size):.3g} epochs of {instances:,} instances), batch "
           f"{settings.batch_size}, lr {settings.learning_rate}" + (", a domain vocabulary" if settings.vocab == "new"
                                                                     else ""), flush=True)
     records = run_pretraining(mlm_recipe(init, stage.folder, settings, run.options), resume=resume)
@@ -129,6 +147,8 @@ def run_mlm_stage(run, stage, settings: MlmSettings, seconds: float | None = Non
     print(f"stage {stage.name}: held-out masked-token accuracy {masked['before']['accuracy']:.4f} -> "
           f"{masked['after']['accuracy']:.4f}, loss {masked['before']['loss']:.3f} -> {masked['after']['loss']:.3f}")
     record = stage.finish({"name": stage.name, "key": stage.key, **scored, "steps": settings.steps,
+                           "instances_per_epoch": instances,
+                           "epochs": round(epochs_of(settings.steps, instances, settings.batch_size), 4),
                            "seconds": time.time() - started, "description": describe(settings, source),
                            "settings": asdict(settings), "masked_lm": masked, "vocabulary": vocabulary,
                            "budget": read_budget(stage.folder) if seconds is not None else None})
@@ -137,6 +157,28 @@ def run_mlm_stage(run, stage, settings: MlmSettings, seconds: float | None = Non
     for name in (TRAIN_TEXT, HELD_OUT_TEXT):
         (stage.folder / name).unlink()
     return record
+
+
+def sized_settings(settings: MlmSettings, init: Path, folder: Path, options, topology: Topology, resume: bool
+                   ) -> tuple[MlmSettings, int]:
+    """(settings with their steps, the instances an epoch gives this process): the pretraining dataset's own count
+    over the corpus prepared in folder/run (where run_pretraining then finds it, prepared once). An estimate from
+    the corpus's words assumed every sequence a full 128 tokens, where a passage's last one is short: Emma's
+    first 6,000 lines, planned as 5 epochs, trained 2.65. Every epoch's count differs a little (short_seq_prob
+    draws shorter targets anew); the first's sizes the stage, the same again when a killed stage resumes."""
+    recipe = mlm_recipe(init, folder, replace(settings, steps=settings.steps or 1), options)
+    run_dir = Path(recipe.training.output_dir)
+    tokenizer = load_or_train_tokenizer(recipe, run_dir, topology, resume)  # the checkpoint's vocabulary
+    corpus = tokenized_corpus(recipe.data.train, tokenizer, run_dir / "data" / "train", recipe.data, topology, resume)
+    # As pretrain_in builds it: under torchrun each process's share, so the steps make an epoch on any number of them
+    instances = len(PretrainingDataset(corpus, recipe.data.instances, seed=recipe.training.seed, rank=topology.rank,
+                                       world_size=topology.world_size))
+    return (settings if settings.steps else replace(settings, steps=settings.steps_for(instances))), instances
+
+
+def epochs_of(steps: int, instances: int, batch_size: int) -> float:
+    """The epochs `steps` batches train, an epoch being ceil(instances / batch_size) of them."""
+    return steps / max(1, math.ceil(instances / batch_size))
 
 
 def keep_models(checkpoint: Path, stage, run) -> tuple[BiEncoder, BertTokenizer]:

@@ -122,8 +122,7 @@ def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
     # stays valid on a faster or slower machine)
     minutes = [options.minutes] if options.minutes is not None else []
     if run.mlm_source is not None:  # the stages after it train the MLM-trained encoder, with its vocabulary
-        settings = mlm_settings(options.preset, round(run.corpus.words * run.vocabulary.pieces_per_word),
-                                options.vocab, options.seed, options.vocab_size)
+        settings = mlm_settings(options.preset, options.vocab, options.seed, options.vocab_size)
         stage = Stage.of(run.output, "mlm", key, model_fingerprint(run.mlm_source)[:12], settings, *minutes)
         stages.append(stage)
         systems.append(finished(run, stage, lambda: run_mlm_stage(run, stage, settings, mlm_seconds(

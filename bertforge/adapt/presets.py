@@ -9,7 +9,7 @@ indexing). full: for a GPU and big corpora: longer ICT with mined negatives thro
 SimCSE as a last stage. TSDAE is not in it: as a stage on all-MiniLM-L6-v2 (the paper's settings, one epoch)
 it lowered every held-out score, drug reviews' real queries from 0.296 to 0.066 (docs/adapt.md, TSDAE).
 Continued MLM (a base with an MLM head, or --mlm) runs before them for an epoch of the corpus (quick,
-at most MLM_STEPS["quick"] steps) or several (full).
+at most MLM_STEPS["quick"] steps) or several (full): epochs of the instances its prepared corpus gives.
 The numbers behind these choices are in scripts/results/ and the README.
 """
 from __future__ import annotations
@@ -44,8 +44,8 @@ HELD_OUT_SHARE = 0.5  # at most this share of the passages gives a query
 # scores a bigger corpus against its queries' own passages and a sample of the others (a 150k-word corpus,
 # ~1,500-1,800 passages, is scored whole); the index holds every passage either way.
 SCORED_PASSAGES = {"quick": 2_000, "full": 50_000}
-MLM_EPOCHS = {"quick": 1.0, "full": 5.0}  # passes over the corpus's tokens
-MLM_STEPS = {"quick": 150, "full": 20_000}  # at most; quick: ~150k words of text are ~50 steps an epoch
+MLM_EPOCHS = {"quick": 1.0, "full": 5.0}  # passes over the prepared corpus's instances (mlm.sized_settings)
+MLM_STEPS = {"quick": 150, "full": 20_000}  # at most; quick: Emma (157k words, 1,828 passages) is 77 an epoch
 MLM_MIN_STEPS = 10  # a tiny corpus still gets a measurable change
 
 
@@ -94,13 +94,10 @@ def scored_passages(preset: str) -> int:
     return SCORED_PASSAGES[preset]
 
 
-def mlm_settings(preset: str, corpus_tokens: int, vocab: str = "base", seed: int = 0,
-                 vocab_size: int | None = None) -> MlmSettings:
-    """The continued-MLM stage: MLM_EPOCHS of the corpus's word pieces in full 128-token sequences, within
-    [MLM_MIN_STEPS, MLM_STEPS]. vocab_size: the vocabulary --vocab new learns (None: MlmSettings' default)."""
-    settings = MlmSettings(vocab=vocab, seed=seed, learning_rate=1e-4 if preset == "quick" else 5e-5)
-    if vocab_size is not None:
-        settings = replace(settings, vocab_size=vocab_size)
-    per_epoch = corpus_tokens / (settings.batch_size * (settings.max_seq_length - 2))
-    steps = min(MLM_STEPS[preset], max(MLM_MIN_STEPS, round(MLM_EPOCHS[preset] * per_epoch)))
-    return replace(settings, steps=steps)
+def mlm_settings(preset: str, vocab: str = "base", seed: int = 0, vocab_size: int | None = None) -> MlmSettings:
+    """The continued-MLM stage: MLM_EPOCHS of the instances its prepared corpus gives, within [MLM_MIN_STEPS,
+    MLM_STEPS] (the steps themselves are counted when the stage has prepared its corpus, with the vocabulary it
+    trains: mlm.sized_settings). vocab_size: the vocabulary --vocab new learns (None: MlmSettings' default)."""
+    settings = MlmSettings(vocab=vocab, seed=seed, learning_rate=1e-4 if preset == "quick" else 5e-5,
+                           epochs=MLM_EPOCHS[preset], min_steps=MLM_MIN_STEPS, max_steps=MLM_STEPS[preset])
+    return settings if vocab_size is None else replace(settings, vocab_size=vocab_size)

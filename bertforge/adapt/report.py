@@ -83,7 +83,7 @@ def final_note(systems: list[dict], final: dict) -> str:
     the model alone, the base alone and fused with BM25, and BM25."""
     base, bm25 = (next(s for s in systems if s["name"] == name) for name in ("base", "bm25"))
     chosen, weight = engine(final), engine(final)["dense_weight"]
-    lines = [f"No stage beat the base model on the held-out dev queries: DIR/model is the base model, unchanged."
+    lines = ["No stage beat the base model on the held-out dev queries: DIR/model is the base model, unchanged."
              if final is base else f"Final model: stage {final['name']}."]
     lines.append(f"DIR/index ranks by it fused with BM25 at dense weight {weight:g} (picked on the dev queries)."
                  if weight < 1 else "DIR/index ranks by it alone (BM25 did not help on the dev queries).")
