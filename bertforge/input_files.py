@@ -6,14 +6,17 @@ its demo corpus compressed); `utf8_problem` finds the line of the first byte tha
 for a message that names the file and the line, not a byte offset inside a read buffer;
 `jsonl_objects` reads JSON Lines with errors that name file:line, and `corpus_record` one record of a corpus the
 same way for every reader (its text, title and id), `open_table` CSV / TSV rows,
-`blank_line_blocks` plain text by blank-line blocks. A UTF-8 byte-order mark (a Windows editor's, many
-Gutenberg books') is dropped wherever text is read: it is not part of the first word, header or record.
+`blank_line_blocks` plain text by blank-line blocks, `table_texts` a table's text column, `record_texts` a JSONL
+file's or a table's texts as train-tokenizer and pretraining read them, `unescaped` the HTML entities of text that
+is not a page. A UTF-8 byte-order mark (a Windows editor's, many Gutenberg books') is dropped wherever text is read:
+it is not part of the first word, header or record.
 """
 from __future__ import annotations
 
 import codecs
 import csv
 import gzip
+import html
 import io
 import json
 import lzma
@@ -26,6 +29,7 @@ from typing import IO, Iterator
 
 COMPRESSED = {".gz": gzip.open, ".xz": lzma.open}
 DELIMITERS = {".csv": ",", ".tsv": "\t"}
+JSONL_SUFFIX = ".jsonl"
 
 
 def require_file(path: str | os.PathLike, what: str = "input file", advice: str = "") -> Path:
@@ -44,6 +48,17 @@ def text_suffix(path: str | os.PathLike) -> str:
     """The suffix that says what the text is: `.txt` for both `a.txt` and `a.txt.gz`."""
     path = Path(path)
     return Path(path.stem).suffix if path.suffix in COMPRESSED else path.suffix
+
+
+def is_jsonl(path: str | os.PathLike) -> bool:
+    """Whether a file is read as JSON Lines: .jsonl in any case (a Windows export's NOTES.JSONL), compressed or not.
+    Every corpus reader asks this, so one file is never records to one command and prose to another."""
+    return text_suffix(path).lower() == JSONL_SUFFIX
+
+
+def is_table(path: str | os.PathLike) -> bool:
+    """Whether a file is read as a CSV / TSV table (its suffix in any case, compressed or not)."""
+    return text_suffix(path).lower() in DELIMITERS
 
 
 # The first bytes of every file of each compressed format.
@@ -93,6 +108,41 @@ def blank_line_blocks(path: str | os.PathLike) -> Iterator[str]:
         yield "".join(lines)
 
 
+TEXT_FIELD_ADVICE = "name the field that holds the text with --text-field (adapt's --text-column)"
+TEXT_COLUMN_ADVICE = "name the column that holds the text with --text-field (a pretraining recipe's data.text_field)"
+
+
+def table_texts(path: str | os.PathLike, column: str = "text",
+                advice: str = TEXT_COLUMN_ADVICE) -> Iterator[tuple[int, str]]:
+    """(line, text) for each row of a CSV / TSV table with a header: its cell under `column`, streamed, as adapt reads
+    a table (a row a passage; its header, ids, dates and ratings are not text). Rows whose text is blank, and rows
+    with another number of fields than the header (an unquoted delimiter), are left out, as `read_rows` leaves them.
+
+    Raises ValueError naming the file, the columns found and `advice` for a table without `column`, and naming the
+    file and line for a row the csv module cannot parse.
+    """
+    with open_table(path) as reader:
+        header = [name.strip() for name in next(reader, [])]
+        if column not in header:
+            raise ValueError(f"{path} has no column {column!r} (found {header or 'no header row'}); {advice}")
+        position, previous_end = header.index(column), reader.line_num
+        try:
+            for row in reader:  # a quoted cell may span lines: a row starts on the line after the last row's end
+                line, previous_end = previous_end + 1, reader.line_num
+                if len(row) == len(header) and row[position].strip():
+                    yield line, row[position]
+        except csv.Error as error:
+            raise ValueError(f"{path}: the row after line {previous_end} cannot be parsed ({error}); "
+                             "fix or remove it") from None
+
+
+def unescaped(text: str) -> str:
+    """Text with its HTML entities as their characters (`&#039;` -> `'`, `&amp;` -> `&`): scraped text (drug reviews)
+    is full of them, and read as written a vocabulary learns `039` and `it&#039;s` tokenises as `it & # 039 ; s`.
+    For text that is not a page: a parsed page's text comes decoded ("&amp;lt;" on a page is the text "&lt;")."""
+    return html.unescape(text)
+
+
 def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
     """(line number, object) for each non-blank line of a JSON Lines file, streamed.
 
@@ -113,7 +163,6 @@ def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
             yield line_number, record
 
 
-TEXT_FIELD_ADVICE = "name the field that holds the text with --text-field (adapt's --text-column)"
 
 
 def titled(title: str, text: str) -> str:
@@ -156,6 +205,21 @@ def corpus_record(record: dict, where: str, text_field: str = "text", id_field: 
     # Ids are strings, as BEIR's, the server's and a folder's: an int id read from one file was 7 on the command
     # line and "7" from the server or from the same file in a folder.
     return CorpusRecord(text, title, None if passage_id is None else str(passage_id))
+
+
+def record_texts(path: str | os.PathLike, text_field: str = "text") -> Iterator[str]:
+    """The texts of a file of records, one per record, as train-tokenizer and pretraining read them, so that a
+    vocabulary and the corpus it is trained for read the same text: a JSONL record's title and text (`corpus_record`,
+    joined by `titled`: what index build, adapt and embed encode), a CSV / TSV row's cell under `text_field`
+    (`table_texts`), its HTML entities decoded (`unescaped`) as adapt decodes a table's. A record's text is data and
+    taken as written, as index build, adapt, embed and a BEIR set take it. ValueError as those readers raise."""
+    if is_jsonl(path):
+        for line, record in jsonl_objects(Path(path)):
+            found = corpus_record(record, f"{path}:{line}", text_field)
+            yield titled(found.title, found.text)
+    else:
+        for _, text in table_texts(path, text_field):
+            yield unescaped(text)
 
 
 class Decompressed(io.RawIOBase):

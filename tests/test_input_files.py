@@ -86,13 +86,14 @@ def test_a_table_read_by_every_reader_takes_its_delimiter_from_its_suffix(tmp_pa
 
 def test_every_corpus_reader_reads_a_jsonl_record_by_the_one_rule(tmp_path):
     """corpus_record for pretraining and train-tokenizer too: the text under the field asked for or `text`, never
-    the record's keys; pretraining leaves the title out, as it leaves a chapter's heading out."""
+    the record's keys; the title before the text (`titled`), in pretraining's corpus as in the vocabulary trained
+    for it (the corpus left it out while the vocabulary learnt its words)."""
     from bertforge.tokenization.vocab_training import train_vocab
 
     records = [{"_id": f"zzid{i}", "title": "Quokkas", "text": f"Quokka number {i} smiles at wombats."}
                for i in range(20)]
     corpus = write_records(tmp_path / "corpus.jsonl", records)
-    assert next(read_documents(corpus, text_field="body")) == ["Quokka number 0 smiles at wombats."]
+    assert next(read_documents(corpus, text_field="body")) == ["Quokkas Quokka number 0 smiles at wombats."]
     vocab = train_vocab([corpus], vocab_size=200, min_frequency=2)
     assert "quokka" in vocab and "wombats" in vocab
     assert not {"zzid", "_id", "title"} & set(vocab)  # the record's keys and ids are not its text

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..input_files import corpus_record, jsonl_objects, open_bytes, open_text, require_file, text_suffix, titled
+from ..input_files import corpus_record, is_jsonl, jsonl_objects, open_bytes, open_text, require_file, titled
 
 PassageId = str | int
 # Longer lines are refused, as the csv reader refuses a longer field in a classification file; a passage
@@ -56,7 +56,7 @@ def read_passages(path: str | Path, text_field: str = "text", id_field: str | No
     for, or with an id that is neither a str nor an int.
     """
     path = check_corpus_file(path)
-    if text_suffix(path) == ".jsonl":
+    if is_jsonl(path):  # in any case: NOTES.JSONL is records to every reader
         yield from jsonl_passages(path, text_field, id_field)
         return
     with open_text(path, encoding="utf-8-sig") as file:  # .gz / .xz too

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import filecmp
 import hashlib
-import html
 import json
 import mmap
 import operator
@@ -39,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..atomic import replaced_file
-from ..input_files import DELIMITERS, corpus_record, jsonl_objects, not_utf8, text_suffix, titled, utf8_problem
+from ..input_files import (DELIMITERS, corpus_record, jsonl_objects, not_utf8, text_suffix, titled, unescaped,
+                           utf8_problem)
 from ..markup import HTML_SUFFIXES, MARKUP_SUFFIXES, text_blocks
 from ..tasks.classification.reader import read_rows, table_columns
 from ..tasks.pretraining.corpus import expand_paths, folder_files, split_sentences
@@ -325,7 +325,7 @@ def sentences_of(text: str, escaped: bool = True) -> list[str]:
 def normalise(text: str, escaped: bool = True) -> str:
     """Whitespace runs as one space; with `escaped`, HTML entities (&#039; in scraped reviews) as their characters
     (a marked-up page's text comes decoded: "&amp;lt;" on a page is the text "&lt;", not "<")."""
-    return _WHITESPACE.sub(" ", html.unescape(text) if escaped else text).strip()
+    return _WHITESPACE.sub(" ", unescaped(text) if escaped else text).strip()
 
 
 def split_long(passage: Passage, max_words: int) -> list[Passage]:

@@ -202,7 +202,8 @@ def train_vocab(files: list[str | os.PathLike], vocab_size: int = 30522, min_fre
 
     Text goes through the same normalizer and pre-tokenizer as encoding (CJK split on); .gz and
     .xz files are read as text, HTML, Markdown and reStructuredText without their markup, a .jsonl
-    file's records as every corpus reader reads them (`corpus_record`: `text_field`, a title). Ids:
+    file's records as every corpus reader reads them (`corpus_record`: `text_field`, a title), a .csv / .tsv
+    table's `text_field` column, HTML entities decoded (`text_chunks`: the text pretraining's corpus reads). Ids:
     [PAD] 0, then [unused0..num_unused-1] (slots to repurpose later, as Google's vocabularies
     have), then [UNK] [CLS] [SEP] [MASK], the alphabet, its `##` continuations, then the learnt
     pieces in the order they were learnt.
@@ -244,22 +245,24 @@ def train_vocab(files: list[str | os.PathLike], vocab_size: int = 30522, min_fre
 
 
 def text_chunks(files: list[str], text_field: str) -> Iterator[str]:
-    """The files' text ~2,000 lines or records at a time (one engine call per chunk, not per line): a page or
-    document without its markup at once, a .jsonl file's records by `corpus_record` (their text, not their keys)."""
-    from ..input_files import corpus_record, jsonl_objects, open_text, text_suffix, titled
+    """The files' text ~2,000 lines or records at a time (one engine call per chunk, not per line), as pretraining's
+    corpus reads it: a page or document without its markup at once; a .jsonl file's records and a table's rows by
+    `record_texts` (a record's title and text, a row's `text_field` cell: not their keys, header, ids or dates);
+    plain text with its HTML entities decoded (`unescaped`: `&#039;` is an apostrophe, not the word `039`)."""
+    from ..input_files import is_jsonl, is_table, open_text, record_texts, text_suffix, unescaped
     from ..markup import MARKUP_SUFFIXES, text_blocks
 
     for file in files:
-        if text_suffix(file).lower() in MARKUP_SUFFIXES:
+        if text_suffix(file).lower() in MARKUP_SUFFIXES:  # a page's parser has decoded its entities once already
             yield "\n".join(text_blocks(file))
-        elif text_suffix(file).lower() == ".jsonl":
-            records = (corpus_record(record, f"{file}:{line}", text_field) for line, record in jsonl_objects(file))
+        elif is_jsonl(file) or is_table(file):
+            records = record_texts(file, text_field)
             while chunk := list(itertools.islice(records, 2000)):
-                yield "\n".join(titled(found.title, found.text) for found in chunk)
+                yield "\n".join(chunk)
         else:
             with open_text(file) as text:
                 while chunk := list(itertools.islice(text, 2000)):
-                    yield "".join(chunk)
+                    yield unescaped("".join(chunk))
 
 
 def pinned_alphabet(texts, engine: Tokenizer, limit: int) -> list[str]:

@@ -1,7 +1,7 @@
 """Read raw text into documents (lists of sentences), streaming, one document at a time.
 
-Four layouts, picked by file extension and `document_boundary`:
-- plain text (any extension but .jsonl), `document_boundary="blank_line"`: every block of
+Five layouts, picked by file extension and `document_boundary`:
+- plain text (any extension but .jsonl, .csv, .tsv), `document_boundary="blank_line"`: every block of
   lines between blank lines is a document; the original BERT input format (one sentence per
   line) is this layout with `split_sentences=split_lines`.
 - plain text, `document_boundary="file"`: the whole file is one document (a novel, say); its
@@ -10,11 +10,15 @@ Four layouts, picked by file extension and `document_boundary`:
   ("CHAPTER IV", "Chapter 12", "VOLUME II", "BOOK 3", "PART ONE") ends one document and starts
   the next, and the heading itself is dropped. Chapters are what NSP wants from a novel: long
   runs of true continuations, and enough documents to draw random next segments from.
-- JSON Lines (.jsonl): one document per line, its text under `text_field`; blank lines in the
-  text separate paragraphs.
-Hard-wrapped lines are joined with spaces before sentence splitting. HTML, Markdown and
-reStructuredText files are plain text once their markup is gone (`markup.text_blocks`: a page's
-content, not its navigation); they are read when named, since a folder stands for its .txt and
+- JSON Lines (.jsonl, in any case): one document per line, its title and text (`input_files.record_texts`: the
+  title before the text, as every corpus reader joins them, and as train-tokenizer reads it); blank lines in
+  the text separate paragraphs.
+- CSV / TSV tables (.csv, .tsv): one document per row, its cell under `text_field` (a table without that column
+  is refused, naming the columns found): the header, ids, dates and ratings are not prose.
+HTML entities (`&#039;` in scraped reviews) are decoded in all but HTML, Markdown and reStructuredText pages, whose
+parser decodes them once (`input_files.unescaped`, as adapt reads text). Hard-wrapped lines are joined with spaces
+before sentence splitting. HTML, Markdown and reStructuredText files are plain text once their markup is gone
+(`markup.text_blocks`: a page's content, not its navigation); they are read when named, as tables are, since a folder stands for its .txt and
 .jsonl files (a corpus folder's README.md is about the data, not data). Any of these may be
 compressed (`.txt.gz`, `.jsonl.xz`): it is read as text on the fly.
 """
@@ -24,14 +28,19 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Literal, get_args
 
-from ...input_files import corpus_record, jsonl_objects, require_file, text_suffix
-from ...markup import text_blocks
+from ...input_files import JSONL_SUFFIX, is_jsonl, is_table, record_texts, require_file, text_suffix, unescaped
+from ...markup import MARKUP_SUFFIXES, text_blocks
 
 DocumentBoundary = Literal["blank_line", "file", "chapter"]
 DOCUMENT_BOUNDARIES = get_args(DocumentBoundary)
-JSONL_SUFFIXES = (".jsonl",)
+JSONL_SUFFIXES = (JSONL_SUFFIX,)
 _WHITESPACE = re.compile(r"\s+")
 _HEADING = re.compile(r"(chapter|volume|book|part)\s+([ivxlcdm]+|\d+|[a-z]+)\.?", re.IGNORECASE)
+
+# How files are read into documents, recorded with the caches made from them (prepared corpora, trained
+# vocabularies) so one read another way is made again: 2 since 2026-11-27 (a record's title, a table's text
+# column, HTML entities decoded in text files and tables); a cache recording none was read by rule 1.
+TEXT_RULE = 2
 
 
 def split_sentences(text: str) -> list[str]:
@@ -96,32 +105,33 @@ def read_documents(paths: str | os.PathLike | Iterable[str | os.PathLike], docum
     """Yield documents, each a list of sentence strings, file after file; empty documents are skipped.
 
     `split_sentences` turns one paragraph (text without blank lines, possibly hard-wrapped) into
-    sentences. Raises ValueError for a missing file, an unknown `document_boundary`, and a JSONL
-    line that is not a JSON object with a str under `text_field` (the message names file:line).
+    sentences. Raises ValueError for a missing file, an unknown `document_boundary`, a JSONL
+    line that is not a JSON object with a str under `text_field` (the message names file:line), and a table
+    without a `text_field` column (the message names the columns found).
     """
     if document_boundary not in DOCUMENT_BOUNDARIES:
         raise ValueError(f"unknown document_boundary {document_boundary!r}; use one of {DOCUMENT_BOUNDARIES}")
     for path in expand_paths(paths):
-        if text_suffix(path) in JSONL_SUFFIXES:
-            documents = _jsonl_documents(path, text_field, split_sentences)
+        if is_jsonl(path) or is_table(path):  # a record or a row is a document, whatever the boundary
+            documents = (_sentences(text, split_sentences) for text in record_texts(path, text_field))
         elif document_boundary == "file":
             documents = _file_document(path, split_sentences)
         elif document_boundary == "chapter":
             documents = _chapter_documents(path, split_sentences)
         else:
-            documents = (_sentences(block, split_sentences) for block in text_blocks(path))
+            documents = (_sentences(block, split_sentences) for block in _blocks(path))
         yield from (document for document in documents if document)
 
 
 def _file_document(path: Path, split: Callable[[str], list[str]]) -> Iterator[list[str]]:
     # Paragraphs are split one at a time so that no sentence runs across a paragraph
     # (a heading like "Chapter 1" has no full stop to end it).
-    yield [sentence for block in text_blocks(path) for sentence in split(block)]
+    yield [sentence for block in _blocks(path) for sentence in split(block)]
 
 
 def _chapter_documents(path: Path, split: Callable[[str], list[str]]) -> Iterator[list[str]]:
     document = []
-    for block in text_blocks(path):
+    for block in _blocks(path):
         if _HEADING.fullmatch(block.strip()):
             yield document
             document = []
@@ -130,11 +140,12 @@ def _chapter_documents(path: Path, split: Callable[[str], list[str]]) -> Iterato
     yield document
 
 
-def _jsonl_documents(path: Path, text_field: str, split: Callable[[str], list[str]]) -> Iterator[list[str]]:
-    # A record read as every corpus reader reads it; its title is left out, as a chapter's heading is: a heading
-    # is not a sentence of the text that a next-sentence pair could be drawn from.
-    for line_number, record in jsonl_objects(path):
-        yield _sentences(corpus_record(record, f"{path}:{line_number}", text_field).text, split)
+def _blocks(path: Path) -> Iterator[str]:
+    """A text file's blank-line blocks as its text: a page's without its markup (its parser decoded its entities),
+    plain text's with its HTML entities decoded, as train-tokenizer reads them (`vocab_training.text_chunks`)."""
+    if text_suffix(path).lower() in MARKUP_SUFFIXES:
+        return text_blocks(path)
+    return map(unescaped, text_blocks(path))
 
 
 def _sentences(text: str, split: Callable[[str], list[str]]) -> list[str]:

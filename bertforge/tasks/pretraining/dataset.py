@@ -6,7 +6,6 @@ can count every rank's instances: equal counts keep DDP in lockstep. The shuffle
 one window of documents come from a generator seeded by (seed, epoch, rank, window), so resuming
 from {epoch, instances consumed} replays at most one window to land on exactly the next instance.
 """
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +13,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ...errors import BertforgeError
-from .masking import check_masking_args, mask_tokens
+from .masking import check_masking_args, mask_tokens, random_replacement_ids
 from ...train.collate import pad_rows
 from .pairs import build_pair, check_pair_args, plan_sentence_pairs
 from ...validation import checked
@@ -79,9 +78,8 @@ class PretrainingDataset(IterableDataset):
         self._lengths = {}  # epoch -> instances per rank, cached because counting plans every document
         vocab = corpus.vocab_tokens
         self._is_continuation = np.array([token.startswith("##") for token in vocab])
-        # Random replacements avoid [CLS]/[MASK]/[unusedN]...: the model never sees them in text,
-        # so predicting the original from them teaches nothing (the original drew from the whole vocab).
-        self._random_ids = np.array([i for i, token in enumerate(vocab) if not re.fullmatch(r"\[\w+\]", token)])
+        # mask_tokens' own rule for its random replacements, worked out once here rather than for every sequence.
+        self._random_ids = random_replacement_ids(vocab)
         self._special_ids = (corpus.cls_token_id, corpus.sep_token_id, corpus.pad_token_id)
 
     # ---- position

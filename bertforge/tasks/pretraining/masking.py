@@ -1,11 +1,14 @@
 """Masked-LM corruption of one sequence, as create_masked_lm_predictions does it (80% [MASK], 10% random, 10% kept)."""
 import functools
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from ...models.heads import IGNORE_INDEX  # label of unmasked positions: the losses skip it
 from ...validation import checked
+
+_BRACKETED = re.compile(r"\[\w+\]")  # [PAD] [UNK] [CLS] [SEP] [MASK] [unused0]...: tokens no text holds
 
 
 def check_masking_args(mlm_probability: float, max_predictions_per_seq: int) -> None:
@@ -16,7 +19,8 @@ def check_masking_args(mlm_probability: float, max_predictions_per_seq: int) -> 
 
 def mask_tokens(input_ids, rng: np.random.Generator, vocab_size: int, mask_token_id: int, special_ids: Iterable[int],
                 mlm_probability: float = 0.15, max_predictions_per_seq: int = 20, whole_word: bool = False,
-                word_starts=None, random_token_ids=None) -> tuple[np.ndarray, np.ndarray]:
+                word_starts=None, random_token_ids=None,
+                vocab_tokens: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(masked input ids, labels), both (seq,) int64, for one sequence of token ids (seq,).
 
     Positions holding `special_ids` ([CLS], [SEP], [PAD]) are never chosen. The number chosen is
@@ -25,11 +29,16 @@ def mask_tokens(input_ids, rng: np.random.Generator, vocab_size: int, mask_token
     original id; every other label is -100. whole_word=True chooses words instead: `word_starts`
     (seq,) bool marks the first piece of each word (False for "##" pieces); a word never spans a
     special token, and a word that would overshoot the count is skipped, as in the original.
-    Random tokens come from `random_token_ids` (default: every id below vocab_size except
-    special_ids and mask_token_id). Raises ValueError for bad rates or a missing word_starts.
+    Random tokens come from `random_token_ids`; by default, given the vocabulary's `vocab_tokens` (in id order),
+    from `random_replacement_ids` (every token but the bracketed ones, as PretrainingDataset draws them), and
+    given its size alone (which names no token) from every id below vocab_size except special_ids and
+    mask_token_id. Raises ValueError for bad rates, a missing word_starts, or vocab_tokens of another size.
     """
     check_masking_args(mlm_probability, max_predictions_per_seq)
     input_ids, special_ids = np.asarray(input_ids, dtype=np.int64), frozenset(special_ids)
+    if vocab_tokens is not None and len(vocab_tokens) != vocab_size:
+        raise ValueError(f"vocab_tokens holds {len(vocab_tokens)} tokens but vocab_size is {vocab_size}; pass the "
+                         "vocabulary's tokens in id order")
     if whole_word and (word_starts is None or len(word_starts) != len(input_ids)):
         raise ValueError("whole_word=True needs word_starts: a bool per token, False for '##' continuation pieces")
     is_special = np.zeros(len(input_ids), dtype=bool)
@@ -51,7 +60,8 @@ def mask_tokens(input_ids, rng: np.random.Generator, vocab_size: int, mask_token
     masked_ids[chosen[draw < 0.8]] = mask_token_id
     replaced = chosen[draw >= 0.9]
     if random_token_ids is None:
-        random_token_ids = _default_random_ids(vocab_size, special_ids | {mask_token_id})
+        random_token_ids = _default_random_ids(vocab_size if vocab_tokens is None else tuple(vocab_tokens),
+                                               special_ids | {mask_token_id})
     random_token_ids = np.asarray(random_token_ids)
     masked_ids[replaced] = random_token_ids[rng.integers(len(random_token_ids), size=len(replaced))]
     return masked_ids, labels
@@ -78,7 +88,18 @@ def _choose_words(candidates: np.ndarray, word_starts: np.ndarray, num_to_predic
     return candidates[chosen[word_of_candidate]]
 
 
+def random_replacement_ids(vocab_tokens: Sequence[str]) -> np.ndarray:
+    """The ids the 10% random replacements are drawn from: every token of the vocabulary (in id order) but the
+    bracketed ones, [CLS], [MASK], [UNK], [unusedN]...: the model never sees them in text, so predicting the
+    original from one teaches nothing (the original drew from the whole vocabulary)."""
+    return np.array([i for i, token in enumerate(vocab_tokens) if not _BRACKETED.fullmatch(token)], dtype=np.int64)
+
+
 @functools.lru_cache(maxsize=8)
-def _default_random_ids(vocab_size: int, excluded: frozenset) -> np.ndarray:
-    ids = np.arange(vocab_size, dtype=np.int64)
+def _default_random_ids(vocab: int | tuple[str, ...], excluded: frozenset) -> np.ndarray:
+    """mask_tokens' pool without one given: `random_replacement_ids` of the vocabulary's tokens; for a vocabulary
+    known by its size alone, every id but `excluded` (the special ids and [MASK]: the only ids it can name)."""
+    if not isinstance(vocab, int):
+        return random_replacement_ids(vocab)
+    ids = np.arange(vocab, dtype=np.int64)
     return ids[~np.isin(ids, list(excluded))]

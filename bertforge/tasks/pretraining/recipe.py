@@ -22,7 +22,7 @@ from ...atomic import published_folder, write_text
 from ...errors import BertforgeError
 from ...input_files import changed_inputs, fingerprints
 from ...train.run_folder import claim_run_folder
-from .corpus import DocumentBoundary, expand_paths
+from .corpus import TEXT_RULE, DocumentBoundary, expand_paths
 from .shards import TokenizedCorpus, prepare_corpus, vocab_fingerprint
 from ...models.heads import IGNORE_INDEX, BertForPreTraining, masked_positions_from, padded_masked_positions
 from ...embeddings.vocabulary import load_vocabulary
@@ -100,7 +100,7 @@ def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Top
     if source:
         return load_vocabulary(source)
     trained, record = run_dir / "tokenizer", run_dir / "tokenizer" / TRAINED_ON
-    wanted = {**asdict(settings), "text_field": recipe.data.text_field}
+    wanted = {**asdict(settings), "text_field": recipe.data.text_field, "text_rule": TEXT_RULE}
     if topology.is_main:
         files = expand_paths(recipe.data.train)
         change = "not trained yet"
@@ -110,7 +110,8 @@ def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Top
                                  "out of the output folder")
         if (trained / "vocab.txt").exists():
             recorded = json.loads(record.read_text(encoding="utf-8")) if record.exists() else {}
-            change = cache_change(recorded.get("settings", {}), recorded.get("source_files"), files, wanted)
+            change = cache_change({"text_rule": 1, **recorded.get("settings", {})}, recorded.get("source_files"),
+                                  files, wanted)
             if change:
                 change = stale_cache(trained, change, resume, recorded=record.exists())
         if change:
@@ -140,8 +141,9 @@ def tokenized_corpus(paths: list[str], tokenizer: BertTokenizer, folder: Path, d
             recorded = json.loads(meta.read_text(encoding="utf-8"))
             wanted = {"document_boundary": data.document_boundary, "text_field": data.text_field,
                       "vocab_sha256": vocab_fingerprint(tokenizer.vocab),
-                      "do_lower_case": getattr(tokenizer, "do_lower_case", None)}
-            change = cache_change(recorded, recorded.get("source_files"), expand_paths(paths), wanted)
+                      "do_lower_case": getattr(tokenizer, "do_lower_case", None), "text_rule": TEXT_RULE}
+            change = cache_change({"text_rule": 1, **recorded}, recorded.get("source_files"), expand_paths(paths),
+                                  wanted)
             if change:
                 change = stale_cache(folder, change, resume, recorded="source_files" in recorded)
         if change:

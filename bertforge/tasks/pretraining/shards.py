@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from ...atomic import append_array, staging_folder
 from ...input_files import fingerprints
 from ...validation import checked
-from .corpus import DOCUMENT_BOUNDARIES, expand_paths, read_documents, split_sentences
+from .corpus import DOCUMENT_BOUNDARIES, TEXT_RULE, expand_paths, read_documents, split_sentences
 
 FORMAT_VERSION = 1
 FILES = ("tokens.bin", "sentence_offsets.bin", "document_offsets.bin", "vocab.txt", "meta.json")
@@ -83,7 +83,7 @@ def prepare_corpus(paths, tokenizer, output_dir: str | os.PathLike, document_bou
                 "special_token_ids": {name: vocab[token] for name, token in SPECIAL_TOKENS.items()},
                 "num_documents": counts["documents"], "num_sentences": counts["sentences"],
                 "num_tokens": counts["tokens"], "sources": sources, "source_files": fingerprints(files),
-                "document_boundary": document_boundary, "text_field": text_field}
+                "document_boundary": document_boundary, "text_field": text_field, "text_rule": TEXT_RULE}
         (staging / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         _publish(staging, output_dir)
     return TokenizedCorpus(output_dir)
