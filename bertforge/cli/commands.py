@@ -237,7 +237,7 @@ def train_tokenizer(files: list[str], *, output: str, vocab_size: int = 30522, m
         min_frequency: drop merges seen fewer times than this
         lowercase: lower-case and strip accents, as uncased BERT does
         num_unused: keep this many [unusedN] slots after [PAD], as Google's vocabularies do
-        text_field: the field of a .jsonl file's records that holds the text (a record's title is read too)
+        text_field: the field of a .jsonl file's records (a record's title is read too), or the .csv / .tsv column, that holds the text
     """
     from ..tasks.pretraining.corpus import expand_paths
     from ..tokenization.tokenizer import BertTokenizer
@@ -258,7 +258,7 @@ def prepare(files: list[str], *, output: str, vocab: str = "minilm", document_bo
         output: folder for the shards (tokens, sentence and document offsets, meta.json)
         vocab: the vocabulary to tokenize with: checkpoint folder, vocab.txt, tokenizer.json or a packaged short name
         document_boundary: blank_line (a blank line ends a document), file (one document per file) or chapter (a heading line such as CHAPTER IV starts one)
-        text_field: the JSONL field that holds the text
+        text_field: the JSONL field (a record's title is read too), or the .csv / .tsv column, that holds the text
         batch_size: documents per tokenizer batch (the batch is tokenized on all cores)
         overwrite: replace shards already in the output folder
     """
