@@ -412,6 +412,7 @@ def test_a_tsdae_stage_trains_on_the_corpus_sentences_and_keeps_the_encoder_alon
         MethodSettings(method="tsdae", distillation=1.0)
 
 
+@pytest.mark.slow  # the budget's steps and their resume with fixed timings: tests/test_adapt_budget_steps.py
 def test_a_time_budget_shortens_training_to_the_steps_a_timed_step_allows_and_a_resume_keeps_them(cassette_dir,
                                                                                                     tmp_path):
     from bertforge.adapt.budget import BUDGET_FILE, MIN_BUDGET_STEPS, StageTime

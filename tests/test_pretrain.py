@@ -138,6 +138,7 @@ def test_the_loop_releases_memory_every_few_steps(corpus_files, tmp_path, monkey
     assert len(calls) == 3
 
 
+@pytest.mark.slow  # make test keeps finetune's two-process torchrun run (test_finetune.py) and the data split
 def test_two_processes_equal_one_with_the_same_global_batch(corpus_files, tmp_path):
     """torchrun with 2 gloo ranks vs one process accumulating the same two micro-batches per step."""
     no_dropout = {**TINY_MODEL, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}

@@ -264,7 +264,8 @@ def finetune_args(tweets: Path, output: Path, *extra: str) -> list[str]:
             "training.log_every=1", "training.tensorboard=false", "training.plot=false", *extra]
 
 
-@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+# SIGKILL under -m slow: the one loop's kill -9 resume is tested on pretraining (test_pretrain.py) in `make test`
+@pytest.mark.parametrize("how", [signal.SIGTERM, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)])
 def test_finetuning_stopped_by_a_signal_resumes(tweets, tmp_path, how):
     """SIGTERM (a scheduler, docker stop): checkpoint and one line. SIGKILL: no chance, the last checkpoint."""
     run = tmp_path / "run"
@@ -285,7 +286,7 @@ def test_finetuning_stopped_by_a_signal_resumes(tweets, tmp_path, how):
         == step + 2
 
 
-@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
+@pytest.mark.parametrize("how", [signal.SIGINT, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)])
 def test_a_stopped_prepare_leaves_no_half_corpus(data_dir, tmp_path, how):
     """prepare stopped half-way: nothing is published, the next prepare is clean and removes any leftovers.
 

@@ -250,7 +250,7 @@ def killed_command(tmp_path, at: str, *argv) -> None:
     assert result.returncode == -9, result.stderr[-2000:]
 
 
-@pytest.mark.parametrize("at", ["embedding", "publishing"])
+@pytest.mark.parametrize("at", ["embedding", pytest.param("publishing", marks=pytest.mark.slow)])
 def test_index_build_killed_then_run_again_gives_the_index_of_one_clean_run(tmp_path, corpus_lines, cassette_dir, at):
     corpus = write_lines(tmp_path / "sentences.txt", corpus_lines[:120])
     command = ["index", "build", corpus, "--output", tmp_path / "index", "--model", cassette_dir, "--chunk-size", "50"]
@@ -267,7 +267,7 @@ def test_index_build_killed_then_run_again_gives_the_index_of_one_clean_run(tmp_
                                   Index.load(tmp_path / "clean").faiss_index.reconstruct_n(0, 120))
 
 
-@pytest.mark.parametrize("at", ["embedding", "publishing"])
+@pytest.mark.parametrize("at", ["embedding", pytest.param("publishing", marks=pytest.mark.slow)])
 def test_index_add_killed_loses_nothing_already_indexed_and_completes_when_run_again(tmp_path, corpus_lines,
                                                                                       cassette_dir, at):
     first = write_lines(tmp_path / "first.txt", corpus_lines[:60])

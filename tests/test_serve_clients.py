@@ -52,7 +52,7 @@ def test_openai_client_one_text_asks_base64_and_gets_float32_vectors(client, sbe
     assert (response.usage.prompt_tokens, response.usage.total_tokens) == (tokens, tokens)
 
 
-@pytest.mark.parametrize("count", [40, 1000, 2048])
+@pytest.mark.parametrize("count", [40, pytest.param(1000, marks=pytest.mark.slow), 2048])
 def test_openai_client_sends_up_to_2048_inputs_in_one_call(client, sbert, sentences, count):
     texts = [" ".join(sentence.split()[:4]) for sentence in sentences[:count]]  # short: the count is what is tested
     vectors = vectors_of(client.embeddings.create(model="minilm", input=texts))
