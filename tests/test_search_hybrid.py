@@ -127,8 +127,10 @@ def test_bm25_matches_a_word_s_other_forms_and_not_its_stop_words():
 
 
 def test_a_large_index_fuses_over_the_dense_and_bm25_pool(index, embedder, sentences, monkeypatch):
-    """Past EXACT_HYBRID_UP_TO: pool = dense top-K joined with BM25's top-K (positive scores), K = 100 here."""
+    """Past EXACT_HYBRID_UP_TO: pool = dense top-K joined with BM25's top-K (positive scores), K = POOL_SIZE (100
+    here, for a 300-row index) whatever top_k: K grew with top_k, so a query's first hits moved with it."""
     monkeypatch.setattr(hybrid, "EXACT_HYBRID_UP_TO", 0)
+    monkeypatch.setattr(hybrid, "POOL_SIZE", 100)
     dense, lexical = encoder_scorer(embedder)(QUERIES, sentences), bm25_scores(QUERIES, sentences)
     results = index.search(QUERIES, top_k=3, dense_weight=0.7)
     for query, hits in enumerate(results):
@@ -138,7 +140,10 @@ def test_a_large_index_fuses_over_the_dense_and_bm25_pool(index, embedder, sente
         best = np.argsort(-fused, kind="stable")[:3]
         assert [hit.row for hit in hits] == pool[best].tolist()
         np.testing.assert_allclose([hit.score for hit in hits], fused[best], atol=1e-5)
-    # a pool as large as the index (top_k 30: K = 300) is the whole index: the exact ranking
+    deeper = index.search(QUERIES, top_k=30, dense_weight=0.7)  # the same pool: the same first three
+    assert [[h.row for h in hits[:3]] for hits in deeper] == [[h.row for h in hits] for hits in results]
+    # a pool as large as the index (K = 300) is the whole index: the exact ranking
+    monkeypatch.setattr(hybrid, "POOL_SIZE", 300)
     pooled = index.search(QUERIES, top_k=30, dense_weight=0.7)
     monkeypatch.undo()
     assert [[h.row for h in hits] for hits in pooled] == [[h.row for h in hits] for hits in
