@@ -7,9 +7,9 @@ import pytest
 
 from bertforge.tasks.pretraining.corpus import read_documents
 from bertforge.embeddings.embed import Embedder
-from bertforge.search.build import add_corpus, build_index
+from bertforge.search.build import add_corpus, build_index, passages_file
 from bertforge.search.corpus import read_passages
-from bertforge.search.documents import passage_text, passages_file, read_corpus
+from bertforge.search.documents import passage_text, read_corpus
 from bertforge.search.index import Index
 from bertforge.tasks.retrieval.reader import read_texts_by_id
 from bertforge.cli.commands import read_texts
@@ -349,6 +349,10 @@ def test_a_folder_build_keeps_the_ids_its_records_give(tmp_path, corpus_lines, c
                                             for i, line in enumerate(corpus_lines[:12])), encoding="utf-8")
     build_index(folder, tmp_path / "index", cassette_dir, text_field="body", id_field="key")
     assert stored(Index.load(tmp_path / "index")) == [(f"doc-{i}", line) for i, line in enumerate(corpus_lines[:12])]
+    with pytest.raises(ValueError, match="every passage of .*records is in the index already"):
+        add_corpus(tmp_path / "index", folder, text_field="body", id_field="key")
+    (folder / "a.jsonl").write_text("".join(json.dumps({"key": f"doc-{i}", "body": line}) + "\n"  # new texts, old ids
+                                            for i, line in enumerate(corpus_lines[12:24])), encoding="utf-8")
     with pytest.raises(ValueError, match="duplicate id 'doc-0' .* unless its records give ids under 'key'"):
         add_corpus(tmp_path / "index", folder, text_field="body", id_field="key")
 
@@ -380,6 +384,23 @@ def test_index_add_takes_a_folder(tmp_path, corpus_lines, cassette_dir):
     assert added == len(expected) and meta["count"] == 30 + added
     assert stored(Index.load(tmp_path / "index"))[30:] == expected
     assert not (tmp_path / "index.adding.passages.jsonl").exists()
-    with pytest.raises(ValueError, match=f"duplicate id 'guide.html:0' in {site} .* named after their files"):
-        add_corpus(tmp_path / "index", site)  # the same folder again: said in its words, not the id field's
+    with pytest.raises(ValueError, match=f"every passage of {site} is in the index already"):
+        add_corpus(tmp_path / "index", site)  # the same folder again: its passages are there (a long one's parts)
     assert len(Index.load(tmp_path / "index")) == 30 + added
+
+
+def test_index_add_of_a_folder_drops_what_the_index_holds_as_one_build_of_both_does(tmp_path, cassette_dir):
+    """`index build both/` dropped the passage a/ and b/ share; `index build a/` then `index add b/` held it twice,
+    and a search listed it twice."""
+    shared = "Warfarin needs regular blood tests because its effect varies with diet and other drugs. " * 4
+    for name, other in (("a", "Metformin is the usual first medicine for type 2 diabetes in adults. " * 5),
+                        ("b", "Statins lower cholesterol and the risk of heart attacks over many years. " * 5)):
+        (tmp_path / "both" / name).mkdir(parents=True)
+        (tmp_path / "both" / name / f"{name}.txt").write_text(f"{shared}\n\n{other}\n", encoding="utf-8")
+    build_index(tmp_path / "both", tmp_path / "at-once", str(cassette_dir))
+    build_index(tmp_path / "both" / "a", tmp_path / "then-added", str(cassette_dir))
+    _, added = add_corpus(tmp_path / "then-added", tmp_path / "both" / "b", str(cassette_dir))
+    at_once, then_added = Index.load(tmp_path / "at-once"), Index.load(tmp_path / "then-added")
+    assert added == 1 and len(then_added) == len(at_once) == 3
+    hits = then_added.search("warfarin blood tests", top_k=3)
+    assert len({hit.text for hit in hits}) == 3

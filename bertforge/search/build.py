@@ -15,6 +15,7 @@ finds the same passages there keeps the file, and so the chunks made from it.
 """
 from __future__ import annotations
 
+import filecmp
 import json
 import logging
 import shutil
@@ -30,7 +31,8 @@ from ..errors import UsageError
 from ..input_files import require_file
 from . import ann
 from .corpus import ID_ADVICE, UniqueIds, check_corpus_file, chunked, count_passages, read_passages
-from .documents import passages_file, reads_as_documents
+from .documents import (corpus_summary, no_text_found, read_corpus, reads_as_documents, text_digest,
+                        write_passages_file)
 from .encoder import open_model
 from .folder import refuse_existing_output, write_new_folder
 from .hybrid import check_dense_weight
@@ -107,17 +109,47 @@ class IndexInput:
         return read_passages(self.file, self.text_field, self.id_field)
 
 
-def index_input(corpus: str | Path, work_file: Path, text_field: str, id_field: str | None) -> IndexInput:
+def index_input(corpus: str | Path, work_file: Path, text_field: str, id_field: str | None,
+                index: Index | None = None) -> IndexInput:
     """The corpus itself (a text file, a line a passage, or JSONL), or, for a folder, pages or a table, its passages
-    as JSONL in `work_file` (the module's doc)."""
+    as JSONL in `work_file` (the module's doc), without exact duplicates: of one another, and of the passages of
+    `index` (added to), as one build of the folders together drops them."""
     source = Path(corpus)
     if source.exists() and reads_as_documents(source):
-        passages = passages_file(source, work_file, text_column=text_field, id_column=id_field)
+        known = indexed_digests(index) if index is not None else None
+        passages = passages_file(source, work_file, text_column=text_field, id_column=id_field, known=known)
         return IndexInput(passages, "text", "id", str(source),
                           f"its passages are named after their files (FILE:BLOCK) unless its records give ids under "
                           f"{repr(id_field) if id_field else 'id or _id'}: is it, or a file of the same name, in the "
                           "index already?")
     return IndexInput(check_corpus_file(source), text_field, id_field, str(source))
+
+
+def passages_file(source: Path, target: Path, text_column: str = "text", text_option: str = "--text-field",
+                  id_column: str | None = None, known: set[bytes] | None = None) -> Path:
+    """The passages of a folder, pages or a table (`read_corpus`), written to `target` as an index's JSONL. A
+    `target` that already holds them is left as it was, its time too: an interrupted build's chunks, made from
+    it, are kept. Prints what was read and left out; raises ValueError when no text is found."""
+    corpus = read_corpus([source], text_column=text_column, id_column=id_column, known=known)
+    print("\n".join(corpus_summary(corpus, "index build", text_option)), flush=True)
+    if not corpus.passages and known and corpus.duplicates:
+        raise ValueError(f"every passage of {source} is in the index already ({corpus.duplicates:,} exact duplicates "
+                         "of its passages); nothing to add")
+    if not corpus.passages:
+        raise ValueError(no_text_found(str(source), text_option))
+    fresh = target.with_name(target.name + ".new")
+    write_passages_file(corpus.passages, fresh)
+    if target.is_file() and filecmp.cmp(fresh, target, shallow=False):
+        fresh.unlink()
+    else:
+        fresh.replace(target)
+    return target
+
+
+def indexed_digests(index: Index, block: int = 10_000) -> set[bytes]:
+    """The `text_digest` of every passage an index holds, its texts read a block of rows at a time."""
+    return {text_digest(passage.text) for start in range(0, len(index), block)
+            for passage in index.passages(range(start, min(start + block, len(index))))}
 
 
 def checked_total(corpus: Path) -> int:
@@ -193,7 +225,7 @@ def add_corpus(folder: str | Path, corpus: str | Path, model: str | Path | None 
     folder = Path(folder)
     index = Index.load(folder, model=model, device=device)
     read_file = folder.with_name(folder.name + ".adding.passages.jsonl")
-    corpus = index_input(corpus, read_file, text_field, id_field)
+    corpus = index_input(corpus, read_file, text_field, id_field, index)
     total = checked_total(corpus.file)
     embedder = index.embedder
     embedder.progress, embedder.batch_size = False, batch_size

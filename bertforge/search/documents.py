@@ -23,7 +23,6 @@ and read back by position, so a corpus larger than memory streams through (the f
 """
 from __future__ import annotations
 
-import filecmp
 import hashlib
 import json
 import mmap
@@ -138,8 +137,9 @@ class Corpus:
 
 
 def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", max_words: int = MAX_WORDS,
-                id_column: str | None = None) -> Corpus:
-    """Every file's passages, normalised, deduplicated and split to at most ~max_words words.
+                id_column: str | None = None, known: set[bytes] | None = None) -> Corpus:
+    """Every file's passages, normalised, deduplicated and split to at most ~max_words words. known: the
+    `text_digest`s of passages held already (an index added to): those are duplicates too.
 
     Raises ValueError (one line naming the file and the fix) for a binary or non-UTF-8 file,
     a table without `text_column`, a malformed JSONL line, or an id that two records share.
@@ -149,7 +149,7 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
     sources = {SPHINX_SOURCES: sphinx_sources(files, paths), PAGE_SOURCES: page_sources(files, paths)}
     left_out = set().union(*sources.values())
     files = [path for path in files if path not in left_out]
-    seen, ids = set(), UniqueIds()  # ids: the index is keyed by them, and a clash is better said now than at the end
+    seen, ids = set(known or ()), UniqueIds()  # ids: the index is keyed by them, and a clash is better said now
     skipped = {**{why: len(found) for why, found in sources.items() if found},
                **unread_kinds(paths, files + sorted(left_out))}
     corpus = Corpus(PassageStore(), files, skipped=skipped, text_column=text_column)
@@ -167,6 +167,10 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
                 continue
             seen.add(key)
             pieces = split_long(passage, max_words)
+            if known and len(pieces) > 1:  # an index holds a long passage's parts, not the passage
+                held = [piece for piece in pieces if passage_digest(piece) in known]
+                corpus.duplicates += len(held) == len(pieces)
+                pieces = [piece for piece in pieces if piece not in held]
             corpus.split += len(pieces) > 1
             for piece in pieces:
                 ids.check([piece], str(path))
@@ -252,8 +256,13 @@ def unread_kinds(paths: list, read: list[Path]) -> dict[str, int]:
 
 
 def passage_digest(passage: Passage) -> bytes:
-    """16 bytes that tell exact duplicates apart: the set of those seen holds these, not a second copy of the text."""
-    return hashlib.blake2b(f"{passage.title}\x00{passage.text}".encode(), digest_size=16).digest()
+    """16 bytes that tell exact duplicates apart: the set of those seen holds these, not a second copy of the text.
+    Of what is indexed and encoded (`passage_text`), so a passage can be matched against an index's texts."""
+    return text_digest(passage_text(passage))
+
+
+def text_digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
 def check_text_file(path: Path) -> None:
@@ -381,21 +390,3 @@ def write_passages_file(passages: Iterable[Passage], path: Path) -> None:
     with replaced_file(path) as temporary, temporary.open("w", encoding="utf-8") as lines:  # a line at a time
         for passage in passages:
             lines.write(json.dumps({"id": passage.id, "text": passage_text(passage)}, ensure_ascii=False) + "\n")
-
-
-def passages_file(source: Path, target: Path, text_column: str = "text", text_option: str = "--text-field",
-                  id_column: str | None = None) -> Path:
-    """The passages of a folder, pages or a table (`read_corpus`), written to `target` as an index's JSONL. A
-    `target` that already holds them is left as it was, its time too: an interrupted build's chunks, made from
-    it, are kept. Prints what was read and left out; raises ValueError when no text is found."""
-    corpus = read_corpus([source], text_column=text_column, id_column=id_column)
-    print("\n".join(corpus_summary(corpus, "index build", text_option)), flush=True)
-    if not corpus.passages:
-        raise ValueError(no_text_found(str(source), text_option))
-    fresh = target.with_name(target.name + ".new")
-    write_passages_file(corpus.passages, fresh)
-    if target.is_file() and filecmp.cmp(fresh, target, shallow=False):
-        fresh.unlink()
-    else:
-        fresh.replace(target)
-    return target
