@@ -98,7 +98,8 @@ def test_a_run_resumed_after_a_step_before_a_short_one_trains_what_an_uninterrup
     assert load_trainer_state(latest_checkpoint(cut))["data"] == {"epoch": 1, "batches_done": 2}
     again = Examples()
     resumed, again, _ = run(cut, 4, 2, examples=again, resume=True, keep_last=0, save_every=1)
-    assert again.seen == examples.seen[-len(again.seen):] and len(again.seen) == 2 + EXAMPLES  # epoch 2's last batch, epoch 3
+    # epoch 2's last batch, then epoch 3
+    assert again.seen == examples.seen[-len(again.seen):] and len(again.seen) == 2 + EXAMPLES
     for name, value in straight.state_dict().items():
         torch.testing.assert_close(resumed.state_dict()[name], value, rtol=0, atol=0, msg=name)
 

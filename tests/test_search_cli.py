@@ -127,7 +127,8 @@ def test_approximate_build_prints_its_recall_against_exact(capsys, austen_files,
 
 
 def test_index_build_says_when_pooling_overrides_the_folders(capsys, tmp_path):
-    """`embed --pooling cls` on a mean-pooling folder says its vectors are no longer the folder's; index build did not."""
+    """`embed --pooling cls` on a mean-pooling folder says its vectors are no longer the folder's; index build was
+    silent."""
     corpus = tmp_path / "c.txt"
     corpus.write_text("a bank\nthe river\n", encoding="utf-8")
     code, _, err = run(capsys, "index", "build", corpus, "--output", tmp_path / "index", "--pooling", "cls")

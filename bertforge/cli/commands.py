@@ -157,8 +157,8 @@ def read_texts(path: Path, text_field: str) -> list[str]:
     with open_bytes(path) as file:
         left_out = sum(1 for _ in file) - len(texts)
     if left_out:  # rows no longer follow line numbers: say so
-        print(f"left out {left_out} blank line(s) or record(s) of {path}: row i of the vectors is its i-th text that is "
-              "not blank", file=sys.stderr)
+        print(f"left out {left_out} blank line(s) or record(s) of {path}: row i of the vectors is its i-th text "
+              "that is not blank", file=sys.stderr)
     return texts
 
 

@@ -15,11 +15,12 @@ Five layouts, picked by file extension and `document_boundary`:
   the text separate paragraphs.
 - CSV / TSV tables (.csv, .tsv): one document per row, its cell under `text_field` (a table without that column
   is refused, naming the columns found): the header, ids, dates and ratings are not prose.
-HTML entities (`&#039;` in scraped reviews) are decoded in all but HTML, Markdown and reStructuredText pages, whose
-parser decodes them once (`input_files.unescaped`, as adapt reads text). Hard-wrapped lines are joined with spaces
-before sentence splitting. HTML, Markdown and reStructuredText files are plain text once their markup is gone
-(`markup.text_blocks`: a page's content, not its navigation); they are read when named, as tables are, since a folder stands for its .txt and
-.jsonl files (a corpus folder's README.md is about the data, not data). Any of these may be
+HTML entities (`&#039;` in scraped reviews) are decoded in plain text and tables (`input_files.unescaped`, as adapt
+reads them); a JSONL record's text is taken as written, and a page's parser decodes its own once. Hard-wrapped
+lines are joined with spaces before sentence splitting. HTML, Markdown and reStructuredText files are plain text
+once their markup is gone (`markup.text_blocks`: a page's content, not its navigation); they are read when named,
+as tables are, since a folder stands for its .txt and .jsonl files (a corpus folder's README.md is about the data,
+not data). Any of these may be
 compressed (`.txt.gz`, `.jsonl.xz`): it is read as text on the fly.
 """
 import os
