@@ -196,3 +196,14 @@ def test_every_readme_command_parses_as_written(line):
         words = words[words.index("&&") + 1:] if "&&" in words else []
         parsed = build_parser().parse_args(command)  # a usage error would exit (SystemExit) and fail the test
         assert parsed.subcommand == command[0]
+
+
+def test_a_columns_option_takes_either_spelling_of_the_one_reader():
+    """adapt's --text-column / --id-column and index build's / embed's --text-field / --id-field name the same column
+    of the same files (search/documents.py): each was refused as an unknown option by the other commands."""
+    parse = build_parser().parse_args
+    assert parse(["adapt", "x.csv", "--output", "o", "--text-field", "review", "--id-field", "k"]).adapt.text_column \
+        == "review"
+    index = parse(["index", "build", "x.csv", "--output", "o", "--text-column", "review", "--id-column", "k"])
+    assert (index.index.build.text_field, index.index.build.id_field) == ("review", "k")
+    assert parse(["embed", "x.csv", "v.npy", "--text-column", "review"]).embed.text_field == "review"

@@ -57,6 +57,12 @@ def without_none(typehint) -> Any:
     return typehint
 
 
+# One reader, two names in use: adapt's table options and index build's / embed's record fields name the same
+# column of the same files (search/documents.py), so each command takes the other's spelling too.
+OPTION_ALIASES = {"--text-column": "--text-field", "--text-field": "--text-column",
+                  "--id-column": "--id-field", "--id-field": "--id-column"}
+
+
 def command_line_style(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """jsonargparse's add_argument(*args, **kwargs) for a typed parameter, in bertforge's spelling.
 
@@ -86,4 +92,7 @@ def command_line_style(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     if is_list:
         style["nargs"] = "+"
     # jsonargparse also offers `--option+ value` to append to a list; `--option a b` replaces that.
-    return (("--" + name.replace("_", "-")) if args[0].startswith("--") else name,), style
+    if not args[0].startswith("--"):
+        return (name,), style
+    option = "--" + name.replace("_", "-")
+    return ((option, OPTION_ALIASES[option]) if option in OPTION_ALIASES else (option,)), style
