@@ -30,8 +30,9 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2
 
 # The long runs that `make test` leaves out (marker `slow`): the rest of the tokenizer's every-line
-# parity, compiled training (inductor), adapt's presets, kills and time budget end to end, MiniLM's ONNX export,
-# pretraining on two processes, and the second kill point or signal of the kill-and-resume tests.
+# parity (make test keeps tweets' and drug reviews' first shard), compiled training and inference (inductor),
+# adapt's presets, kills, time budget and memory end to end, MiniLM's ONNX export, pretraining and embed on two
+# processes, the server's import weight, and the second kill point or signal of the kill-and-resume tests.
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -m slow
 

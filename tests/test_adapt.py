@@ -143,6 +143,7 @@ def test_a_full_temporary_folder_names_itself_and_tmpdir(monkeypatch):
     assert "set TMPDIR" in str(error.value)
 
 
+@pytest.mark.slow  # tracemalloc over a corpus read: make test-slow
 def test_a_read_corpus_holds_offsets_in_memory_not_its_text(tmp_path):
     """The passages stream to a temporary file: what reading leaves in memory is ~8 bytes a passage (the Passage
     objects took ~2 KB each), and the held-out corpus edits a few passages without copying the others."""

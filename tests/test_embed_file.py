@@ -163,6 +163,7 @@ def test_parts_of_different_settings_are_not_reused(capsys, source, tmp_path, mo
     assert np.abs(np.load(tmp_path / "v.npy")[:5]).sum() > 0
 
 
+@pytest.mark.slow  # two gloo processes; make test keeps finetune's torchrun run
 def test_two_ranks_under_torchrun_write_one_array_in_input_order(source, tmp_path, minilm_dir):
     output = tmp_path / "ranks.npy"
     script = tmp_path / "ranked.py"

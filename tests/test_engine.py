@@ -166,6 +166,7 @@ def test_unpadded_model_equals_padded_in_states_logits_loss_and_gradients(kernel
         torch.testing.assert_close(unpadded_grads[key], grad, atol=1e-5, rtol=0, msg=key)
 
 
+@pytest.mark.slow  # inductor's compile, as compiled training's tests: make test-slow
 def test_the_forward_pass_compiles_whole_without_host_syncs():
     """fullgraph=True fails on any graph break: `.item()`, `bool(tensor)`, boolean-mask indexing, nonzero.
 

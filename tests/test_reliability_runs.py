@@ -264,8 +264,10 @@ def finetune_args(tweets: Path, output: Path, *extra: str) -> list[str]:
             "training.log_every=1", "training.tensorboard=false", "training.plot=false", *extra]
 
 
-# SIGKILL under -m slow: the one loop's kill -9 resume is tested on pretraining (test_pretrain.py) in `make test`
-@pytest.mark.parametrize("how", [signal.SIGTERM, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)])
+# Under -m slow: make test keeps the Ctrl-C stop and resume of finetuning (below) and the kill -9 resume of the one
+# loop on pretraining (test_pretrain.py)
+@pytest.mark.slow
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
 def test_finetuning_stopped_by_a_signal_resumes(tweets, tmp_path, how):
     """SIGTERM (a scheduler, docker stop): checkpoint and one line. SIGKILL: no chance, the last checkpoint."""
     run = tmp_path / "run"

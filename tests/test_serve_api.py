@@ -413,6 +413,7 @@ def test_answers_carry_each_float32_exactly_in_its_shortest_form():
     assert FastJSONResponse(np.float32([0.1])).body == b"[0.1]"
 
 
+@pytest.mark.slow  # a fresh interpreter's whole import: make test-slow
 def test_importing_the_app_loads_neither_sklearn_nor_scipy():
     """The word-in-context route imports sklearn (and scipy under it) when it first runs: they are most of a second
     of `bertforge serve`'s start. In a fresh process, since this one has loaded them for other tests."""
