@@ -121,16 +121,32 @@ def table_texts(path: str | os.PathLike, column: str = "text",
     Raises ValueError naming the file, the columns found and `advice` for a table without `column`, and naming the
     file and line for a row the csv module cannot parse.
     """
+    rows = table_rows(path)
+    header = next(rows)[1] or []
+    if column not in header:
+        raise ValueError(f"{path} has no column {column!r} (found {header or 'no header row'}); {advice}")
+    position = header.index(column)
+    for line, row in rows:
+        if len(row) == len(header) and row[position].strip():
+            yield line, row[position]
+
+
+def table_rows(path: str | os.PathLike) -> Iterator[tuple[int, list[str] | None]]:
+    """A CSV / TSV table's rows, streamed, each with the line it starts on: first its header row, its names
+    stripped (None for an empty file), then every data row but blank lines. The one walk of a table's rows for
+    `table_texts` and the labelled-row reader (tasks/classification/reader.py).
+
+    Raises ValueError naming the file and the line after which a row the csv module cannot parse starts.
+    """
     with open_table(path) as reader:
-        header = [name.strip() for name in next(reader, [])]
-        if column not in header:
-            raise ValueError(f"{path} has no column {column!r} (found {header or 'no header row'}); {advice}")
-        position, previous_end = header.index(column), reader.line_num
+        header = next(reader, None)
+        yield 1, None if header is None else [name.strip() for name in header]
+        previous_end = reader.line_num
         try:
             for row in reader:  # a quoted cell may span lines: a row starts on the line after the last row's end
-                line, previous_end = previous_end + 1, reader.line_num
-                if len(row) == len(header) and row[position].strip():
-                    yield line, row[position]
+                start, previous_end = previous_end + 1, reader.line_num
+                if row:
+                    yield start, row
         except csv.Error as error:
             raise ValueError(f"{path}: the row after line {previous_end} cannot be parsed ({error}); "
                              "fix or remove it") from None

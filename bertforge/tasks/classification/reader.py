@@ -12,18 +12,17 @@ Three steps, each checked where user data enters:
 """
 from __future__ import annotations
 
-import csv
 import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...input_files import DELIMITERS, jsonl_objects, not_utf8, open_table, require_file, text_suffix
+from ...input_files import (DELIMITERS, JSONL_SUFFIX, jsonl_objects, not_utf8, open_table, require_file, table_rows,
+                           text_suffix)
 
 logger = logging.getLogger(__name__)
 
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
-JSONL_SUFFIX = ".jsonl"
 _MAX_LISTED = 10  # unknown labels or skipped rows named in one message; the rest are counted
 
 
@@ -89,11 +88,8 @@ def read_rows(path: str | os.PathLike, *, text_columns: list[str], label_column:
             if id_column is not None:
                 rows.ids.append(values[id_column])
             rows.row_numbers.append(line_number)
-    except UnicodeDecodeError:  # a .jsonl file's (a table's is open_table's ValueError)
+    except UnicodeDecodeError:  # a .jsonl file's (a table's is open_table's ValueError; a bad row table_rows')
         raise ValueError(not_utf8(path)) from None
-    except csv.Error as error:
-        raise ValueError(f"{path}: row after line {rows.row_numbers[-1] if rows.row_numbers else 1} "
-                         f"cannot be parsed ({error}); fix or remove it") from None
 
     if rows.skipped:
         logger.warning("%s: skipped %d of %d rows; first: %s", path, len(rows.skipped), total, rows.skipped[0])
@@ -120,22 +116,18 @@ def _row_problem(values: dict | str, text_columns: list[str], label_column: str 
 def _table_records(path: Path, columns: list[str]):
     """(start line, {column: str}) for each data row of a CSV/TSV file with a header; a str instead
     of the dict says why the row is malformed."""
-    with open_table(path) as reader:
-        header = _header(reader)
-        if header is None:
-            raise ValueError(f"{path}: the file is empty; it needs a header row naming its columns")
-        _check_columns(path, columns, header)
-        position = {name: header.index(name) for name in columns}
-        previous_end = reader.line_num
-        for row in reader:
-            start, previous_end = previous_end + 1, reader.line_num
-            if not row:  # a blank line
-                continue
-            if len(row) != len(header):
-                yield start, (f"{len(row)} fields but the header has {len(header)} "
-                              "(an unquoted delimiter or quote inside a text?)")
-                continue
-            yield start, {name: row[index] for name, index in position.items()}
+    rows = table_rows(path)
+    header = next(rows)[1]
+    if header is None:
+        raise ValueError(f"{path}: the file is empty; it needs a header row naming its columns")
+    _check_columns(path, columns, header)
+    position = {name: header.index(name) for name in columns}
+    for start, row in rows:
+        if len(row) != len(header):
+            yield start, (f"{len(row)} fields but the header has {len(header)} "
+                          "(an unquoted delimiter or quote inside a text?)")
+            continue
+        yield start, {name: row[index] for name, index in position.items()}
 
 
 def _header(reader) -> list[str] | None:
