@@ -37,16 +37,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..atomic import replaced_file
-from ..input_files import (DELIMITERS, corpus_record, jsonl_objects, not_utf8, text_suffix, titled, unescaped,
-                           utf8_problem)
+from ..input_files import (DELIMITERS, JSONL_SUFFIX, corpus_record, jsonl_objects, not_utf8, text_suffix, titled,
+                           unescaped, utf8_problem)
 from ..markup import HTML_SUFFIXES, MARKUP_SUFFIXES, text_blocks
 from ..tasks.classification.reader import read_rows, table_columns
 from ..tasks.pretraining.corpus import expand_paths, folder_files, split_sentences
 from .corpus import UniqueIds, part_id
 
 TEXT_SUFFIXES = (".txt", ".text", "")
-JSONL = ".jsonl"
-READABLE = (*TEXT_SUFFIXES, *MARKUP_SUFFIXES, JSONL, *DELIMITERS)  # what a folder stands for
+READABLE = (*TEXT_SUFFIXES, *MARKUP_SUFFIXES, JSONL_SUFFIX, *DELIMITERS)  # what a folder stands for
 SPHINX_SOURCES = "_sources/ (Sphinx's copies of the pages' sources)"  # how the files sphinx_sources finds are reported
 PAGE_SOURCES = ".md/.rst sources of HTML pages of the same name"  # how the files page_sources finds are reported
 SOURCE_SUFFIXES = tuple(s for s in MARKUP_SUFFIXES if s not in HTML_SUFFIXES)  # Markdown and reStructuredText
@@ -276,7 +275,7 @@ def file_passages(path: Path, name: str, text_column: str, id_column: str | None
     asked for (a folder's tables may each number their rows from 1). A file without the id column asked for is
     refused (ValueError): a misspelt name would otherwise leave every passage named after its line."""
     suffix = text_suffix(path).lower()
-    if suffix == JSONL:
+    if suffix == JSONL_SUFFIX:
         yield from jsonl_passages(path, name, text_column, id_column)
     elif suffix in DELIMITERS:
         if id_column is not None and id_column not in (found := table_columns(path)):
