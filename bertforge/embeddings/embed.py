@@ -173,12 +173,11 @@ class Embedder:
         for name, value in folder_options(folder).items():
             if options.get(name) is None:
                 options[name] = value
+        dtype = check_inference_dtype(options.get("dtype"))
         if options.get("device") is None:  # as every command and SentenceTransformer choose: the GPU if there is one
-            int8 = check_inference_dtype(options.get("dtype")) == torch.qint8  # runs on the CPU only
-            options["device"] = torch.device("cpu") if int8 else device_from_option(None)
+            options["device"] = torch.device("cpu") if dtype == torch.qint8 else device_from_option(None)  # int8: CPU
         # Converted here, in place: the freshly loaded model is ours, so no float32 copy is kept.
-        model = in_dtype(BertModel.from_pretrained(folder.transformer), check_inference_dtype(options.get("dtype")),
-                         inplace=True)
+        model = in_dtype(BertModel.from_pretrained(folder.transformer), dtype, inplace=True)
         tokenizer = tokenizer if tokenizer is not None else load_tokenizer(folder)
         embedder = cls(model, tokenizer, **options)
         prepack_where_it_pays(embedder.model)  # ours, for inference only (a model passed in may train on)

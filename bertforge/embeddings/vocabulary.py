@@ -22,6 +22,4 @@ def load_vocabulary(spec: str | os.PathLike, lowercase: bool | None = None) -> B
         if lowercase is None:
             return load_tokenizer(folder)
         path = folder.transformer  # a sentence-transformers folder keeps its vocabulary in 0_Transformer/
-    if lowercase is None:
-        return BertTokenizer.from_pretrained(path)
-    return BertTokenizer.from_pretrained(path, do_lower_case=lowercase)
+    return BertTokenizer.from_pretrained(path, do_lower_case=lowercase)  # None: as the vocabulary says

@@ -167,9 +167,9 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
             seen.add(key)
             pieces = split_long(passage, max_words)
             if known and len(pieces) > 1:  # an index holds a long passage's parts, not the passage
-                held = [piece for piece in pieces if passage_digest(piece) in known]
-                corpus.duplicates += len(held) == len(pieces)
-                pieces = [piece for piece in pieces if piece not in held]
+                new = [piece for piece in pieces if passage_digest(piece) not in known]
+                corpus.duplicates += not new
+                pieces = new
             corpus.split += len(pieces) > 1
             for piece in pieces:
                 ids.check([piece], str(path))
