@@ -67,7 +67,7 @@ def readmission_evaluate(*, model: str, data: str, task: ReadmissionTask = "disc
     chunks = Chunks.read(Path(data) / task / "test.csv")
     device = select_device()
     network, tokenizer = load_readmission_model(model, device)
-    scorer = BertChunkScorer(tokenizer, max_length or trained_chunk_length(model))
+    scorer = BertChunkScorer(tokenizer, max_length or trained_chunk_length(model, tokenizer))
     scored = score_admissions(chunks, scorer.probabilities(network, scorer.windows(chunks.texts), device), c)
     print(", ".join(f"{k} {v:.4f}" for k, v in scored["metrics"].items()) +
           f" on {len(scored['admissions'])} test admissions")
@@ -105,7 +105,8 @@ def readmission_score(notes: list[str], *, model: str, c: float = CLINICALBERT_C
             raise ValueError(f"note file {note} is empty; give the admission's notes, one file per note")
     device = select_device()
     network, tokenizer = load_readmission_model(model, device)
-    trace = admission_risk(network, tokenizer, texts, c=c, max_length=trained_chunk_length(model), device=device)
+    trace = admission_risk(network, tokenizer, texts, c=c, max_length=trained_chunk_length(model, tokenizer),
+                           device=device)
     for note, risk in zip(notes, trace.risks):
         print(f"after {note}: risk {risk:.3f}")
     print(f"highest-scoring chunk ({max(trace.chunk_probabilities):.3f}): {trace.top_chunk[:400]}")

@@ -109,12 +109,13 @@ def train_bert(run: ReadmissionRun, chunks: dict[str, Chunks], recipe_run: Recip
     return scorer.probabilities(best, scorer.windows(chunks["test"].texts), recipe_run.device)
 
 
-def trained_chunk_length(folder: str) -> int:
+def trained_chunk_length(folder: str, tokenizer: BertTokenizer | None = None) -> int:
     """The word pieces of a chunk a readmission model was trained on (its task.json's max_length; a folder without
-    one, CHUNK_MAX_LENGTH within its own length): `evaluate` and `score` read chunks as training read them."""
+    one, CHUNK_MAX_LENGTH within its own length): `evaluate` and `score` read chunks as training read them.
+    tokenizer: the model's, loaded already (`load_readmission_model`)."""
     from ..tasks.finetune import TASK_FILE, prediction_task
 
-    task, read = prediction_task(folder)
+    task, read = prediction_task(folder, tokenizer=tokenizer)
     return task.max_length if (read.transformer / TASK_FILE).is_file() else min(CHUNK_MAX_LENGTH, task.max_length)
 
 

@@ -89,7 +89,7 @@ class SequenceClassifier(HeadModel):
         # The length it was trained to read, as `predict` and `search --rerank` read it (task.json's; for a folder
         # fine-tuned elsewhere its own max_seq_length), not the folder's position table: a classifier fine-tuned at
         # 128 tokens read 256 of a text here beside MiniLM.
-        task, _ = prediction_task(folder.root)
+        task, _ = prediction_task(folder, tokenizer=self.tokenizer)
         self.max_length = task.max_length
         config = model.config
         self.labels = [(config.id2label or {}).get(i, f"LABEL_{i}") for i in range(config.num_labels)]

@@ -109,22 +109,23 @@ def load_for_prediction(folder: str | Path, pair: bool = False):
     return task, task.model_class.from_pretrained(read.transformer)
 
 
-def prediction_task(folder: str | Path, pair: bool = False):
+def prediction_task(folder, pair: bool = False, tokenizer=None):
     """(task, ModelFolder) that reads inputs as the fine-tuned folder (or packaged short name) was trained to read
     them, for `predict`, `search --rerank` and `serve --classifier/--reranker` alike: bertforge's task.json says how
     (the run's data settings: columns, max_length, windows); a checkpoint fine-tuned elsewhere has none, and its task
     follows config.json's architecture, a classifier read at its folder's max_seq_length (the length a transformers
     pipeline reads; the standard 128 cut such a model's 512-token inputs into windows) and, with `pair`, as a text
-    pair (a cross-encoder such as sentence-transformers' CrossEncoder saves).
+    pair (a cross-encoder such as sentence-transformers' CrossEncoder saves). `folder` may be one read already (a
+    ModelFolder), and `tokenizer` its tokenizer loaded already (the server's head models hold both).
 
     Raises ValueError for a model that is not fine-tuned for one of the tasks, or whose task.json
     and architecture disagree."""
     from ..models.config import BertConfig
-    from ..models.folder import read_model_folder
+    from ..models.folder import ModelFolder, read_model_folder
     from ..resources import resolve_model
     from . import TaskSettings
 
-    read = read_model_folder(resolve_model(folder))
+    read = folder if isinstance(folder, ModelFolder) else read_model_folder(resolve_model(folder))
     folder, architecture = read.transformer, read.architecture
     config = BertConfig.from_json_file(folder / "config.json")
     if architecture not in ARCHITECTURE_TASKS:
@@ -142,7 +143,8 @@ def prediction_task(folder: str | Path, pair: bool = False):
                                 text_columns=["text", "text_pair"] if pair else ["text"])
     else:
         settings = TaskSettings()
-    return load_task(name, settings, load_tokenizer(read), config), read  # as the run that trained it read its folder
+    tokenizer = tokenizer or load_tokenizer(read)  # as the run that trained it read its folder
+    return load_task(name, settings, tokenizer, config), read
 
 
 def readable_card_data(card: dict) -> dict:
