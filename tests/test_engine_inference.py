@@ -141,9 +141,9 @@ def skip_unless_built(kernel: str) -> None:
         pytest.skip("this torch has no FBGEMM")
     if kernel == "onednn" and not torch.backends.mkldnn.is_available():
         pytest.skip("this torch has no oneDNN")
-    if kernel == "onednn" and int8_kernel() != "onednn":  # its u8 x s8 pair sums saturate on AVX2
-        pytest.skip("oneDNN's int8 product needs VNNI, which this CPU (or its ATen capability) lacks; "
-                    "int8_kernel() picks FBGEMM here")
+    if kernel == "onednn" and int8_kernel() != "onednn":  # its s8 x s8 product is a reference loop without AMX
+        pytest.skip("oneDNN's int8 product needs AMX, which this CPU (or its ATen capability) lacks; "
+                    f"int8_kernel() picks {int8_kernel()} here")
 
 
 @pytest.mark.parametrize("kernel", ["onednn", "int_mm", "fbgemm"])
@@ -273,18 +273,23 @@ def test_a_device_that_runs_inference_padded_never_packs_and_gives_the_same_real
     torch.testing.assert_close(also_padded, padded)
 
 
-def test_the_int8_kernel_is_onednn_with_vnni_and_fbgemm_without(monkeypatch):
-    """_int_mm is a plain loop without VNNI (36x slower than float32 on AVX2): FBGEMM there."""
+def test_the_int8_kernel_is_onednn_with_amx_int_mm_with_vnni_alone_and_fbgemm_without(monkeypatch):
+    """_int_mm is a plain loop without VNNI (36x slower than float32 on AVX2): FBGEMM there. oneDNN's s8 x s8 linear
+    is fast only on AMX: with VNNI alone it ran its reference loop (18.9 s for one MiniLM feed-forward product)."""
     from bertforge.engine.precision import int8_kernel
 
     fbgemm = "fbgemm" if "fbgemm" in torch.backends.quantized.supported_engines else "int_mm"
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: True, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
     assert int8_kernel() == ("onednn" if torch.backends.mkldnn.is_available() else "int_mm")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert int8_kernel() == "int_mm"  # VNNI alone (Ice Lake, Cascade Lake)
     monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: False, raising=False)
     assert int8_kernel() == fbgemm
     # torch held to its AVX2 kernels (ATEN_CPU_CAPABILITY=avx2, standing in for an AVX2 CPU): an AVX2 machine's choice
     monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: True, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     assert int8_kernel() == fbgemm
 

@@ -138,14 +138,20 @@ def quantize_per_token(states: Tensor, to_int8: bool = True) -> tuple[Tensor, Te
 
 
 def int8_kernel() -> str:
-    """"onednn" where the CPU has VNNI, else "fbgemm"; "int_mm" where neither kernel is built (see Int8Linear).
+    """"onednn" where the CPU has AMX, "int_mm" where it has VNNI alone, else "fbgemm" (AVX2; "int_mm" where FBGEMM
+    is not built).
 
-    VNNI counts only while torch runs its kernels past AVX2: with ATEN_CPU_CAPABILITY=avx2 (an AVX2 CPU stood in
-    for, as `benchmarks/bench_cpu_peers.py --isa avx2` does) the choice is an AVX2 machine's.
+    oneDNN's int8 linear takes signed activations, and only its AMX kernels multiply s8 x s8: on a Xeon with AVX-512
+    VNNI and no AMX it ran its reference loop, 18.9 s for a (1,000 x 384) x (384 x 1,536) product, where `_int_mm`
+    (VNNI's u8 x s8 with compensation) took 4.9 ms, FBGEMM 7.7 and float32 7.2 (2026-11-27, 1 thread). Without VNNI
+    `_int_mm` is a plain loop (36x slower than float32 on AVX2): FBGEMM there. VNNI and AMX count only while torch
+    runs its kernels past AVX2: with ATEN_CPU_CAPABILITY=avx2 (an AVX2 CPU stood in for, as
+    `benchmarks/bench_cpu_peers.py --isa avx2` does) the choice is an AVX2 machine's.
     """
     capable = torch.backends.cpu.get_cpu_capability() not in ("DEFAULT", "AVX2")
-    has_vnni = capable and getattr(torch.cpu, "_is_vnni_supported", lambda: False)()  # private, hence the fallback
-    if has_vnni and torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise"):
+    has_vnni = capable and getattr(torch.cpu, "_is_vnni_supported", lambda: False)()  # private, hence the fallbacks
+    has_amx = capable and getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    if has_amx and torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise"):
         return "onednn"
     return "fbgemm" if not has_vnni and "fbgemm" in torch.backends.quantized.supported_engines else "int_mm"
 
