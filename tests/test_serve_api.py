@@ -233,6 +233,27 @@ def test_a_fine_tuned_classifier_is_served_at_the_length_it_was_trained_to_read(
         assert refused.status_code == 413 and "64" in refused.json()["error"]
         assert client.post("/classify", json={"inputs": "word " * 100, "truncate": True}).status_code == 200
 
+def test_a_classifier_longer_than_the_embedder_reads_its_own_length(minilm_dir, tmp_path):
+    """A 512-position classifier beside MiniLM's 256 tokens read 256 of a 400-token text (the embedder's limit
+    capped every model); it reads all 400, as transformers reads it. --max-input-length still caps every model."""
+    folder = tiny_classifier(tmp_path / "plain", minilm_dir)
+    text = "word " * 398
+    model, tokenizer = BertForSequenceClassification.from_pretrained(folder), BertTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        expected = model(**tokenizer(text, return_tensors="pt")).logits.softmax(-1)[0].numpy()
+    assert len(tokenizer(text)["input_ids"]) == 400
+    models = load_models(str(minilm_dir), classifier=str(folder), device="cpu")
+    with TestClient(create_app(models)) as client:
+        answer = client.post("/classify", json={"inputs": text})
+        assert answer.status_code == 200
+        by_label = {p["label"]: p["score"] for p in answer.json()}
+        np.testing.assert_allclose([by_label[label] for label in model.config.id2label.values()], expected, atol=1e-5)
+        assert client.get("/info").json()["max_input_length"] == 256  # the embedding model's, as before
+    with app_client(models, max_input_length=100) as client:
+        refused = client.post("/classify", json={"inputs": text})
+        assert refused.status_code == 413 and "100" in refused.json()["error"]
+
+
 def test_search_equals_brute_force_inner_product(client, sentences, sbert):
     query = "This medicine gave me a terrible headache."
     hits = client.post("/search", json={"query": query, "top_k": 5}).json()[0]
@@ -364,7 +385,7 @@ def test_api_key(models):
 
 
 def test_settings_that_cannot_work_are_refused(models):
-    with pytest.raises(ValueError, match="--max-batch-tokens 100 is smaller than --max-input-length 256"):
+    with pytest.raises(ValueError, match="--max-batch-tokens 100 is smaller than the longest input, 512 tokens"):
         create_app(models, ServeSettings(max_batch_tokens=100))
     with pytest.raises(ValueError, match="--max-input-length 1000"):
         create_app(models, ServeSettings(max_input_length=1000))

@@ -244,7 +244,7 @@ USAGE, FAILED = 2, 1  # the CLI's exit codes: the command line is wrong / a file
     (["--host", "no-such-host.invalid"], "--host 'no-such-host.invalid' is not an address", USAGE),
     (["--model", "/no/such/folder"], "--model /no/such/folder: no config.json there", FAILED),
     (["--pooling", "sum"], "argument --pooling: invalid choice: 'sum'", USAGE),
-    (["--max-batch-tokens", "100"], "--max-batch-tokens 100 is smaller than --max-input-length 256", USAGE),
+    (["--max-batch-tokens", "100"], "--max-batch-tokens 100 is smaller than the longest input, 256 tokens", USAGE),
     (["--index", "/no/such/index"], "--index /no/such/index is not a folder", FAILED),
     (["--vocab", "/no/such/vocab.txt"], "--vocab /no/such/vocab.txt does not exist", FAILED),
     (["--mlm", "minilm"], "--mlm minilm holds a BertModel model without MLM head weights", FAILED),

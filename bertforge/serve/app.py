@@ -35,7 +35,10 @@ def create_app(models: ServedModels, settings: ServeSettings | None = None) -> F
 
     Raises ValueError for settings that cannot work (see ServeSettings.checked).
     """
-    server = Server(models, (settings or ServeSettings()).checked(models.embedding.max_length))
+    heads = (models.masked_lm, models.classifier, models.reranker)
+    settings = (settings or ServeSettings()).checked(models.embedding.max_length,
+                                                     [model.max_length for model in heads if model is not None])
+    server = Server(models, settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):

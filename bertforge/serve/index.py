@@ -12,6 +12,7 @@ from typing import Protocol
 
 from .errors import ApiError
 from .inputs import too_long, which
+from .settings import ServeSettings
 
 
 class SearchIndex(Protocol):
@@ -32,14 +33,14 @@ class SearchIndex(Protocol):
 
 
 def search_within(index: SearchIndex, queries: list[str], top_k: int, dense_weight: float | None,
-                  max_input_length: int, truncate: bool) -> list[list]:
-    """`index.search` under the rule of every route: a query longer than max_input_length or the index model's
-    own limit (its tokens as that model reads it: prompt, [CLS], [SEP]) is TEI's 413 unless `truncate`, and then
-    cut there; the passages' vectors are unchanged, BM25 reads the whole query. Runs on the model thread (the
+                  settings: ServeSettings, truncate: bool) -> list[list]:
+    """`index.search` under the rule of every route: a query longer than the index model's limit, or
+    --max-input-length where given (`ServeSettings.input_limit`; its tokens as that model reads it: prompt, [CLS],
+    [SEP]), is TEI's 413 unless `truncate`, and then cut there; the passages' vectors are unchanged, BM25 reads the whole query. Runs on the model thread (the
     index's model may load here, and its tokenizer is that thread's), in one trip: counting and searching."""
     try:
         embedder = index.embedder
-        limit = min(max_input_length, embedder.max_length)
+        limit = settings.input_limit(embedder.max_length)
         over = next(((i, n) for i, n in enumerate(map(embedder.token_count, queries)) if n > limit), None)
         if over is not None and not truncate:
             raise too_long(over[1], limit, which(over[0], len(queries)))

@@ -62,8 +62,8 @@ class Server:
         for name, model, prompted in (("embed", models.embedding, True), ("sparse", models.masked_lm, True),
                                       ("mlm", models.masked_lm, False), ("classify", models.classifier, False),
                                       ("rerank", models.reranker, False)):
-            if model is not None:  # each model's inputs within its own limit too (the setting is checked on embed's)
-                limit = min(settings.max_input_length, model.max_length)
+            if model is not None:  # each model's inputs within its own limit (a classifier's as it was trained)
+                limit = settings.input_limit(model.max_length)
                 self.encoders[name] = InputEncoder(model.tokenizer, limit, settings.auto_truncate,
                                                    prompts if prompted else Prompts())
 

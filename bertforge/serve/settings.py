@@ -6,7 +6,7 @@ model (the input length against its position table).
 """
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import UsageError
@@ -32,8 +32,8 @@ class ServeSettings:
         max_batch_tokens: padded tokens (inputs x longest) per batch; concurrent requests' inputs share batches
         max_batch_requests: inputs per batch at most (no limit but the tokens when not given)
         max_concurrent_requests: requests served at once; more get 429
-        max_input_length: tokens per input, [CLS] and [SEP] included (the model's limit when not given); longer
-            inputs get 413 unless the request or --auto-truncate truncates them
+        max_input_length: tokens per input, [CLS] and [SEP] included, for every served model (each model's own limit
+            when not given); longer inputs get 413 unless the request or --auto-truncate truncates them
         max_client_batch_size: inputs per request; more get 413
         payload_limit: request body size limit in bytes; larger bodies get 413
         body_timeout_seconds: a body not received within this many seconds gets 408
@@ -60,19 +60,28 @@ class ServeSettings:
     default_prompt: str | None = None
     threads: int | None = None
 
-    def checked(self, model_max_length: int) -> "ServeSettings":
-        """These settings with max_input_length filled in; UsageError naming the setting that is wrong."""
+    def checked(self, model_max_length: int, other_lengths: Sequence[int] = ()) -> "ServeSettings":
+        """These settings, checked against the embedding model's limit (model_max_length) and the other served
+        models' (other_lengths); UsageError naming the setting that is wrong. max_input_length stays as given:
+        `input_limit` says what each model reads."""
         check_fields(self, "ServeSettings.")
-        max_input_length = self.max_input_length if self.max_input_length is not None else model_max_length
-        if not 2 <= max_input_length <= model_max_length:
-            raise UsageError(f"--max-input-length {max_input_length} must be from 2 ([CLS] + [SEP]) to "
+        if self.max_input_length is not None and not 2 <= self.max_input_length <= model_max_length:
+            raise UsageError(f"--max-input-length {self.max_input_length} must be from 2 ([CLS] + [SEP]) to "
                              f"{model_max_length}, the model's limit")
-        if self.max_batch_tokens < max_input_length:
-            raise UsageError(f"--max-batch-tokens {self.max_batch_tokens} is smaller than --max-input-length "
-                             f"{max_input_length}: one input of the maximum length would never fit a batch; "
+        longest = max(self.input_limit(length) for length in (model_max_length, *other_lengths))
+        if self.max_batch_tokens < longest:
+            given = "--max-input-length" if self.max_input_length is not None else "a served model's limit"
+            raise UsageError(f"--max-batch-tokens {self.max_batch_tokens} is smaller than the longest input, "
+                             f"{longest} tokens ({given}): one input of the maximum length would never fit a batch; "
                              "raise --max-batch-tokens or lower --max-input-length")
         if self.api_key is not None and not self.api_key.strip():
             raise UsageError("the API key is empty; give a non-empty --api-key, or none to serve without one")
         if self.default_prompt is not None and self.default_prompt_name is not None:
             raise UsageError("--default-prompt and --default-prompt-name both say what goes before each text; give one")
-        return dataclasses.replace(self, max_input_length=max_input_length)
+        return self
+
+    def input_limit(self, model_max_length: int) -> int:
+        """Tokens per input for a served model of that limit: --max-input-length where given (it caps every model),
+        else the model's own, so a 512-token classifier beside a 256-token embedder reads 512, as transformers'
+        pipeline reads it."""
+        return model_max_length if self.max_input_length is None else min(self.max_input_length, model_max_length)
