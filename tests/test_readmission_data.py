@@ -110,9 +110,9 @@ def test_the_last_discharge_summary_is_chosen(tmp_path):
         (5, 1, 102, "2100-05-21", "", "Nursing", "no summary for this stay"),
     ]
     selected, _ = select(tmp_path, notes, tasks=("discharge",))
-    assert selected.text(101, "discharge") == "addendum written later"
-    assert selected.text(201, "discharge") == "final summary"
-    assert selected.text(102, "discharge") is None
+    assert selected.notes(101, "discharge") == ["addendum written later"]
+    assert selected.notes(201, "discharge") == ["final summary"]
+    assert selected.notes(102, "discharge") == []
 
 
 def test_early_notes_use_whole_days_since_the_admission_date(tmp_path):
@@ -127,10 +127,10 @@ def test_early_notes_use_whole_days_since_the_admission_date(tmp_path):
         (6, 1, 101, "2100-05-02", "", "Discharge summary", "echo"),  # any category counts
     ]
     selected, _ = select(tmp_path, notes)
-    assert selected.text(101, "early-2") == "zulu alpha bravo echo"
-    assert selected.text(101, "early-3") == "zulu alpha bravo echo charlie"
-    assert selected.text(101, "early-1") == "zulu alpha"
-    assert selected.text(201, "early-3") is None
+    assert selected.notes(101, "early-2") == ["zulu", "alpha", "Bravo", "echo"]
+    assert selected.notes(101, "early-3") == ["zulu", "alpha", "Bravo", "echo", "charlie"]
+    assert selected.notes(101, "early-1") == ["zulu", "alpha"]
+    assert selected.notes(201, "early-3") == []
 
 
 def test_every_note_is_counted_once(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from bertforge import BertForSequenceClassification, BertTokenizer
 from bertforge.cli.parser import main
 from bertforge.tasks.metrics import readmission_metrics
-from bertforge.readmission import baselines, chunk_notes, clean_text
+from bertforge.readmission import admission_chunks, baselines
 from bertforge.readmission.recipe import Chunks, admission_risk, score_admissions
 
 
@@ -101,7 +101,7 @@ def test_a_new_admission_is_scored_note_by_note(trained, prepared):
     n = len(probabilities)
     expected = (probabilities.max() + probabilities.mean() * n / 2) / (1 + n / 2)
     assert trace.risks[-1] == pytest.approx(expected)
-    chunks = [chunk for note in notes for chunk in chunk_notes(clean_text(note))]
+    chunks = admission_chunks(notes)  # as prepare chunks an admission
     assert len(chunks) == n and trace.top_chunk == chunks[int(probabilities.argmax())]
     with pytest.raises(ValueError, match="no words"):
         admission_risk(model, tokenizer, ["   ", "[** **]"])
@@ -120,3 +120,17 @@ def test_evaluate_and_predict_read_chunks_at_the_length_the_model_was_trained_on
     printed = dict(part.split()[:2] for part in capsys.readouterr().out.split(" on ")[0].split(", "))
     result = json.loads((trained / "bert" / "results.json").read_text())
     assert float(printed["auroc"]) == pytest.approx(result["auroc"], abs=1e-4)
+
+
+def test_score_command_says_no_risk_yet_for_a_first_note_too_short_for_a_chunk(trained, prepared, tmp_path, capsys):
+    """The risk after a note of <= 10 words is None (no chunk yet): the command printed it with `:.3f`."""
+    with open(prepared / "data" / "discharge" / "test.csv", encoding="utf-8") as file:
+        text = next(csv.DictReader(file))["TEXT"]
+    (tmp_path / "short.txt").write_text("Patient seen, stable.", encoding="utf-8")
+    (tmp_path / "long.txt").write_text(text, encoding="utf-8")
+    capsys.readouterr()
+    assert main(["readmission", "score", str(tmp_path / "short.txt"), str(tmp_path / "long.txt"),
+                 "--model", str(trained / "bert" / "best")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"after {tmp_path / 'short.txt'}: no risk yet")
+    assert lines[1].startswith(f"after {tmp_path / 'long.txt'}: risk 0.") and lines[2].startswith("highest-scoring")

@@ -107,6 +107,5 @@ def readmission_score(notes: list[str], *, model: str, c: float = CLINICALBERT_C
     network, tokenizer = load_readmission_model(model, device)
     trace = admission_risk(network, tokenizer, texts, c=c, max_length=trained_chunk_length(model, tokenizer),
                            device=device)
-    for note, risk in zip(notes, trace.risks):
-        print(f"after {note}: risk {risk:.3f}")
-    print(f"highest-scoring chunk ({max(trace.chunk_probabilities):.3f}): {trace.top_chunk[:400]}")
+    for line in trace.lines(notes):
+        print(line)

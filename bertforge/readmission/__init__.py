@@ -8,13 +8,13 @@ Only the standard library and numpy are imported here.
 from .cohort import CohortAdmission, Splits, build_cohort, make_splits
 from .generate import GeneratedFiles, generate_mimic
 from .mimic import Admission, Note, Report, read_admissions, stream_notes
-from .notes import SelectedNotes, chunk_notes, clean_text, parse_task, select_notes
+from .notes import SelectedNotes, admission_chunks, chunk_notes, clean_text, parse_task, select_notes
 from .prepare import prepare, write_chunks
 
 __all__ = [
     "read_admissions", "stream_notes", "Admission", "Note", "Report",
     "build_cohort", "make_splits", "CohortAdmission", "Splits",
-    "clean_text", "chunk_notes", "parse_task", "select_notes", "SelectedNotes",
+    "clean_text", "chunk_notes", "admission_chunks", "parse_task", "select_notes", "SelectedNotes",
     "prepare", "write_chunks",
     "generate_mimic", "GeneratedFiles",
 ]

@@ -1,7 +1,7 @@
 """ClinicalBERT's two readmission baselines, bag-of-words and Bi-LSTM, on the same chunks as BERT.
 
 Both are trained on chunks (one row per 318-word chunk, labelled with its admission's label) and
-scored per admission by ClinicalBERT's formula (`long_documents.combine_per_document`,
+scored per admission by ClinicalBERT's formula (`long_documents.document_probabilities`,
 method "clinical"), so every row of Table 4 is computed the same way; the dev chunks that pick the best
 epoch are scored so too, for every kind (`scored_admissions`; bag-of-words has no epochs to pick from).
 
@@ -44,7 +44,7 @@ from torch import nn
 from ..atomic import published_folder
 from ..models.checkpoint import WEIGHTS_SAFETENSORS
 from ..models.outputs import ClassifierOutput
-from ..tasks.long_documents import CLINICALBERT_C, combine_per_document
+from ..tasks.long_documents import CLINICALBERT_C, SINGLE_LABEL, document_probabilities
 from ..tasks.metrics import binary_labels, readmission_metrics
 from ..train.batches import ShuffledBatches, predict_rows
 from ..train.collate import pad_rows
@@ -351,13 +351,14 @@ def admission_scores(admission_ids: Sequence | np.ndarray, chunk_probabilities: 
                      c: float = CLINICALBERT_C) -> tuple[np.ndarray, np.ndarray]:
     """(admission ids (d,) sorted, scores (d,)): ClinicalBERT's (P_max + P_mean n/c) / (1 + n/c) per admission.
 
-    chunk_probabilities (n_chunks,) are P(readmitted), one per entry of admission_ids (n_chunks,).
+    chunk_probabilities (n_chunks,) are P(readmitted), one per entry of admission_ids (n_chunks,): combined as
+    `finetune` and `predict` combine a two-class model's P(class 1), by the one function they call.
     Raises ValueError for mismatched lengths, no chunks, or c <= 0.
     """
     probabilities = np.asarray(chunk_probabilities, dtype=np.float64)
     if probabilities.ndim != 1:
         raise ValueError(f"chunk_probabilities must be 1-D P(readmitted), got shape {probabilities.shape}")
-    return combine_per_document(admission_ids, probabilities, method="clinical", c=c)
+    return document_probabilities(admission_ids, probabilities, SINGLE_LABEL, method="clinical", c=c)
 
 
 def scored_admissions(admission_ids: Sequence | np.ndarray, chunk_labels: Sequence[int] | np.ndarray,

@@ -9,7 +9,9 @@ As in kexinhuang12345/clinicalBERT `preprocess.py`:
   CHARTDATE order (file order within a day) and cleaned after joining, as the original does.
   Like the original, this takes a discharge summary dated within the cutoff (short stays); the
   test set only keeps stays of at least N days, which `prepare` applies;
-- `clean_text` is the original's `preprocessing` + `preprocess1`; `chunk_notes` is its chunker.
+- `clean_text` is the original's `preprocessing` + `preprocess1`; `chunk_notes` is its chunker;
+  `admission_chunks` is the two after joining, the one way an admission's notes become chunks
+  (`prepare` writes them, `readmission score` scores them).
 
 Deviation: notes are matched to admissions by HADM_ID and must agree on SUBJECT_ID (the
 original merges on both, so the outcome is the same); notes with an unparseable CHARTDATE are
@@ -18,7 +20,7 @@ Memory: the selected notes are held until chunking, about 0.6 GB for the dischar
 MIMIC-III and more for early notes, not the 4 GB of the whole file.
 """
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .cohort import CohortAdmission
@@ -77,6 +79,16 @@ def chunk_notes(text: str, words: int = CHUNK_WORDS, min_tail: int = MIN_TAIL_WO
     return chunks
 
 
+def admission_chunks(notes: Sequence[str]) -> list[str]:
+    """An admission's notes, in order, as its chunks: joined with spaces, cleaned, then cut by `chunk_notes`.
+
+    The original's preprocessing of early notes (a discharge summary is one note). Joining before
+    chunking matters: a note's tail of up to MIN_TAIL_WORDS words, or a short note, is not dropped
+    but read with the next note's words.
+    """
+    return chunk_notes(clean_text(" ".join(notes)))
+
+
 @dataclass
 class SelectedNotes:
     """The notes kept for the tasks: the last discharge summary and the early notes of each admission.
@@ -86,15 +98,16 @@ class SelectedNotes:
     discharge: dict[int, Note] = field(default_factory=dict)
     early: dict[int, list[tuple[int, Note]]] = field(default_factory=dict)
 
-    def text(self, hadm_id: int, task: str) -> str | None:
-        """The cleaned text an admission gives a task, or None when it has no such notes."""
+    def notes(self, hadm_id: int, task: str) -> list[str]:
+        """The texts of the notes an admission gives a task, in order ([] when it has none): the last
+        discharge summary, or the early notes by CHARTDATE and then file order."""
         cutoff = parse_task(task)
         if cutoff is None:
             note = self.discharge.get(hadm_id)
-            return None if note is None else clean_text(note.text)
+            return [] if note is None else [note.text]
         notes = sorted(((note.chart_date, note.row), note.text) for days, note in self.early.get(hadm_id, ())
                        if days < cutoff)
-        return clean_text(" ".join(text for _, text in notes)) if notes else None
+        return [text for _, text in notes]
 
     def has_notes(self, hadm_id: int) -> bool:
         return hadm_id in self.discharge or hadm_id in self.early

@@ -27,7 +27,7 @@ import numpy as np
 from ..atomic import replaced_file, write_text
 from .cohort import SPLITS, CohortAdmission, Splits, build_cohort, check_fractions, make_splits
 from .mimic import Report, read_admissions, stream_notes
-from .notes import SelectedNotes, chunk_notes, parse_task, select_notes
+from .notes import SelectedNotes, admission_chunks, parse_task, select_notes
 
 ReadmissionTask = Literal["discharge", "early-2", "early-3"]
 TASKS = get_args(ReadmissionTask)
@@ -136,12 +136,9 @@ def _split_rows(task: str, cutoff: int | None, split: str, splits: Splits, by_id
 
 
 def _admission_rows(admission: CohortAdmission, task: str, selected: SelectedNotes) -> list[dict]:
-    text = selected.text(admission.hadm_id, task)
-    if text is None:
-        return []
     return [{"ID": admission.hadm_id, "TEXT": chunk, "Label": admission.label,
              "SUBJECT_ID": admission.subject_id, "CHUNK": index}
-            for index, chunk in enumerate(chunk_notes(text))]
+            for index, chunk in enumerate(admission_chunks(selected.notes(admission.hadm_id, task)))]
 
 
 def _count_labels(rows: list[dict]) -> tuple[int, int]:

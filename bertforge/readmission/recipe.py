@@ -31,9 +31,9 @@ from ..tasks.classification.windows import Windows, encode_windows
 from ..models.heads import BertForSequenceClassification
 from ..tasks import TaskSettings
 from ..tasks.finetune import task_card
-from ..tasks.long_documents import CLINICALBERT_C, combine
-from .baselines import admission_labels, scored_admissions
-from .notes import MIN_TAIL_WORDS, chunk_notes, clean_text
+from ..tasks.long_documents import CLINICALBERT_C, SINGLE_LABEL
+from .baselines import admission_labels, admission_scores, scored_admissions
+from .notes import MIN_TAIL_WORDS, admission_chunks, clean_text
 from .settings import CHUNK_MAX_LENGTH, SPLIT_FILES, ReadmissionRun
 from ..models.folder import read_model_folder
 from ..tokenization.folder import load_tokenizer
@@ -93,7 +93,7 @@ def train_bert(run: ReadmissionRun, chunks: dict[str, Chunks], recipe_run: Recip
     val_windows = scorer.windows(chunks["val"].texts)
     model = recipe_run.build(BertForSequenceClassification, num_labels=2,
                              id2label={0: "not readmitted", 1: "readmitted"},
-                             label2id={"not readmitted": 0, "readmitted": 1}, problem_type="single_label_classification")
+                             label2id={"not readmitted": 0, "readmitted": 1}, problem_type=SINGLE_LABEL)
     # How its chunks are read (the first max_length pieces, one window): `readmission evaluate` and `score`,
     # `predict` and `serve --classifier` read them so too.
     model.files_beside_weights = task_card("classification", recipe_run.init_from, TaskSettings(
@@ -209,31 +209,44 @@ def scoring_batch_size(run: ReadmissionRun) -> int:
 class RiskTrace:
     """The risk after each note of an admission, and the chunk that drove the final score."""
 
-    risks: list[float]  # after notes 1..k, in the order given
-    chunk_probabilities: list[float]  # of every chunk of all notes, in order
+    risks: list[float | None]  # after notes 1..k, in the order given; None while the notes so far make no chunk
+    chunk_probabilities: list[float]  # of every chunk of the whole admission, in order
     top_chunk: str  # the chunk with the highest probability: the text to read first
+
+    def lines(self, names: list[str]) -> list[str]:
+        """What `readmission score` prints: the risk after each note (by its name), then the top chunk."""
+        too_few = (f"no risk yet: the notes so far have at most {MIN_TAIL_WORDS} words after cleaning, "
+                   f"and a chunk needs {MIN_TAIL_WORDS + 1}")
+        lines = [f"after {name}: " + (too_few if risk is None else f"risk {risk:.3f}")
+                 for name, risk in zip(names, self.risks)]
+        return lines + [f"highest-scoring chunk ({max(self.chunk_probabilities):.3f}): {self.top_chunk[:400]}"]
 
 
 def admission_risk(model, tokenizer: BertTokenizer, notes: list[str], c: float = CLINICALBERT_C,
                    max_length: int = CHUNK_MAX_LENGTH, device: torch.device = torch.device("cpu")) -> RiskTrace:
-    """Score a new admission's notes as they arrive: the risk is recomputed over all notes so far.
+    """Score a new admission's notes as they arrive: after each note, the notes so far are chunked as `prepare`
+    chunks an admission (`notes.admission_chunks`) and scored as `readmission evaluate` scores one
+    (`baselines.admission_scores`), so the last risk is the one training and evaluation would give.
 
-    Notes are cleaned and chunked as in training; Raises ValueError when no note has any words.
+    A risk is None while the notes so far give no chunk. Raises ValueError when all of them together give none.
     """
-    scorer = BertChunkScorer(tokenizer, max_length)
-    chunks_per_note = [chunk_notes(clean_text(note)) for note in notes]
-    texts = [chunk for chunks in chunks_per_note for chunk in chunks]
-    if not texts:
-        words = sum(len(clean_text(note).split()) for note in notes)
+    chunks_so_far = [admission_chunks(notes[:count]) for count in range(1, len(notes) + 1)]
+    chunks = chunks_so_far[-1] if notes else []
+    if not chunks:
+        words = len(clean_text(" ".join(notes)).split())
         count = f"{words} words, fewer than the {MIN_TAIL_WORDS + 1} of the shortest chunk" if words else "no words"
         raise ValueError(f"the notes have {count} after cleaning; nothing to score")
-    probabilities = scorer.probabilities(model, scorer.windows(texts), device)
-    risks, seen = [], 0
-    for chunks in chunks_per_note:
-        seen += len(chunks)
-        # No words yet: no risk to show.
-        risks.append(combine(probabilities[:seen], "clinical", c) if seen else float("nan"))
-    return RiskTrace(risks, probabilities.tolist(), texts[int(np.argmax(probabilities))])
+    # The notes so far share the whole admission's chunks but for their last: each distinct chunk is scored once.
+    texts = list(dict.fromkeys(chunk for prefix in chunks_so_far for chunk in prefix))
+    scorer = BertChunkScorer(tokenizer, max_length)
+    probability = dict(zip(texts, scorer.probabilities(model, scorer.windows(texts), device).tolist()))
+
+    def risk(prefix: list[str]) -> float:
+        return float(admission_scores(np.zeros(len(prefix)), [probability[chunk] for chunk in prefix], c)[1][0])
+
+    probabilities = [probability[chunk] for chunk in chunks]
+    return RiskTrace([risk(prefix) if prefix else None for prefix in chunks_so_far], probabilities,
+                     chunks[int(np.argmax(probabilities))])
 
 
 # ---------------------------------------------------------------- Table 4

@@ -1,7 +1,7 @@
 """Evaluation metrics as plain dicts of floats, computed by scikit-learn, scipy and seqeval.
 
 One function per kind of task: classification (binary or multi-class), multi-label, regression,
-NER (entity level, as the CoNLL script scores it), and the readmission metrics of ClinicalBERT
+NER (entity level, as the CoNLL script scores it; BILOU strictly), and the readmission metrics of ClinicalBERT
 (AUROC, AUPRC, recall at 80% precision). A metric that is undefined for the data (AUROC when a
 class is absent) is left out of the dict rather than reported as a misleading number.
 """
@@ -104,33 +104,41 @@ def problem_metrics(problem_type: str, targets: np.ndarray, scores: np.ndarray) 
 
 
 def ner_metrics(true_tags: list[list[str]], predicted_tags: list[list[str]]) -> dict[str, float]:
-    """Entity-level precision, recall and f1 (micro average over entities, seqeval's default mode,
-    as conlleval scores them) and token_accuracy.
+    """Entity-level precision, recall and f1 (micro average over entities) and token_accuracy.
 
-    Tags are BIO/IOB strings, one list per sentence. Raises ValueError when sentence counts or
-    lengths differ.
+    Tags are IOB1/IOB2/IOE/IOBES strings (seqeval's default mode, as conlleval scores them) or
+    BILOU (strict mode), one list per sentence. Raises ValueError when sentence counts or lengths
+    differ, or the tags mix BILOU and IOBES.
     """
     from seqeval import metrics as seq  # imported here: only NER needs seqeval
 
-    _check_tag_lengths(true_tags, predicted_tags)
-    return _floats({"precision": seq.precision_score(true_tags, predicted_tags, zero_division=0),
-                    "recall": seq.recall_score(true_tags, predicted_tags, zero_division=0),
-                    "f1": seq.f1_score(true_tags, predicted_tags, zero_division=0),
+    scoring = _seqeval_scoring(true_tags, predicted_tags)
+    return _floats({"precision": seq.precision_score(true_tags, predicted_tags, zero_division=0, **scoring),
+                    "recall": seq.recall_score(true_tags, predicted_tags, zero_division=0, **scoring),
+                    "f1": seq.f1_score(true_tags, predicted_tags, zero_division=0, **scoring),
                     "token_accuracy": seq.accuracy_score(true_tags, predicted_tags)})
 
 
 def ner_report(true_tags: list[list[str]], predicted_tags: list[list[str]]) -> dict[str, dict[str, float]]:
     """Per entity type (and "micro avg", "macro avg", "weighted avg"): precision, recall, f1, support.
 
-    Raises ValueError when sentence counts or lengths differ.
+    Scored as `ner_metrics` scores. Raises ValueError when sentence counts or lengths differ.
     """
     from seqeval.metrics import classification_report
 
-    _check_tag_lengths(true_tags, predicted_tags)
-    report = classification_report(true_tags, predicted_tags, output_dict=True, zero_division=0)
+    scoring = _seqeval_scoring(true_tags, predicted_tags)
+    report = classification_report(true_tags, predicted_tags, output_dict=True, zero_division=0, **scoring)
     return {name: {"precision": float(row["precision"]), "recall": float(row["recall"]),
                    "f1": float(row["f1-score"]), "support": float(row["support"])}
             for name, row in report.items()}
+
+
+def _seqeval_scoring(true_tags: list[list[str]], predicted_tags: list[list[str]]) -> dict:
+    """seqeval's keyword arguments for these tags' scheme, after checking their shapes."""
+    from .ner.schemes import seqeval_scoring
+
+    _check_tag_lengths(true_tags, predicted_tags)
+    return seqeval_scoring(tag for tags in (true_tags, predicted_tags) for sentence in tags for tag in sentence)
 
 
 def recall_at_precision(labels: Sequence[int] | np.ndarray, scores: Sequence[float] | np.ndarray,

@@ -27,7 +27,7 @@ _SURROGATES = re.compile("[\ud800-\udfff]")
 
 # ---------------------------------------------------------------- Python-side text fixes
 
-def _is_dropped(char: str) -> bool:
+def is_dropped(char: str) -> bool:
     """What the reference's clean_text deletes: NUL, U+FFFD and every C* code point but \\t \\n \\r."""
     return char == "\uFFFD" or (unicodedata.category(char)[0] == "C" and char not in "\t\n\r")
 
@@ -42,7 +42,7 @@ def _final_sigmas(text: str) -> str:
     """
     if "Σ" not in text:
         return text
-    kept = [i for i, ch in enumerate(text) if not _is_dropped(ch)]
+    kept = [i for i, ch in enumerate(text) if not is_dropped(ch)]
     cleaned = "".join(text[i] for i in kept)
     lowered, chars, position = cleaned.lower(), list(text), 0
     for i, ch in zip(kept, cleaned):

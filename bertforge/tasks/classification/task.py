@@ -17,7 +17,7 @@ from .labels import LabelSpace
 from .reader import read_rows
 from .windows import Windows, encode_windows
 from ...models.heads import BertForSequenceClassification
-from ..long_documents import combine_per_document
+from ..long_documents import document_probabilities
 from ..metrics import problem_metrics
 from .. import STANDARD_MAX_LENGTH, TaskSettings
 from ..records import write_records
@@ -58,7 +58,8 @@ class ClassificationTask:
         return problem_metrics(self.labels.problem_type, windows.labels.numpy(), scores)
 
     def document_scores(self, model, windows: Windows, batch_size: int, device) -> np.ndarray:
-        """(documents, classes) probabilities, or (documents,) values for regression."""
+        """(documents, classes) probabilities, or (documents,) values for regression: the windows' probabilities
+        combined per document by `long_documents.document_probabilities` (a two-class task combines P(class 1))."""
         logits = np.stack(predict_rows(model, [len(ids) for ids in windows.input_ids], windows.collate,
                                        batch_size=batch_size, device=device))
         if self.labels.problem_type == "regression":
@@ -67,8 +68,8 @@ class ClassificationTask:
             probabilities = torch.sigmoid(torch.from_numpy(logits)).numpy()
         else:
             probabilities = torch.softmax(torch.from_numpy(logits), dim=-1).numpy()
-        documents, scores = combine_per_document(windows.document_index, probabilities, self.settings.combine,
-                                                 self.settings.combine_c)
+        documents, scores = document_probabilities(windows.document_index, probabilities, self.labels.problem_type,
+                                                   self.settings.combine, self.settings.combine_c)
         if len(documents) != windows.num_documents:
             raise RuntimeError(f"{windows.num_documents} documents but scores for {len(documents)}")
         return scores

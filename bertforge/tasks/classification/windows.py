@@ -11,7 +11,7 @@ import torch
 from ...train.collate import pad_rows
 from ...validation import Bound, checked
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("bertforge")
 
 
 @dataclass
@@ -78,9 +78,9 @@ def encode_windows(tokenizer, texts: list[tuple[str, ...]], max_length: int = 12
     each overlapping the previous one by `stride` pieces (the last may be shorter); max_windows
     keeps only a document's first windows (counted in `capped_documents`). A pair that does not
     fit is truncated longest-first, one piece at a time from the longer text, as BERT's
-    `_truncate_seq_pair` does (counted in `truncated_pairs`). labels: optional per-row labels
-    kept on the result for collate. Raises ValueError for no rows, rows of mixed or bad width,
-    or a max_length / stride (single texts only) / max_windows that cannot work.
+    `_truncate_seq_pair` does (counted in `truncated_pairs`); either cut is said in one warning line.
+    labels: optional per-row labels kept on the result for collate. Raises ValueError for no rows,
+    rows of mixed or bad width, or a max_length / stride (single texts only) / max_windows that cannot work.
     """
     texts = [tuple(row) for row in texts]
     width = check_window_settings(texts, max_length, stride, max_windows, labels)
@@ -113,10 +113,22 @@ def encode_windows(tokenizer, texts: list[tuple[str, ...]], max_length: int = 12
             windows.capped_documents += 1
         for start in starts:
             add(document, pieces[start:start + max_length - 2])
-    if windows.truncated_pairs or windows.capped_documents:
-        logger.info("encode_windows: %d of %d pairs truncated to %d ids, %d documents capped at %s windows",
-                    windows.truncated_pairs, len(texts), max_length, windows.capped_documents, max_windows)
+    _warn_cut_texts(windows, max_length, max_windows)
     return windows
+
+
+def _warn_cut_texts(windows: Windows, max_length: int, max_windows: int | None) -> None:
+    """One warning line per call when some text is not read: a pair cut to fit, or windows past max_windows
+    left out. Predictions are made without that text, and the CLI shows warnings, not info."""
+    cut = []
+    if windows.truncated_pairs:
+        cut.append(f"{windows.truncated_pairs} of {windows.num_documents} text pairs were cut to {max_length} "
+                   "ids, the longer text first")
+    if windows.capped_documents:
+        cut.append(f"{windows.capped_documents} of {windows.num_documents} texts were cut to their first "
+                   f"{max_windows} window(s) of {max_length} ids (max_windows={max_windows})")
+    if cut:
+        logger.warning("%s; the rest of those texts was not read", "; ".join(cut))
 
 
 def _window_starts(length: int, size: int, stride: int) -> list[int]:

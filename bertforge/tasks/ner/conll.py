@@ -10,7 +10,6 @@ from the same pieces by `words_from_logits`, so every word of every sentence get
 """
 import logging
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from ...input_files import not_utf8, open_bytes, require_file
 from ...models.heads import IGNORE_INDEX
 from ...train.collate import pad_rows
 from ...validation import Bound, checked
+from .schemes import ENTITY_TAG, scheme_of_tag
 
 logger = logging.getLogger(__name__)
 
@@ -131,21 +131,27 @@ def _line_problem(columns: list[str], labelled: bool) -> str | None:
     return None
 
 
-ENTITY_TAG = re.compile(r"O|[BIESLU]-\S+")  # the schemes seqeval scores: IOB1/2, IOE1/2, IOBES, BILOU
-
-
 def check_entity_tags(sentences: Sequence[TaggedSentence], path: str | os.PathLike) -> None:
-    """Raise ValueError at the first tag that is not an entity tag (O, B-TYPE, I-TYPE, ...).
+    """Raise ValueError at the first tag that is not an entity tag (O, B-TYPE, I-TYPE, ...), or at a
+    file that mixes BILOU's L-/U- tags with IOBES's E-/S- tags (no scoring mode reads both).
 
     Entity-level scoring needs such tags; and a plain-text file read as CoNLL has a "tag" on every
     line (its last word), which this catches before a model is trained or applied to it.
     """
+    first_of_scheme = {}  # scheme -> (tag, line) where the file first uses it
     for sentence in sentences:
-        bad = next((tag for tag in sentence.tags or () if not ENTITY_TAG.fullmatch(tag)), None)
-        if bad is not None:
-            raise ValueError(f"{path}: the sentence at line {sentence.line} has the tag {bad!r}, not an entity tag "
-                             "(O, B-TYPE, I-TYPE, ...); is this a CoNLL file (`token<TAB>tag` per line, a blank "
-                             "line between sentences)? Unlabelled input has one token per line")
+        for tag in sentence.tags or ():
+            if not ENTITY_TAG.fullmatch(tag):
+                raise ValueError(f"{path}: the sentence at line {sentence.line} has the tag {tag!r}, not an entity "
+                                 "tag (O, B-TYPE, I-TYPE, ...); is this a CoNLL file (`token<TAB>tag` per line, a "
+                                 "blank line between sentences)? Unlabelled input has one token per line")
+            scheme = scheme_of_tag(tag)
+            if scheme is not None:
+                first_of_scheme.setdefault(scheme, (tag, sentence.line))
+    if len(first_of_scheme) > 1:
+        (bilou, bilou_line), (iobes, iobes_line) = first_of_scheme["BILOU"], first_of_scheme["IOBES"]
+        raise ValueError(f"{path}: the sentence at line {bilou_line} has the BILOU tag {bilou!r} but the one at line "
+                         f"{iobes_line} has the IOBES tag {iobes!r}; convert the file to one tag scheme")
 
 
 def write_conll(sentences: Sequence[TaggedSentence], path: str | os.PathLike) -> None:

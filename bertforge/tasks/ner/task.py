@@ -12,6 +12,7 @@ from .conll import TaggedFeatures, TaggedSentence, check_entity_tags, encode_for
     tag_set, words_from_logits, write_conll
 from ...models.heads import BertForTokenClassification
 from ..metrics import ner_metrics
+from .schemes import scored_as_bilou
 from .. import STANDARD_MAX_LENGTH, Rows, TaskSettings
 from ..records import write_records
 
@@ -52,6 +53,10 @@ class NerTask:
         unseen = sorted({tag for sentence in sentences for tag in sentence.tags} - set(self.label2id))
         if unseen:
             logger.warning("%s: tags %s never occur in training; the model cannot predict them", split, unseen)
+        try:  # every tag of the model and the file (scored together), checked before predicting
+            scored_as_bilou([*self.tags, *unseen])
+        except ValueError as error:
+            raise ValueError(f"{getattr(self.settings, split)} and the model's labels: {error}") from None
         predicted = self.predict_tags(model, self._features(split), batch_size, device)
         return ner_metrics([sentence.tags for sentence in sentences], predicted)
 

@@ -47,11 +47,11 @@ def qa_features(tokenizer, examples: list[QAExample], max_length: int = 384, doc
                 max_query_length: int = 64, training: bool = True) -> QAFeatures:
     """Tokenize examples into windowed features (see `QAFeatures`); defaults are run_squad.py's flags.
 
-    The question keeps its first max_query_length tokens; each distinct context is tokenized once
-    and cut into windows of max_length - len(question) - 3 tokens whose starts are doc_stride
-    apart (the last window ends at the context's end). With `training`, an answerable example's
-    first answer is the target. Raises ValueError for max_length <= max_query_length + 3, a
-    doc_stride < 1, or (training) an answerable example whose first answer is not at its start.
+    The question keeps its first max_query_length tokens (one warning counts the questions cut); each
+    distinct context is tokenized once and cut into windows of max_length - len(question) - 3 tokens
+    whose starts are doc_stride apart (the last window ends at the context's end). With `training`, an
+    answerable example's first answer is the target. Raises ValueError for max_length <= max_query_length
+    + 3, a doc_stride < 1, or (training) an answerable example whose first answer is not at its start.
     """
     checked("max_query_length", max_query_length)
     room = Bound(max_query_length + 4, meaning=f"max_query_length {max_query_length}, [CLS], two [SEP] and a token "
@@ -69,6 +69,7 @@ def qa_features(tokenizer, examples: list[QAExample], max_length: int = 384, doc
     encoded = tokenizer(contexts, add_special_tokens=False, return_offsets_mapping=True)
     tokenized = dict(zip(contexts, zip(encoded["input_ids"], encoded["offset_mapping"])))
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    _warn_long_questions(questions, max_query_length)
 
     for example_index, (example, question) in enumerate(zip(examples, questions)):
         question = question[:max_query_length]
@@ -99,6 +100,14 @@ def qa_features(tokenizer, examples: list[QAExample], max_length: int = 384, doc
                 features.start_positions.append(answer_span[0] + shift if inside else 0)
                 features.end_positions.append(answer_span[1] + shift if inside else 0)
     return features
+
+
+def _warn_long_questions(questions: list[list[int]], max_query_length: int) -> None:
+    """One warning line per call: the answers to these questions come from their first tokens only."""
+    cut = sum(len(question) > max_query_length for question in questions)
+    if cut:
+        logger.warning("%d of %d questions were cut to their first %d tokens (max_query_length); the rest of each "
+                       "was not read", cut, len(questions), max_query_length)
 
 
 def _check_training_answers(examples: list[QAExample]) -> None:

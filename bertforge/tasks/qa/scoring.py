@@ -1,4 +1,5 @@
-"""The official SQuAD scoring (evaluate-v2.0.py): normalised exact match and token F1, best over the gold answers."""
+"""The official SQuAD scoring (evaluate-v2.0.py's rules, for v1.1 files too): normalised exact match and token F1,
+best over the gold answers."""
 import collections
 import logging
 import re
@@ -40,12 +41,16 @@ def f1_score(prediction: str, ground_truth: str) -> float:
 def squad_evaluate(examples: list[QAExample], predictions: dict[str, str]) -> dict[str, float]:
     """Exact match and F1 in percent over all examples, the best over each one's gold answers.
 
-    As evaluate-v2.0.py: gold answers that normalise to nothing are ignored, and a question
-    without any (impossible) has the single gold answer "" (so predicting "" scores 1). This
-    equals evaluate-v1.1.py on v1.1 data. Returns exact_match, f1 and total; with impossible
-    questions also HasAns_exact, HasAns_f1, HasAns_total, NoAns_exact, NoAns_f1, NoAns_total
-    (the subsets that are present). An example without a prediction scores 0, with a warning,
-    as in evaluate-v1.1.py. Raises ValueError for no examples or a prediction that is not a str.
+    evaluate-v2.0.py's rules, on v1.1 and v2.0 files alike: gold answers that normalise to nothing are
+    ignored, a question left without any (impossible) has the single gold answer "", and F1 is 1 when
+    prediction and gold both normalise to nothing, else 0 when either does. On v1.1 data this equals
+    evaluate-v1.1.py but for gold answers made only of articles and punctuation ("The", "?"): v1.1 keeps
+    them, and an empty or article-only prediction matches one with EM 1, F1 0; here they are dropped, and
+    such a prediction matches only a question left with no other gold, with EM 1, F1 1. Returns
+    exact_match, f1 and total; with impossible questions also HasAns_exact, HasAns_f1, HasAns_total,
+    NoAns_exact, NoAns_f1, NoAns_total (the subsets that are present). An example without a prediction
+    scores 0, with a warning, as in evaluate-v1.1.py. Raises ValueError for no examples or a prediction
+    that is not a str.
     """
     if not examples:
         raise ValueError("no examples to evaluate; pass the examples the predictions were made for")

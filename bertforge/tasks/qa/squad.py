@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...input_files import not_utf8, open_text, require_file
+from ...tokenization.tokenizer import is_dropped
 
 logger = logging.getLogger("bertforge")
 
@@ -51,11 +52,12 @@ def read_squad(path: str | os.PathLike, training: bool = True) -> SquadExamples:
 
     v1.1 and v2.0 files both read (is_impossible defaults to False). Rows that cannot be used are
     skipped with a warning, logged and listed on the result's `problems`: an empty question or
-    context, a repeated id, an answerable question without answers. An answer whose text is not
-    at its answer_start would teach the wrong span: with `training` it is dropped (and the example
-    with it when no answer is left); with training=False answers are only gold texts for scoring,
-    so it is reported and kept. Raises ValueError for a missing file, text that is not JSON, or a
-    structure that is not SQuAD's (the message names the place, e.g. data[0].paragraphs[2]).
+    context (`is_blank`: no text the tokenizer reads), a repeated id, an answerable question without
+    answers. An answer whose text is not at its answer_start would teach the wrong span: with
+    `training` it is dropped (and the example with it when no answer is left); with training=False
+    answers are only gold texts for scoring, so it is reported and kept. Raises ValueError for a
+    missing file, text that is not JSON, or a structure that is not SQuAD's (the message names the
+    place, e.g. data[0].paragraphs[2]).
     """
     path = Path(path)
     require_file(path, "SQuAD file")
@@ -83,6 +85,13 @@ def read_squad(path: str | os.PathLike, training: bool = True) -> SquadExamples:
 _REQUIRED = object()
 
 
+def is_blank(text: str) -> bool:
+    """Whether a text gives the tokenizer nothing to read: only whitespace and the characters it deletes
+    (control and format characters such as zero-width spaces and soft hyphens, U+FFFD). Such a context has
+    no token to answer from, so it is skipped as an empty one is, not answered with ""."""
+    return all(char.isspace() or is_dropped(char) for char in text)
+
+
 def _read_examples(root, examples: SquadExamples, seen_ids: set, skip, training: bool) -> None:
     """Walk SQuAD's data -> paragraphs -> qas into `examples`; ValueError naming the place of a wrong structure."""
     for a, article in enumerate(_field(root, "data", list, "the file")):
@@ -99,8 +108,9 @@ def _read_examples(root, examples: SquadExamples, seen_ids: set, skip, training:
                                   _field(answer, "answer_start", int, f"{row}.answers[{i}]"))
                            for i, answer in enumerate(_field(qa, "answers", list, row, default=[]))]
                 row = f"{row} (id {qid!r})"
-                if not question.strip() or not context.strip():
-                    skip(row, f"empty {'question' if not question.strip() else 'context'}; example skipped")
+                empty = _empty_text(question, context)
+                if empty:
+                    skip(row, f"{empty}; example skipped")
                     continue
                 if qid in seen_ids:
                     skip(row, "id already used by an earlier question; example skipped")
@@ -124,6 +134,15 @@ def _read_examples(root, examples: SquadExamples, seen_ids: set, skip, training:
                         skip(row, "answerable question without answers; it can be predicted but not scored")
                 seen_ids.add(qid)
                 examples.append(QAExample(qid, question, context, answers, impossible, title))
+
+
+def _empty_text(question: str, context: str) -> str | None:
+    """"empty question" or "empty context" (saying so when the text only looks non-empty), or None."""
+    for name, text in (("question", question), ("context", context)):
+        if is_blank(text):
+            return f"empty {name}" + (" (only characters the tokenizer drops, e.g. zero-width spaces)"
+                                      if text.strip() else "")
+    return None
 
 
 def _field(record, key: str, kind, where: str, default=_REQUIRED):
