@@ -248,9 +248,12 @@ def test_occurrence_picks_which_match(ours, reference):
     model, tokenizer = ours
     sentence = "The bank by the bank."
     states, _ = reference_hidden_states(reference, sentence)
-    second = word_vector(model, tokenizer, sentence, "bank", occurrence=1)
+    second = word_vector(model, tokenizer, sentence, "bank", occurrence=1, layers=-1)
     np.testing.assert_allclose(second, states[-1, 5].numpy(), rtol=1e-4, atol=1e-5)
-    np.testing.assert_array_equal(word_vector(model, tokenizer, sentence, "BANK", occurrence=-1), second)
+    np.testing.assert_array_equal(word_vector(model, tokenizer, sentence, "BANK", occurrence=-1, layers=-1), second)
+    # Left out, the layers are a word vector's default: the mean of the last four.
+    np.testing.assert_allclose(word_vector(model, tokenizer, sentence, "bank", occurrence=1),
+                               states[-4:, 5].mean(0).numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_token_vectors_are_the_hidden_states_of_every_token(ours, reference):

@@ -67,6 +67,9 @@ def test_int8_sentence_vectors_are_served_close_to_sentence_transformers(minilm_
         vectors = np.array(client.post("/embed", json={"inputs": TEXTS}).json())
         attention = client.post("/explorer/attention", json={"text": TEXTS[0]})
     assert attention.status_code == 200
+    # The explorer's attention is the float32 encoder's too (the int8 one's is off by up to ~0.06).
+    np.testing.assert_allclose(np.array(attention.json()["attentions"]), reference_attention(minilm_dir, TEXTS[0]),
+                               atol=1e-4)
     assert (vectors * sbert.encode(TEXTS, normalize_embeddings=True)).sum(axis=1).min() > 0.99
 
 
@@ -274,17 +277,26 @@ def test_features_not_loaded_answer_424(models):
 
 # --- the explorer's computations --------------------------------------------------------------
 
-def test_attention_equals_transformers(client, minilm_dir):
+def reference_attention(minilm_dir, text: str) -> np.ndarray:
+    """transformers' eager attention of the float32 checkpoint: (layers, heads, seq, seq)."""
     from transformers import BertModel, BertTokenizerFast
 
-    text = "The bank raised its interest rates."
     reference = BertModel.from_pretrained(str(minilm_dir), attn_implementation="eager").eval()
     encoded = BertTokenizerFast.from_pretrained(str(minilm_dir))(text, return_tensors="pt")
     with torch.no_grad():
-        expected = torch.stack(reference(**encoded, output_attentions=True).attentions)[:, 0]
+        return torch.stack(reference(**encoded, output_attentions=True).attentions)[:, 0].numpy()
+
+
+def test_attention_equals_transformers(client, minilm_dir):
+    from transformers import BertTokenizerFast
+
+    text = "The bank raised its interest-rates."
     answer = client.post("/explorer/attention", json={"text": text}).json()
     assert answer["tokens"][:3] == ["[CLS]", "the", "bank"] and not answer["truncated"]
-    np.testing.assert_allclose(np.array(answer["attentions"]), expected.numpy(), atol=1e-4)
+    np.testing.assert_allclose(np.array(answer["attentions"]), reference_attention(minilm_dir, text), atol=1e-4)
+    # Which word each piece belongs to, as transformers' word_ids: the page names links between words only.
+    assert answer["word_ids"] == BertTokenizerFast.from_pretrained(str(minilm_dir))(text).word_ids()
+    assert answer["word_ids"][0] is None and answer["word_ids"][-1] is None
     long_answer = client.post("/explorer/attention", json={"text": "word " * 100}).json()
     assert long_answer["truncated"] and len(long_answer["tokens"]) == 64
 
@@ -308,10 +320,22 @@ def test_word_in_context_equals_transformers_last_four_layers(client, minilm_dir
     vectors = np.stack(vectors)
     unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
     answer = client.post("/explorer/word-in-context", json={"word": "bank", "sentences": sentences}).json()
+    assert answer["layers"] == "last_four_mean"  # left out: the default of word_vector and `bertforge senses`
+    assert [o["label"] for o in answer["occurrences"]] == ["1", "2", "3"]
     np.testing.assert_allclose(answer["cosine"], unit @ unit.T, atol=1e-5)
     pca = PCA(n_components=2, random_state=0)
     np.testing.assert_allclose(answer["points"], pca.fit_transform(vectors), atol=1e-3)
     np.testing.assert_allclose(answer["explained_variance"], pca.explained_variance_ratio_, atol=1e-4)
+
+
+def test_word_in_context_shows_every_occurrence(client):
+    sentences = ["The bank by the river bank was closed.", "The bank raised its rates."]
+    answer = client.post("/explorer/word-in-context", json={"word": "bank", "sentences": sentences,
+                                                            "layers": "last"}).json()
+    assert [(o["sentence"], o["label"]) for o in answer["occurrences"]] == [(0, "1.1"), (0, "1.2"), (1, "2")]
+    assert answer["occurrences"][1]["context"] == "The bank by the river [bank] was closed."
+    assert np.array(answer["cosine"]).shape == (3, 3) and np.array(answer["points"]).shape == (3, 2)
+    assert answer["layers"] == "last"
 
 
 def test_word_in_context_bad_input(client):

@@ -94,16 +94,20 @@ def test_the_heatmap_draws_the_chosen_layer_and_head(page, served):
     _, models = served
     attentions = attention_of(models, SENTENCE)
     size = attentions.shape[-1]
-    tokens = models.embedding.tokenizer.convert_ids_to_tokens(models.embedding.tokenizer(SENTENCE)["input_ids"])
-    words = np.array([t not in ("[CLS]", "[SEP]") for t in tokens])
+    encoded = models.embedding.tokenizer(SENTENCE)
+    tokens = models.embedding.tokenizer.convert_ids_to_tokens(encoded["input_ids"])
+    word_ids = np.array([-1 if w is None else w for w in encoded.word_ids()])
+    # Links between two different words: not [CLS]/[SEP], not a piece to itself or to a piece of its own word.
+    between = (word_ids[:, None] >= 0) & (word_ids[None, :] >= 0) & (word_ids[:, None] != word_ids[None, :])
     heatmap = page.locator("#attention-heatmap")
     assert int(heatmap.get_attribute("data-size")) == size
     for layer, head in ((0, 0), (2, 3), (5, 11)):
         page.select_option("#layer", str(layer))
         page.select_option("#head", str(head))
         matrix = attentions[layer, head]
-        # The link named is the strongest between two pieces of the text, not [CLS] or [SEP] (issue 24).
-        q, k = np.unravel_index(np.argmax(np.where(words[:, None] & words[None, :], matrix, -1)), (size, size))
+        # The link named is the strongest between two words of the text (issue 24; before, "." -> "." could win).
+        q, k = np.unravel_index(np.argmax(np.where(between, matrix, -1)), (size, size))
+        assert word_ids[q] != word_ids[k]
         assert heatmap.get_attribute("data-strongest") == f"{q},{k}"
         summary = page.inner_text("#attention-summary")
         assert summary.startswith(f"Layer {layer + 1}, head {head + 1}") and f"{matrix[q, k]:.3f}" in summary
@@ -189,7 +193,19 @@ def test_word_in_context_table_and_plot(page, served, minilm_dir):
     shown = [row.locator("td").all_inner_texts() for row in page.locator("#cosine-table tbody tr").all()]
     assert shown == [[f"{value:.3f}" for value in row] for row in unit @ unit.T]
     assert page.locator("#pca-plot circle").count() == len(sentences)
-    assert page.locator("#pca-plot g.point title").all_text_contents() == sentences
+    # Each point's title is its sentence with the occurrence in [brackets]; its label the sentence's number.
+    assert page.locator("#pca-plot g.point title").all_text_contents() == [s.replace("bank", "[bank]", 1)
+                                                                          for s in sentences]
+    assert page.locator("#pca-plot g.point text").all_text_contents() == [str(i + 1) for i in range(len(sentences))]
+
+
+def test_a_word_twice_in_a_sentence_is_two_points(page):
+    page.fill("#word", "bank")
+    page.fill("#contexts", "The bank by the river bank was closed.\nThe bank raised its rates.")
+    page.click("#compare")
+    page.wait_for_function("document.querySelectorAll('#pca-plot circle').length === 3")
+    assert page.locator("#cosine-table thead th").all_inner_texts() == ["bank", "1.1", "1.2", "2"]
+    assert page.locator("#pca-plot g.point title").all_text_contents()[1] == "The bank by the river [bank] was closed."
 
 
 def test_a_screenshot_and_no_errors_or_outside_requests(page, tmp_path):

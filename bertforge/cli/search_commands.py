@@ -172,7 +172,7 @@ def search(index: str, query: str, top_k: int = 10, model: str | None = None, re
 
 
 def senses(word: str, corpus: list[str], model: str = "minilm", plot: str | None = None, max_senses: int = 6,
-           examples: int = 3, layers: str = "-1", max_occurrences: int = 2000, umap: bool = True,
+           examples: int = 3, layers: str | None = None, max_occurrences: int = 2000, umap: bool = True,
            text_field: str = "text", seed: int = 0, device: str | None = None) -> None:
     """Split the occurrences of a word into senses: word-in-context vectors, k-means, a 2-D scatter plot.
 
@@ -183,7 +183,8 @@ def senses(word: str, corpus: list[str], model: str = "minilm", plot: str | None
         plot: where to write the scatter plot (.png, .svg, .pdf)
         max_senses: the most senses tried; the number is chosen by silhouette from 2 up to this
         examples: contexts printed per sense (the most typical ones)
-        layers: -1 (last), -2, a comma list such as -4,-3,-2,-1 (mean), or last_four_mean
+        layers: -1 (last), -2, a comma list such as -4,-3,-2,-1 (mean), or an alias; left out, last_four_mean as
+            the API's word_vector and the explorer take (the last layer on a model with fewer than three)
         max_occurrences: a seeded sample of this many when the word occurs more often
         umap: add a UMAP panel beside the PCA one when umap-learn is installed
         text_field: the JSONL field that holds the text
@@ -198,7 +199,7 @@ def senses(word: str, corpus: list[str], model: str = "minilm", plot: str | None
 
     if plot:
         check_plot_path(plot)  # a name that cannot be drawn fails now, not after the model has run
-    embedder = Embedder.from_pretrained(resolve_model(model), layers=parse_layers(layers),
+    embedder = Embedder.from_pretrained(resolve_model(model), layers=parse_layers(layers) if layers else None,
                                         device=device_from_option(device))
     sentences = (sentence for document in read_documents(corpus, text_field=text_field) for sentence in document)
     found = word_senses(embedder, sentences, word, max_senses=max_senses, max_occurrences=max_occurrences, seed=seed,

@@ -41,9 +41,9 @@ from ..models.model import BertModel
 from ..models.outputs import EncoderOutput
 from ..tokenization.folder import load_tokenizer
 from ..validation import checked
-from .options import (LayerSpec, check_max_length, check_sentence, check_texts, find_word,
-                      resolve_encoder, resolve_layers)
+from .options import LayerSpec, check_max_length, check_sentence, check_texts, resolve_encoder, resolve_layers
 from .pooling import pool, pooling_modes
+from .words import find_word, spans_pieces
 
 # With more texts than this, `progress=None` shows a progress bar.
 AUTO_PROGRESS_TEXTS = 512
@@ -76,7 +76,8 @@ class Embedder:
 
     layers: an int (-1 last, -2 second to last, 0 the embedding layer's output), a list
         of ints combined by `layer_combine` ("mean" by default, or "concat"), or an alias:
-        "last", "second_to_last", "last_four_mean", "last_four_concat".
+        "last", "second_to_last", "last_four_mean", "last_four_concat"; None: a word vector's default
+        (options.DEFAULT_WORD_LAYERS, the mean of the last four; the last layer on a model with fewer than three).
     pooling: "mean" (over real tokens, as sentence-transformers; the default), "max" (over real
         tokens), "cls" (the [CLS] vector), "pooler" (the model's pooler_output; last layer only),
         sentence-transformers' "mean_sqrt_len_tokens", "weightedmean", "lasttoken", or several
@@ -113,7 +114,7 @@ class Embedder:
     Raises ValueError for any invalid choice, naming the valid ones.
     """
 
-    def __init__(self, model, tokenizer, *, layers: LayerSpec = -1, layer_combine: str | None = None,
+    def __init__(self, model, tokenizer, *, layers: LayerSpec | None = -1, layer_combine: str | None = None,
                  pooling: str | None = None, normalize: bool | None = None, batch_size: int = 32,
                  max_length: int | None = None, progress: bool | None = None,
                  device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
@@ -319,22 +320,20 @@ class Embedder:
 
         `word` is found as a whole word, case-insensitively; `occurrence` picks which match
         (0 the first, -1 the last). Its sub-word pieces are the tokens whose character
-        offsets overlap the match, so the sentence is encoded as written (no [MASK]).
+        offsets overlap the match, so the sentence is encoded as written (no [MASK]); words.py.
         Raises ValueError when the word does not occur, `occurrence` is out of range, or the
         word falls (even partly) past the max_length truncation.
         """
-        start, end = find_word(check_sentence(sentence), word, occurrence)
+        return self.span_vectors(sentence, [find_word(check_sentence(sentence), word, occurrence)])[0]
+
+    def span_vectors(self, sentence: str, spans: list[tuple[int, int]]) -> np.ndarray:
+        """float32 (len(spans), dim): per character span [start, end) of the sentence, the mean of its pieces,
+        from one pass. Raises ValueError for a span that falls (even partly) past the truncation."""
         encoded = self.tokenize([sentence], offsets=True)
-        offsets = encoded["offset_mapping"][0].tolist()
-        pieces = [i for i, (a, b) in enumerate(offsets) if b > a and a < end and b > start]
-        if not pieces or offsets[pieces[-1]][1] < end:
-            raise ValueError(
-                f"{word!r} (characters {start}-{end}) falls past the truncation at max_length={self.max_length} "
-                f"tokens; pass a larger max_length (this model takes up to "
-                f"{self.model.config.max_position_embeddings}) or a shorter sentence"
-            )
+        pieces = spans_pieces(sentence, encoded["offset_mapping"][0].tolist(), spans, self.max_length,
+                              self.model.config.max_position_embeddings)
         states = self.layer_states(self.forward(encoded))[0]  # (seq, dim)
-        return states[pieces].mean(dim=0).cpu().numpy()
+        return torch.stack([states[found].mean(dim=0) for found in pieces]).cpu().numpy()
 
     # --- the model ---------------------------------------------------------------------------
 

@@ -40,8 +40,12 @@ def embed(model_or_path, texts: Iterable[str], layers: LayerSpec = -1, pooling: 
 
 
 def word_vector(model_or_path, tokenizer, sentence: str, word: str, occurrence: int = 0,
-                layers: LayerSpec = -1, layer_combine: str | None = None, **options) -> np.ndarray:
-    """The in-context vector of `word` in `sentence`: float32 (dim,). See `Embedder.word_vector`."""
+                layers: LayerSpec | None = None, layer_combine: str | None = None, **options) -> np.ndarray:
+    """The in-context vector of `word` in `sentence`: float32 (dim,). See `Embedder.word_vector`.
+
+    layers=None takes `options.DEFAULT_WORD_LAYERS` (the mean of the last four), as `bertforge senses` and
+    the explorer do.
+    """
     embedder = embedder_for(model_or_path, tokenizer, layers=layers, layer_combine=layer_combine, **options)
     return embedder.word_vector(sentence, word, occurrence)
 

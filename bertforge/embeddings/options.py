@@ -5,8 +5,7 @@ ValueError that names the problem and the fix.
 """
 from __future__ import annotations
 
-import re
-from typing import Iterable, Sequence, get_args
+from typing import Iterable, Literal, Sequence, get_args
 
 import numpy as np
 
@@ -23,7 +22,24 @@ LAYER_ALIASES: dict[str, tuple[tuple[int, ...], str | None]] = {
     "last_four_concat": ((-4, -3, -2, -1), "concat"),
 }
 
+# The layers of a word's in-context vector that the explorer offers, its default first: the mean of the last four,
+# the best feature-based choice of Devlin et al. 2018 (table 7) and what seed 003's word-sense picture takes.
+WordLayers = Literal["last_four_mean", "last", "second_to_last"]
+WORD_LAYER_CHOICES = get_args(WordLayers)
+# What `word_vector`, `bertforge senses` and the explorer take when no layers are chosen (layers=None).
+DEFAULT_WORD_LAYERS = WORD_LAYER_CHOICES[0]
+
 LayerSpec = int | str | Sequence[int]
+
+
+def fits(alias: str, num_layers: int) -> bool:
+    """Whether a model of num_layers layers has every hidden state the alias names."""
+    return all(-(num_layers + 1) <= index <= num_layers for index in LAYER_ALIASES[alias][0])
+
+
+def default_word_layers(num_layers: int) -> str:
+    """DEFAULT_WORD_LAYERS, or on a model too shallow for it (under three layers) the next choice it has."""
+    return next(choice for choice in WORD_LAYER_CHOICES if fits(choice, num_layers))
 
 
 def resolve_encoder(model) -> BertModel:
@@ -38,14 +54,17 @@ def resolve_encoder(model) -> BertModel:
     )
 
 
-def resolve_layers(layers: LayerSpec, layer_combine: str | None, num_layers: int) -> tuple[tuple[int, ...], str]:
-    """Layer choice -> (absolute hidden-state indices in 0..num_layers, combine mode).
+def resolve_layers(layers: LayerSpec | None, layer_combine: str | None, num_layers: int) -> tuple[tuple[int, ...], str]:
+    """Layer choice -> (absolute hidden-state indices in 0..num_layers, combine mode); None is
+    `default_word_layers`, a word vector's default.
 
     Raises UsageError (a ValueError; on the command line exit 2, an option's mistake) for an unknown alias or
     combine mode, an empty list, a non-int index, or an index outside the model's layers.
     """
     if layer_combine is not None and layer_combine not in LAYER_COMBINES:
         raise UsageError(f"layer_combine={layer_combine!r} is not one of {LAYER_COMBINES}")
+    if layers is None:
+        layers = default_word_layers(num_layers)
     if isinstance(layers, str):
         if layers not in LAYER_ALIASES:
             raise UsageError(
@@ -99,20 +118,3 @@ def check_max_length(max_length: int | None, tokenizer, model: BertModel) -> int
     if not max_length:  # None, or 0 as every command's --max-length reads it (validation.BOUNDS): the default
         return min(int(getattr(tokenizer, "model_max_length", positions)), positions)
     return model.config.checked_max_length(max_length)
-
-
-def find_word(sentence: str, word: str, occurrence: int) -> tuple[int, int]:
-    """Character span [start, end) of the chosen whole-word, case-insensitive match of word."""
-    if not isinstance(word, str) or not word.strip():
-        raise ValueError(f"word={word!r} must be a non-empty str")
-    # Whole words ("bank" is not found inside "banking"); any run of whitespace between a phrase's words.
-    pattern = r"(?<!\w)" + r"\s+".join(map(re.escape, word.split())) + r"(?!\w)"
-    matches = [m.span() for m in re.finditer(pattern, sentence, flags=re.IGNORECASE)]
-    if not matches:
-        raise ValueError(f"{word.strip()!r} is not in the sentence {sentence!r} (matched as a whole word, ignoring case)")
-    if not isinstance(occurrence, int) or not -len(matches) <= occurrence < len(matches):
-        raise ValueError(
-            f"occurrence={occurrence!r} is out of range: {word.strip()!r} occurs {len(matches)} time(s) in the sentence "
-            f"(use 0 to {len(matches) - 1}, or -1 for the last)"
-        )
-    return matches[occurrence]

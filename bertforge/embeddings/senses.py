@@ -1,14 +1,13 @@
 """Word senses: the in-context vectors of every occurrence of a word, clustered and drawn.
 
-Each occurrence's vector is the mean of its word pieces' hidden states, the pieces found by
-character offsets as `Embedder.word_vector` finds them, but batched over many sentences.
+Each occurrence's vector is the mean of its word pieces' hidden states, the occurrences and their
+pieces found as `Embedder.word_vector` finds them (words.py), but batched over many sentences.
 k-means on the L2-normalised vectors splits them into senses; the number of senses is the k
 in 2..max_senses with the highest silhouette (cosine). PCA (and UMAP when `umap-learn` is
 installed) puts them in 2-D for a scatter plot, one colour per sense.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -23,23 +22,9 @@ from ..atomic import replaced_file
 from ..errors import UsageError
 from ..validation import checked
 from .similarity import l2_normalized
+from .words import Occurrence, find_occurrences, word_pattern, word_pieces
 
 MIN_OCCURRENCES = 4  # k-means into 2 senses and a silhouette need a few points in each
-
-
-@dataclass(frozen=True)
-class Occurrence:
-    sentence: str
-    start: int   # character span of the word in the sentence
-    end: int
-
-    def context(self, width: int = 60) -> str:
-        """The sentence around the word, the word in [brackets], cut to `width` characters a side."""
-        left = self.sentence[max(0, self.start - width):self.start]
-        right = self.sentence[self.end:self.end + width]
-        left = ("..." + left) if self.start > width else left
-        right = (right + "...") if self.end + width < len(self.sentence) else right
-        return f"{left}[{self.sentence[self.start:self.end]}]{right}"
 
 
 @dataclass
@@ -64,19 +49,6 @@ class Senses:
         return [self.occurrences[members[i]] for i in order[:count]]
 
 
-def word_pattern(word: str) -> re.Pattern:
-    """A whole-word, case-insensitive match of word (or a phrase, any whitespace between its words)."""
-    if not isinstance(word, str) or not word.strip():
-        raise ValueError(f"word={word!r} must be a non-empty str")
-    return re.compile(r"(?<!\w)" + r"\s+".join(map(re.escape, word.split())) + r"(?!\w)", re.IGNORECASE)
-
-
-def find_occurrences(sentences: Iterable[str], word: str) -> list[Occurrence]:
-    """Every whole-word match of word in the sentences, in order (a sentence may give several)."""
-    pattern = word_pattern(word)
-    return [Occurrence(sentence, *match.span()) for sentence in sentences for match in pattern.finditer(sentence)]
-
-
 def occurrence_vectors(embedder, occurrences: list[Occurrence]) -> tuple[np.ndarray, list[int]]:
     """(vectors (kept, dim) float32, kept indices): each occurrence's word vector, batched.
 
@@ -91,9 +63,8 @@ def occurrence_vectors(embedder, occurrences: list[Occurrence]) -> tuple[np.ndar
         encoded = embedder.tokenize([occurrence.sentence for occurrence in batch], offsets=True)
         states = embedder.layer_states(embedder.forward(encoded))  # (batch, seq, dim)
         for row, occurrence in enumerate(batch):
-            offsets = encoded["offset_mapping"][row].tolist()
-            pieces = [i for i, (a, b) in enumerate(offsets) if b > a and a < occurrence.end and b > occurrence.start]
-            if pieces and offsets[pieces[-1]][1] >= occurrence.end:
+            pieces = word_pieces(encoded["offset_mapping"][row].tolist(), occurrence.start, occurrence.end)
+            if pieces is not None:
                 vectors[order[first + row]] = states[row, pieces].mean(dim=0).cpu().numpy()
     kept = sorted(vectors)
     return (np.stack([vectors[i] for i in kept]) if kept else np.zeros((0, embedder.dim), np.float32)), kept

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from ..embeddings.embed import Embedder, eval_mode
+from ..embeddings.options import WORD_LAYER_CHOICES, fits
 from ..engine.batching import TokenBatch
 from ..engine.prepacked_linear import prepack_where_it_pays
 from ..models.packed_forward import packed_forward
@@ -18,8 +19,6 @@ from ..models.model import BertModel
 from ..tokenization.folder import load_tokenizer
 from .passes import Tokens, run_in_passes
 
-# Layer choices the explorer offers for word-in-context vectors (seed 003 averages the last four).
-WORD_LAYER_CHOICES = ("last_four_mean", "last", "second_to_last")
 
 
 class EmbeddingModel:
@@ -44,14 +43,14 @@ class EmbeddingModel:
         if self.embedder.graphs is not None:  # every shape a pass can take, before the first request
             with torch.inference_mode(), eval_mode(self.embedder.model):
                 self.embedder.graphs.capture_all(max_length)
-        self.word_embedders = {}
-        for layers in WORD_LAYER_CHOICES:
-            try:
-                # word vectors are read from a plain forward pass, never from the graphed sentence passes
-                self.word_embedders[layers] = Embedder(encoder, worker_tokenizer, layers=layers, max_length=max_length,
-                                                       cuda_graphs=False)
-            except ValueError:  # e.g. last_four_mean on a 2-layer model
-                continue
+        # Word vectors are read from a plain forward pass, never from the graphed sentence passes; a choice the model
+        # is too shallow for (last_four_mean on 2 layers) is left out.
+        self.word_embedders = {layers: Embedder(encoder, worker_tokenizer, layers=layers, max_length=max_length,
+                                                cuda_graphs=False)
+                               for layers in WORD_LAYER_CHOICES if fits(layers, encoder.config.num_hidden_layers)}
+        # The explorer's attention maps come from the same float32 encoder as its word vectors: they show the
+        # checkpoint's own attention, which an int8 pass moves by up to 0.06.
+        self.explorer_embedder = self.word_embedders["last"]
         # The encoder is the server's own, loaded here for inference: prepacked after the embedders are made (an
         # int8 or half copy is made from the plain linear layers), it serves the float32 passes of all of them.
         prepack_where_it_pays(encoder)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 
+from ..embeddings.options import default_word_layers
 from .errors import ApiError
 from .explorer import ATTENTION_DECIMALS, ATTENTION_MAX_TOKENS, attention_maps, word_in_context
 from .schemas import AttentionRequest, AttentionResponse, WordInContextRequest, WordInContextResponse
@@ -29,7 +30,7 @@ async def info(server: Server = Depends(current_server)) -> dict:
         # what POST /search ranks by when a request names no dense_weight (the index's meta.json at start)
         "index": {"dense_weight": index.dense_weight, "hybrid": index.dense_weight < 1.0} if index else None,
         "prompts": list(models.prompts), "default_prompt": server.encoders["embed"].prompts.default,
-        "word_layers": list(embedding.word_embedders),
+        "word_layers": list(embedding.word_embedders),  # the first is the default, as word-in-context takes it
         "attention_max_tokens": ATTENTION_MAX_TOKENS,
         "max_input_length": settings.input_limit(embedding.max_length),
         "max_batch_tokens": settings.max_batch_tokens,
@@ -42,21 +43,24 @@ async def info(server: Server = Depends(current_server)) -> dict:
 @router.post("/explorer/attention", response_model=AttentionResponse,
              summary=f"Every layer's and head's attention for a text (its first {ATTENTION_MAX_TOKENS} tokens)")
 async def attention(body: AttentionRequest, request: Request, server: Server = Depends(current_server)):
-    maps = await server.run_on_model_thread(request, attention_maps, server.models.embedding.embedder, body.text)
+    maps = await server.run_on_model_thread(request, attention_maps, server.models.embedding.explorer_embedder,
+                                            body.text)
     return {"tokens": maps.tokens, "attentions": np.round(maps.attentions, ATTENTION_DECIMALS).tolist(),
-            "truncated": maps.truncated}
+            "word_ids": maps.word_ids, "truncated": maps.truncated}
 
 
 @router.post("/explorer/word-in-context", response_model=WordInContextResponse,
-             summary="A word's vectors in several sentences: their cosines and 2-D PCA")
+             summary="A word's vector at each of its occurrences in several sentences: cosines, 2-D PCA")
 async def word(body: WordInContextRequest, request: Request, server: Server = Depends(current_server)):
     embedding = server.models.embedding
-    embedder = embedding.word_embedders.get(body.layers)
+    num_layers = embedding.embedder.model.config.num_hidden_layers
+    layers = body.layers or default_word_layers(num_layers)  # as `bertforge senses` and word_vector choose
+    embedder = embedding.word_embedders.get(layers)
     if embedder is None:
-        layers = embedding.embedder.model.config.num_hidden_layers
-        raise ApiError(422, "validation", f"layers={body.layers!r} does not fit this {layers}-layer model; "
+        raise ApiError(422, "validation", f"layers={layers!r} does not fit this {num_layers}-layer model; "
                                           f"use one of {', '.join(embedding.word_embedders)}")
     result = await server.run_on_model_thread(request, word_in_context, embedder, body.word, body.sentences)
-    return {"sentences": body.sentences, "cosine": np.nan_to_num(result.cosine).tolist(),
+    return {"sentences": body.sentences, "occurrences": result.occurrences, "layers": layers,
+            "cosine": np.nan_to_num(result.cosine).tolist(),
             "points": np.nan_to_num(result.points).tolist(),
             "explained_variance": np.nan_to_num(result.explained_variance).tolist()}

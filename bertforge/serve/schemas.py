@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, RootModel, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from ..embeddings.options import DEFAULT_WORD_LAYERS, WordLayers
+
 # Strict types: "normalize": "yes" or "inputs": [1.5] is a 422, not a guess (pydantic's lax mode
 # would read "yes" as true). Token ids are the model's own, without [CLS]/[SEP].
 TokenIds = list[StrictInt]
@@ -182,17 +184,28 @@ class AttentionRequest(BaseModel):
 class AttentionResponse(BaseModel):
     tokens: list[str]
     attentions: list[list[list[list[float]]]] = Field(description="[layer][head][query token][key token]")
+    word_ids: list[int | None] = Field(description="per token, the index of the word it is a piece of "
+                                                    "(null for [CLS] and [SEP])")
     truncated: bool
 
 
 class WordInContextRequest(BaseModel):
     word: str = Field(min_length=1, max_length=100, examples=["bank"])
     sentences: list[str] = Field(min_length=2, max_length=32)
-    layers: Literal["last_four_mean", "last", "second_to_last"] = "last_four_mean"
+    layers: WordLayers | None = Field(None, description=f"default {DEFAULT_WORD_LAYERS} (the last layer on a model "
+                                                        "with fewer than three), as `bertforge senses`")
+
+
+class WordOccurrence(BaseModel):
+    sentence: int = Field(description="index of the sentence it is in")
+    label: str = Field(description="the sentence's number, and the occurrence's (2.1, 2.2) when it has several")
+    context: str = Field(description="the sentence with this occurrence in [brackets]")
 
 
 class WordInContextResponse(BaseModel):
     sentences: list[str]
+    occurrences: list[WordOccurrence] = Field(description="every occurrence of the word, in order: one point each")
     cosine: list[list[float]]
     points: list[list[float]]
     explained_variance: list[float]
+    layers: str = Field(description="the layers the vectors were read from")

@@ -92,13 +92,12 @@ function shade(value) { // 0..1 -> white .. the accent blue
   return `rgb(${mix(255, 23)},${mix(255, 70)},${mix(255, 160)})`;
 }
 
-const SPECIAL = new Set(["[CLS]", "[SEP]", "[PAD]"]);
-
-// The strongest link, over the cells whose row and column pass `counts` (every cell when none is given).
+// The strongest link, over the cells (q, k) that `counts` lets through (every cell when none is given);
+// value -1 when none does.
 function strongest(matrix, counts) {
   let best = { q: 0, k: 0, value: -1 };
   matrix.forEach((row, q) => row.forEach((value, k) => {
-    if (value > best.value && (!counts || (counts(q) && counts(k)))) best = { q, k, value };
+    if (value > best.value && (!counts || counts(q, k))) best = { q, k, value };
   }));
   return best;
 }
@@ -140,16 +139,17 @@ function drawHeatmap() {
   });
   drawMatrix(context, matrix, margin, margin, cell);
   const peak = strongest(matrix);
-  // Most heads send most of their attention to [CLS] or [SEP] (a resting place): the link worth
-  // naming is the strongest between two pieces of the text, and only then the specials.
-  const words = tokens.filter((t) => !SPECIAL.has(t)).length;
-  const best = words ? strongest(matrix, (i) => !SPECIAL.has(tokens[i])) : peak;
+  // Most heads send most of their attention to [CLS] or [SEP] (a resting place), and many to the piece
+  // itself or another piece of its own word: the link worth naming joins two different words of the text.
+  const words = state.attention.word_ids; // null for [CLS] and [SEP]
+  const between = strongest(matrix, (q, k) => words[q] !== null && words[k] !== null && words[q] !== words[k]);
+  const best = between.value >= 0 ? between : peak; // a one-word text has no link between words
   Object.assign(canvas.dataset, { layer: state.layer, head: state.head, size: n, strongest: `${best.q},${best.k}`,
                                   peak: `${peak.q},${peak.k}`, margin, cell, text: state.attention.text });
-  $("attention-summary").textContent =
-    `Layer ${state.layer + 1}, head ${state.head + 1}: the strongest link between words is “${tokens[best.q]}” → ` +
-    `“${tokens[best.k]}” (${best.value.toFixed(3)})` +
-    (peak.value > best.value ? `; “${tokens[peak.q]}” sends ${peak.value.toFixed(3)} to “${tokens[peak.k]}”.` : ".") +
+  const sends = `“${tokens[peak.q]}” sends ${peak.value.toFixed(3)} to “${tokens[peak.k]}”.`;
+  $("attention-summary").textContent = `Layer ${state.layer + 1}, head ${state.head + 1}: ` +
+    (between.value < 0 ? sends : `the strongest link between words is “${tokens[best.q]}” → ` +
+      `“${tokens[best.k]}” (${best.value.toFixed(3)})` + (peak.value > best.value ? `; ${sends}` : ".")) +
     (truncated ? ` Only the first ${n} tokens are shown.` : "");
   $("attention-hover").textContent = ""; // the cell under the pointer belongs to the map drawn before
   document.querySelectorAll("#attention-grid canvas").forEach((small) => small.classList.toggle(
@@ -236,7 +236,7 @@ async function showSearch(text) {
 
 // --- a word in context (seed 003's picture) -------------------------------------------------
 
-function drawPca(points, sentences, variance) {
+function drawPca(points, occurrences, variance) {
   const svg = $("pca-plot");
   const width = Number(svg.getAttribute("width"));
   const height = Number(svg.getAttribute("height"));
@@ -263,10 +263,11 @@ function drawPca(points, sentences, variance) {
          `PC2 (${(100 * variance[1]).toFixed(0)}%)`),
   ];
   points.forEach((point, i) => {
-    const group = make("g", { class: "point", "data-index": i });
-    group.append(make("title", {}, sentences[i]),
+    const { label, context, sentence } = occurrences[i];
+    const group = make("g", { class: "point", "data-index": i, "data-sentence": sentence });
+    group.append(make("title", {}, context),
                  make("circle", { cx: x(point[0]), cy: y(point[1]), r: 7, fill: "#1f5fbf", "fill-opacity": 0.8 }),
-                 make("text", { x: x(point[0]) + 10, y: y(point[1]) + 4 }, String(i + 1)));
+                 make("text", { x: x(point[0]) + 10, y: y(point[1]) + 4 }, label));
     children.push(group);
   });
   svg.replaceChildren(...children);
@@ -276,12 +277,14 @@ async function showWord() {
   const sentences = $("contexts").value.split("\n").map((line) => line.trim()).filter(Boolean);
   const word = $("word").value.trim();
   const data = await api("/explorer/word-in-context", { word, sentences, layers: $("word-layers").value });
+  // One row, column and point per occurrence: a sentence that holds the word twice gives 2.1 and 2.2.
+  const occurrences = data.occurrences;
   const table = $("cosine-table");
   const head = element("tr");
-  head.append(element("th", word), ...sentences.map((_, i) => element("th", String(i + 1))));
+  head.append(element("th", word), ...occurrences.map((o) => element("th", o.label, { title: o.context })));
   const rows = data.cosine.map((row, i) => {
     const tr = element("tr");
-    tr.append(element("th", String(i + 1), { title: sentences[i] }));
+    tr.append(element("th", occurrences[i].label, { title: occurrences[i].context }));
     row.forEach((value) => {
       const cell = element("td", value.toFixed(3));
       cell.style.background = shade((value - 0.5) / 0.5);
@@ -294,7 +297,7 @@ async function showWord() {
   table.tHead.append(head);
   table.tBodies[0].append(...rows);
   table.dataset.word = word;
-  drawPca(data.points, sentences, data.explained_variance);
+  drawPca(data.points, occurrences, data.explained_variance);
 }
 
 // --- fill-mask ------------------------------------------------------------------------------
