@@ -11,6 +11,7 @@ from ..engine.prepacked_linear import prepack_where_it_pays
 from ..models.packed_forward import packed_forward
 from ..models.folder import ModelFolder
 from ..models.heads import BertForMaskedLM, BertForSequenceClassification
+from ..tasks.classification.labels import output_function, shown_scores
 from ..tasks.finetune import prediction_task
 from ..tokenization.folder import load_tokenizer
 from .passes import Tokens, run_in_passes
@@ -93,8 +94,7 @@ class SequenceClassifier(HeadModel):
         self.max_length = task.max_length
         config = model.config
         self.labels = [(config.id2label or {}).get(i, f"LABEL_{i}") for i in range(config.num_labels)]
-        self.problem_type = config.problem_type or ("regression" if config.num_labels == 1
-                                                    else "single_label_classification")
+        self.output = output_function(config.problem_type, config.num_labels)  # as predict and transformers show it
 
     def logits(self, inputs: list[Tokens]) -> list[np.ndarray]:
         """Float32 (num_labels,) logits per input (model thread)."""
@@ -107,11 +107,6 @@ class SequenceClassifier(HeadModel):
         return list(output.logits.float().cpu().numpy())
 
     def scores(self, logits: np.ndarray) -> np.ndarray:
-        """Logits -> what the classifier means: softmax, sigmoid (multi-label, or one label) or raw (regression)."""
-        if self.problem_type == "multi_label_classification" or (len(self.labels) == 1 and
-                                                                  self.problem_type != "regression"):
-            return 1 / (1 + np.exp(-logits))
-        if self.problem_type == "regression":
-            return logits
-        shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        return shifted / shifted.sum(axis=-1, keepdims=True)
+        """Logits -> what the classifier means (`output_function`): softmax, sigmoid (multi-label, or one label
+        without problem_type) or raw (regression)."""
+        return shown_scores(logits, self.output)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 
+from ..tasks.classification.labels import shown_scores
 from .embed_routes import ERRORS
 from .errors import ApiError
 from .index import search_within
@@ -136,7 +137,7 @@ async def rerank(body: RerankRequest, request: Request, server: Server = Depends
     tokens = await server.tokenized(server.encoders["rerank"].encode_pairs, [(body.query, t) for t in texts],
                                     body.truncate)
     logits = np.array([row[0] for row in await server.run_batched("rerank", tokens, [len(t) for t in tokens], request)])
-    scores = logits if body.raw_scores else 1 / (1 + np.exp(-logits))  # sentence-transformers' CrossEncoder: sigmoid
+    scores = shown_scores(logits, "none" if body.raw_scores else "sigmoid")  # TEI's and CrossEncoder's sigmoid
     order = np.argsort(-scores, kind="stable")
     return FastJSONResponse([{"index": int(i), **({"text": texts[i]} if body.return_text else {}),
                               "score": float(scores[i])} for i in order])

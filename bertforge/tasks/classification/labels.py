@@ -6,10 +6,34 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .reader import _MAX_LISTED, PROBLEM_TYPES
 
+
+def output_function(problem_type: str | None, num_labels: int) -> str:
+    """What a classifier's logits are shown as ("none", "sigmoid" or "softmax"), by the problem_type its config
+    names (None when it names none): transformers' text-classification pipeline's rule, which sentence-transformers'
+    CrossEncoder follows for one label. A model that says regression shows its values; a multi-label one, or one
+    with a single output and no problem_type (a cross-encoder saved by transformers or sentence-transformers),
+    sigmoids; the others a softmax. "One output is regression" is transformers' rule for the training loss only."""
+    if problem_type == "regression":
+        return "none"
+    if problem_type == "multi_label_classification" or num_labels == 1:
+        return "sigmoid"
+    return "softmax"
+
+
+def shown_scores(logits: np.ndarray, function: str) -> np.ndarray:
+    """(n, num_labels) logits as `output_function` names: unchanged, sigmoids, or softmax rows (float32)."""
+    logits = np.asarray(logits, dtype=np.float32)
+    if function == "none":
+        return logits
+    if function == "sigmoid":
+        return 1 / (1 + np.exp(-logits))
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
 @dataclass
@@ -18,15 +42,18 @@ class LabelSpace:
 
     labels: the class names, in id order (infer sorts them: numerically when all are integers,
     else as strings); empty for regression, which has one output. label_separator splits a
-    CSV cell into its labels for multi-label problems.
+    CSV cell into its labels for multi-label problems. output: what predictions show of the
+    logits (`output_function`; by default the problem_type's own).
     """
     problem_type: str
     labels: list[str]
     label_separator: str = "|"
+    output: str = ""
 
     def __post_init__(self):
         if self.problem_type not in PROBLEM_TYPES:
             raise ValueError(f"unknown problem_type {self.problem_type!r}; use one of {PROBLEM_TYPES}")
+        self.output = self.output or output_function(self.problem_type, self.num_labels)
 
     @property
     def num_labels(self) -> int:
@@ -80,8 +107,9 @@ class LabelSpace:
     def from_config(cls, config) -> LabelSpace:
         """The label space a fine-tuned model was trained with, from its BertConfig (id2label, problem_type).
 
-        problem_type None is read as transformers does: regression when there is one label,
-        else single-label. Raises ValueError when the config has no id2label or its ids are not 0..n-1.
+        problem_type None is read as transformers does: regression when there is one label (its loss),
+        else single-label; predictions show a one-label model without problem_type as sigmoids, as transformers'
+        pipeline and sentence-transformers' CrossEncoder do (`output_function`). Raises ValueError when the config has no id2label or its ids are not 0..n-1.
         """
         id2label = config.id2label
         if not id2label:
@@ -91,7 +119,7 @@ class LabelSpace:
             raise ValueError(f"config id2label has ids {sorted(id2label)}; they must be 0..{len(id2label) - 1}")
         problem_type = config.problem_type or ("regression" if len(id2label) == 1 else "single_label_classification")
         labels = [] if problem_type == "regression" else [id2label[index] for index in range(len(id2label))]
-        return cls(problem_type, labels)
+        return cls(problem_type, labels, output=output_function(config.problem_type, len(id2label)))
 
     def encode(self, raw_labels: Sequence, row_numbers: Sequence[int] | None = None) -> torch.Tensor:
         """Raw labels → a tensor: (n,) int64 class ids, (n, num_labels) float multi-hot, or (n,) float values.

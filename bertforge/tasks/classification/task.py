@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ...train.batches import predict_rows
-from .labels import LabelSpace
+from .labels import LabelSpace, shown_scores
 from .reader import read_rows
 from .windows import Windows, encode_windows
 from ...models.heads import BertForSequenceClassification
@@ -62,12 +62,9 @@ class ClassificationTask:
         combined per document by `long_documents.document_probabilities` (a two-class task combines P(class 1))."""
         logits = np.stack(predict_rows(model, [len(ids) for ids in windows.input_ids], windows.collate,
                                        batch_size=batch_size, device=device))
+        probabilities = shown_scores(logits, self.labels.output).astype(np.float64)  # as transformers' pipeline
         if self.labels.problem_type == "regression":
-            probabilities = logits[:, 0]
-        elif self.labels.problem_type == "multi_label_classification":
-            probabilities = torch.sigmoid(torch.from_numpy(logits)).numpy()
-        else:
-            probabilities = torch.softmax(torch.from_numpy(logits), dim=-1).numpy()
+            probabilities = probabilities[:, 0]
         documents, scores = document_probabilities(windows.document_index, probabilities, self.labels.problem_type,
                                                    self.settings.combine, self.settings.combine_c)
         if len(documents) != windows.num_documents:

@@ -1,0 +1,78 @@
+"""What a classifier's logits are shown as, through every door: transformers' text-classification pipeline's rule.
+
+A one-label model saved without problem_type (how transformers and sentence-transformers save a cross-encoder)
+was shown raw by `predict`, `/classify`, `/predict` and `search --rerank` while transformers' pipeline,
+CrossEncoder.predict and `/rerank` gave its sigmoid; a model whose config says regression stays raw everywhere.
+"""
+import json
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
+
+from bertforge.cli import main
+from bertforge.search.rerank import Reranker
+from bertforge.serve.app import create_app
+from bertforge.serve.models import load_models
+from bertforge.tasks.classification.labels import output_function
+
+TEXTS = ["I loved this film.", "The pills gave me a headache."]
+QUERY = "does it cause headaches"
+
+
+def one_label_model(folder, vocab_from, problem_type=None):
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                        intermediate_size=37, num_labels=1, problem_type=problem_type)
+    BertForSequenceClassification(config).save_pretrained(folder)  # transformers' own files: no problem_type
+    BertTokenizer.from_pretrained(vocab_from).save_pretrained(folder)
+    return folder
+
+
+def logits_of(folder, texts, pair_with=None):
+    model, tokenizer = BertForSequenceClassification.from_pretrained(folder), BertTokenizer.from_pretrained(folder)
+    inputs = tokenizer([pair_with] * len(texts), texts, padding=True, return_tensors="pt") if pair_with else \
+        tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        return model(**inputs).logits[:, 0].numpy()
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def test_the_rule_is_the_pipelines():
+    assert output_function(None, 1) == "sigmoid" and output_function("regression", 1) == "none"
+    assert output_function(None, 3) == "softmax" and output_function("single_label_classification", 2) == "softmax"
+    assert output_function("multi_label_classification", 3) == "sigmoid"
+
+
+@pytest.mark.parametrize("problem_type", [None, "regression"])
+def test_a_one_label_model_is_shown_alike_by_predict_the_server_and_the_reranker(problem_type, minilm_dir, tmp_path):
+    folder = one_label_model(tmp_path / "model", minilm_dir, problem_type)
+    shown = sigmoid if problem_type is None else (lambda x: x)
+    expected = shown(logits_of(folder, TEXTS))
+    if problem_type is None:  # what transformers' pipeline gives
+        from transformers import pipeline
+        scores = [row["score"] for row in pipeline("text-classification", model=str(folder), device="cpu")(TEXTS)]
+        np.testing.assert_allclose(scores, expected, atol=1e-5)
+
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": text}) + "\n" for text in TEXTS), encoding="utf-8")
+    assert main(["predict", "--model", str(folder), "--input", str(tmp_path / "in.jsonl"),
+                 "--output", str(tmp_path / "out.jsonl")]) == 0
+    predicted = [json.loads(line)["prediction"] for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    np.testing.assert_allclose(predicted, expected, atol=1e-5)
+
+    with TestClient(create_app(load_models(str(minilm_dir), classifier=str(folder), device="cpu"))) as client:
+        served = [row[0]["score"] for row in client.post("/classify", json={"inputs": TEXTS}).json()]
+        np.testing.assert_allclose(served, expected, atol=1e-5)
+        predicted = [row[0]["score"] for row in client.post("/predict", json={"inputs": [[t] for t in TEXTS]}).json()]
+        np.testing.assert_allclose(predicted, expected, atol=1e-5)
+        raw = [row[0]["score"] for row in client.post("/predict", json={"inputs": [[t] for t in TEXTS],
+                                                                          "raw_scores": True}).json()]
+        np.testing.assert_allclose(raw, logits_of(folder, TEXTS), atol=1e-5)
+
+    reranked = Reranker(folder).scores(QUERY, TEXTS)  # `search --rerank`: a one-label folder is read as a pair
+    np.testing.assert_allclose(reranked, shown(logits_of(folder, TEXTS, pair_with=QUERY)), atol=1e-5)
