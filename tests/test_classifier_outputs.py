@@ -76,3 +76,26 @@ def test_a_one_label_model_is_shown_alike_by_predict_the_server_and_the_reranker
 
     reranked = Reranker(folder).scores(QUERY, TEXTS)  # `search --rerank`: a one-label folder is read as a pair
     np.testing.assert_allclose(reranked, shown(logits_of(folder, TEXTS, pair_with=QUERY)), atol=1e-5)
+
+
+def test_a_classifier_saved_with_transformers_default_labels_is_read_as_label_0_and_label_1(minilm_dir, tmp_path):
+    """transformers 5 writes no id2label for its default two labels: predict and serve refused the folder as "not
+    fine-tuned for classification" while transformers' pipeline answers LABEL_0 / LABEL_1."""
+    from transformers import pipeline
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                        intermediate_size=37)
+    BertForSequenceClassification(config).save_pretrained(tmp_path / "model")
+    BertTokenizer.from_pretrained(minilm_dir).save_pretrained(tmp_path / "model")
+    assert "id2label" not in json.loads((tmp_path / "model" / "config.json").read_text())
+    expected = {row["label"]: row["score"] for row in
+                pipeline("text-classification", model=str(tmp_path / "model"), device="cpu", top_k=None)([TEXTS[0]])[0]}
+    (tmp_path / "in.jsonl").write_text(json.dumps({"text": TEXTS[0]}) + "\n", encoding="utf-8")
+    assert main(["predict", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "in.jsonl"),
+                 "--output", str(tmp_path / "out.jsonl")]) == 0
+    row = json.loads((tmp_path / "out.jsonl").read_text())
+    assert row["p_LABEL_0"] == pytest.approx(expected["LABEL_0"], abs=1e-5)
+    assert row["p_LABEL_1"] == pytest.approx(expected["LABEL_1"], abs=1e-5)
+    assert main(["predict", "--model", str(minilm_dir), "--input", str(tmp_path / "in.jsonl"),  # a plain encoder
+                 "--output", str(tmp_path / "refused.jsonl")]) == 1

@@ -109,9 +109,14 @@ class LabelSpace:
 
         problem_type None is read as transformers does: regression when there is one label (its loss),
         else single-label; predictions show a one-label model without problem_type as sigmoids, as transformers'
-        pipeline and sentence-transformers' CrossEncoder do (`output_function`). Raises ValueError when the config has no id2label or its ids are not 0..n-1.
+        pipeline and sentence-transformers' CrossEncoder do (`output_function`). A sequence classifier whose config
+        names no labels has transformers' default two, LABEL_0 and LABEL_1 (transformers 5 writes id2label only when
+        it differs from them). Raises ValueError when the config has no id2label and is not a sequence classifier's,
+        or its ids are not 0..n-1.
         """
         id2label = config.id2label
+        if not id2label and any(name.endswith("ForSequenceClassification") for name in config.architectures or ()):
+            id2label = {0: "LABEL_0", 1: "LABEL_1"}
         if not id2label:
             raise ValueError("the model config has no id2label: it was not fine-tuned for classification; "
                              "fine-tune it first, or give the labels")
