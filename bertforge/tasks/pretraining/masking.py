@@ -24,7 +24,8 @@ def mask_tokens(input_ids, rng: np.random.Generator, vocab_size: int, mask_token
     """(masked input ids, labels), both (seq,) int64, for one sequence of token ids (seq,).
 
     Positions holding `special_ids` ([CLS], [SEP], [PAD]) are never chosen. The number chosen is
-    min(max_predictions_per_seq, max(1, round(candidates * mlm_probability))); each chosen
+    min(max_predictions_per_seq, max(1, round(candidates * mlm_probability))), 15% of the real tokens
+    (the original counts [CLS] and the [SEP]s too: 17.63 a sequence against 17.54 on Austen at 128); each chosen
     position becomes [MASK] (80%), a random token (10%) or stays (10%), and its label is the
     original id; every other label is -100. whole_word=True chooses words instead: `word_starts`
     (seq,) bool marks the first piece of each word (False for "##" pieces); a word never spans a
