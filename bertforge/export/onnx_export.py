@@ -4,8 +4,12 @@ The graph takes input_ids, attention_mask and token_type_ids, int64 (batch, sequ
 axes dynamic, and returns last_hidden_state (batch, sequence, hidden), pooler_output
 (batch, hidden) when the model has a pooler, and, when a pooling is chosen or the folder is a
 sentence-transformers one, sentence_embedding (batch, hidden) made as `Embedder` makes it (by default
-with the folder's own pooling and Normalize, `models.folder`). The folder written holds model.onnx, the config
-and the tokenizer files, so it is all a runtime needs.
+with the folder's own pooling and Normalize, `models.folder`). A checkpoint with a task head (HEAD_OUTPUTS)
+adds the head's outputs under transformers' and optimum's names (logits; start_logits and end_logits), and has
+a pooler_output only where its model has one (a sequence classifier; not a masked LM, a token classifier or a QA
+model, which transformers builds without it). The folder written holds model.onnx, the config and the tokenizer
+files, so it is all a runtime needs; a folder's default prompt (config_sentence_transformers.json) is the
+runtime's to put before each text, as sentence-transformers' own ONNX backend does.
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ from torch import Tensor, nn
 from ..atomic import published_folder
 from ..embeddings.pooling import pool, pooling_modes
 from ..errors import UsageError
+from ..models import heads
+from ..models.checkpoint import has_mlm_head
 from ..models.folder import ModelFolder, read_model_folder
 from ..models.model import BertModel
 from ..tokenization.folder import load_tokenizer
@@ -34,39 +40,63 @@ INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OPSET = 18
 # What ONNX Runtime may differ from PyTorch by on the check texts (float32; measured ~2e-6 on MiniLM).
 TOLERANCE = 1e-4
+# A task head's outputs, by the architecture config.json names: what `predict` and fill-mask read from it.
+HEAD_OUTPUTS = {"BertForSequenceClassification": ("logits",), "BertForTokenClassification": ("logits",),
+                "BertForQuestionAnswering": ("start_logits", "end_logits"), "BertForMaskedLM": ("logits",)}
 CHECK_TEXTS = ["Hello.", "A longer sentence, so that the batch has padding to mask.",
                "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition."]
 
 
 class ExportedEncoder(nn.Module):
-    """BertModel itself, plus the sentence pooling, with fixed inputs and a tuple of outputs for export.
+    """BertModel itself, plus the sentence pooling and a task head's outputs, with fixed inputs and a tuple of
+    outputs for export.
 
-    The graph is traced through `BertModel.forward`, not a copy of it: the one data-dependent branch
-    there (no mask when nothing is padded, `key_mask_from`) is taken only in eager CPU code, never
-    under torch.export's tracing, so the exported graph always applies the mask.
+    The graph is traced through `BertModel.forward` (and the head's own forward), not a copy of it: the one
+    data-dependent branch there (no mask when nothing is padded, `key_mask_from`) is taken only in eager CPU
+    code, never under torch.export's tracing, so the exported graph always applies the mask.
     """
 
-    def __init__(self, model: BertModel, pooling: str | None, normalize: bool):
+    def __init__(self, model: BertModel, pooling: str | None, normalize: bool, head: nn.Module | None = None,
+                 head_outputs: tuple[str, ...] = ()):
         super().__init__()
         self.bert, self.pooling, self.normalize = model, pooling, normalize
+        self.head, self.head_outputs = head, head_outputs
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> tuple[Tensor, ...]:
-        encoded = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        hidden_states = encoded.last_hidden_state
-        outputs = [hidden_states] + ([encoded.pooler_output] if encoded.pooler_output is not None else [])
+        if self.head is None:
+            encoded = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            hidden_states, pooled, task = encoded.last_hidden_state, encoded.pooler_output, []
+        else:  # the encoder runs once, inside the head; its last hidden states come back beside the logits
+            answer = self.head(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                               output_hidden_states=True)
+            hidden_states, task = answer.hidden_states[-1], [getattr(answer, name) for name in self.head_outputs]
+            pooled = self.bert.pooler(hidden_states) if self.bert.pooler is not None else None
+        outputs = [hidden_states] + ([pooled] if pooled is not None else [])
         if self.pooling is not None:
-            vectors = outputs[1] if self.pooling == "pooler" else pool(hidden_states, attention_mask, self.pooling)
+            vectors = pooled if self.pooling == "pooler" else pool(hidden_states, attention_mask, self.pooling)
             outputs.append(F.normalize(vectors, p=2, dim=1) if self.normalize else vectors)
-        return tuple(outputs)
+        return tuple(outputs + task)
 
     def output_names(self) -> list[str]:
         names = ["last_hidden_state"] + (["pooler_output"] if self.bert.pooler is not None else [])
-        return names + (["sentence_embedding"] if self.pooling is not None else [])
+        return names + (["sentence_embedding"] if self.pooling is not None else []) + list(self.head_outputs)
+
+
+def exported_model(read: ModelFolder) -> tuple[BertModel, nn.Module | None, tuple[str, ...]]:
+    """(the encoder, its task head model or None, the head's output names) for a folder: the head its config.json
+    names (HEAD_OUTPUTS) when its weights hold one (a BertForMaskedLM label on MiniLM's weights has no MLM head)."""
+    outputs = HEAD_OUTPUTS.get(read.architecture, ())
+    if read.architecture == "BertForMaskedLM" and not has_mlm_head(read.transformer):
+        outputs = ()
+    if not outputs:
+        return BertModel.from_pretrained(read.transformer).eval(), None, ()
+    head = getattr(heads, read.architecture).from_pretrained(read.transformer).eval()
+    return head.bert, head, outputs
 
 
 def export_onnx(folder: str | os.PathLike | ModelFolder, output: str | os.PathLike, pooling: str | None = None,
                 normalize: bool | None = None) -> float:
-    """Write `output`/model.onnx (+ config and tokenizer) for the BertModel in `folder`; returns the check's max |diff|.
+    """Write `output`/model.onnx (+ config and tokenizer) for the model in `folder`; returns the check's max |diff|.
 
     pooling, normalize: None follows a sentence-transformers folder (its Pooling and Normalize); for a
     plain checkpoint no pooling means no sentence_embedding output, and no normalisation.
@@ -90,15 +120,16 @@ def export_onnx(folder: str | os.PathLike | ModelFolder, output: str | os.PathLi
     if read.sentence_transformers:
         pooling = pooling or read.pooling
         normalize = read.normalize if normalize is None else normalize
-    model = BertModel.from_pretrained(read.transformer).eval()
+    model, head, head_outputs = exported_model(read)
     if pooling == "pooler" and model.pooler is None:
-        raise ValueError("this model has no pooler; choose --pooling mean, cls or max")
+        raise ValueError(f"this model ({read.architecture}) has no pooler; choose --pooling mean, cls or max")
     tokenizer = load_tokenizer(read)
-    graph = ExportedEncoder(model, pooling, bool(normalize))
+    graph = ExportedEncoder(model, pooling, bool(normalize), head, head_outputs)
     example = tokenizer(CHECK_TEXTS, padding=True, return_tensors="pt")
     with published_folder(output, existing="refuse") as staging:  # an empty folder, checked above
         onnx_file = staging / "model.onnx"
-        batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=model.config.max_position_embeddings)
+        positions = model.config.max_position_embeddings
+        batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=positions)
         with warnings.catch_warnings(), quiet_logger("torch.onnx"), torch.no_grad():
             warnings.simplefilter("ignore")  # the exporter's notes on its own internals (e.g. no torchvision)
             torch.onnx.export(graph, tuple(example[name] for name in INPUT_NAMES), onnx_file, dynamo=True,
@@ -147,8 +178,9 @@ def check_with_onnxruntime(onnx_file: Path, graph: ExportedEncoder, tokenizer: B
     with torch.no_grad():
         expected = graph(*(encoded[name] for name in INPUT_NAMES))
     real = encoded["attention_mask"].bool().numpy()
-    differences = [np.abs(actual[0][real] - expected[0].numpy()[real]).max()]  # padded positions mean nothing
-    differences += [np.abs(a - e.numpy()).max() for a, e in zip(actual[1:], expected[1:])]
+    # Per-token outputs (hidden states, token and span logits) are compared at real tokens: padded ones mean nothing
+    differences = [np.abs(a[real] - e.numpy()[real]).max() if a.shape[:2] == real.shape else np.abs(a - e.numpy()).max()
+                   for a, e in zip(actual, expected)]
     difference = float(max(differences))
     if not difference <= TOLERANCE:
         raise ValueError(f"the exported graph differs from PyTorch by {difference:.2e} (> {TOLERANCE}) in ONNX Runtime "
