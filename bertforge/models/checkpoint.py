@@ -64,6 +64,10 @@ class BertPreTrainedModel(nn.Module):
         weights_file, state_dict = read_state_dict(folder)
         model = cls(config)
         state_dict, unused = match_keys(state_dict, model)
+        if getattr(model, "pooler", None) is not None and not any(key.startswith("pooler.") for key in state_dict):
+            # A BertModel read from a checkpoint saved without a pooler (a masked LM's, a token classifier's): none,
+            # as transformers builds those; a random one gave pooler_output (and pooling="pooler") new noise each load
+            model.pooler = None
         check_unused(unused, config, cls.__name__, weights_file)
         check_shapes(state_dict, model, weights_file)
         missing, _ = model.load_state_dict(state_dict, strict=False)
