@@ -1,10 +1,14 @@
 """Retrieval and similarity metrics, with numpy: recall@k, MRR@k, nDCG@k from a score matrix; Spearman.
 
-The definitions are BEIR's and sentence-transformers' InformationRetrievalEvaluator's
-(binary relevance): recall@k is the share of a query's relevant documents in its top k;
-MRR@k the reciprocal rank of the first relevant one (0 past k); nDCG@k the discounted gain
-1/log2(rank + 1) of the relevant ones in the top k over the best achievable. Each is the
-mean over queries. Ties are broken by corpus position, so a ranking never depends on luck.
+The definitions are sentence-transformers' InformationRetrievalEvaluator's, with binary relevance
+(a qrels grade above 0 is relevant; BEIR's pytrec_eval would use the grade as nDCG's gain): recall@k
+is the share of a query's relevant documents in its top k; MRR@k the reciprocal rank of the first
+relevant one (0 past k); nDCG@k the discounted gain 1/log2(rank + 1) of the relevant ones in the top
+k over the best achievable. Each is the mean over queries. Ties are broken by corpus position, so a
+ranking never depends on luck (sentence-transformers breaks them by corpus id: the same on a corpus
+in id order; an audit's exact duplicates, 2026-11-27, moved nDCG@10 0.745 -> 0.802 between the two).
+`evaluation.evaluate_retrieval` leaves out a document with the query's own id, as BEIR does
+(`ignore_identical_ids`) and sentence-transformers does not: review-to-review sets hold each query.
 """
 from __future__ import annotations
 
