@@ -134,3 +134,26 @@ def test_score_command_says_no_risk_yet_for_a_first_note_too_short_for_a_chunk(t
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"after {tmp_path / 'short.txt'}: no risk yet")
     assert lines[1].startswith(f"after {tmp_path / 'long.txt'}: risk 0.") and lines[2].startswith("highest-scoring")
+
+
+def test_a_max_length_past_the_checkpoints_positions_is_refused_before_training(prepared, cassette_dir, tmp_path,
+                                                                               capsys):
+    """--max-length 1024 on a 512-position checkpoint loaded the model, started training and failed at step 0."""
+    code = main(["readmission", "train", "--data", str(prepared / "data"), "--kind", "bert", "--init-from",
+                 str(cassette_dir), "--max-length", "1024", "--output", str(tmp_path / "run")])
+    error = capsys.readouterr().err
+    assert code == 2 and "--max-length must be at most 512, got 1024" in error
+    assert not (tmp_path / "run").exists()  # refused before the run folder was claimed
+
+
+def test_results_json_records_the_settings_each_kind_used(trained):
+    """bow's and bilstm's results.json recorded BERT's defaults (lr 2e-5, warm-up 0.1, weight decay 0.01) while the
+    Bi-LSTM trained at 1e-3, constant, and bag-of-words trained no network and scored at its own batch size."""
+    bow = json.loads((trained / "bow" / "results.json").read_text())["run"]
+    assert "learning_rate" not in bow and bow["kind"] == "bow" and bow["eval_batch_size"] == 256
+    bilstm = json.loads((trained / "bilstm" / "results.json").read_text())["run"]
+    assert "learning_rate" not in bilstm
+    assert (bilstm["training"]["learning_rate"], bilstm["training"]["warmup"]) == (1e-3, 0)
+    assert bilstm["training"]["schedule"] == "constant" and bilstm["training"]["weight_decay"] == 0.0
+    bert = json.loads((trained / "bert" / "results.json").read_text())["run"]
+    assert (bert["learning_rate"], bert["max_length"]) == (1e-4, 128)

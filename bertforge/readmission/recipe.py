@@ -34,10 +34,13 @@ from ..tasks.finetune import task_card
 from ..tasks.long_documents import CLINICALBERT_C, SINGLE_LABEL
 from .baselines import admission_labels, admission_scores, scored_admissions
 from .notes import MIN_TAIL_WORDS, admission_chunks, clean_text
-from .settings import CHUNK_MAX_LENGTH, SPLIT_FILES, ReadmissionRun
+from .settings import CHUNK_MAX_LENGTH, EVERY_KIND, SPLIT_FILES, ReadmissionRun
+from ..models.config import BertConfig
 from ..models.folder import read_model_folder
+from ..resources import resolve_model
 from ..tokenization.folder import load_tokenizer
 from ..tokenization.tokenizer import BertTokenizer
+from ..train.checkpointing import TRAINER_STATE, latest_checkpoint
 from ..train.runner import RecipeRun, run_recipe
 
 logger = logging.getLogger("bertforge")
@@ -146,8 +149,13 @@ def load_readmission_model(folder: str, device: torch.device) -> tuple[BertForSe
 def run_readmission(run: ReadmissionRun, overwrite: bool = False) -> dict:
     """Train one model on one task with one seed; score the test admissions; write results.json and scores.csv.
 
-    The output folder follows `train.run_folder`: it must not hold another run unless overwrite=True.
+    The output folder follows `train.run_folder`: it must not hold another run unless overwrite=True. A BERT run's
+    --max-length is checked against the checkpoint's position table first, as finetune checks its data.max_length
+    (past the table it failed at the first step, after the model had loaded and training had started).
     """
+    if run.kind == "bert":
+        folder = read_model_folder(resolve_model(run.init_from)).transformer
+        BertConfig.from_json_file(folder / "config.json").checked_max_length(run.max_length, name="--max-length")
     return run_recipe(run.training_config(), lambda recipe_run: train_and_score(run, recipe_run),
                       init_from=run.init_from if run.kind == "bert" else None, overwrite=overwrite,
                       command="bertforge readmission train")
@@ -176,7 +184,23 @@ def train_and_score(run: ReadmissionRun, recipe_run: RecipeRun) -> dict:
         writer.writerows(zip(scored["admissions"].tolist(), scored["labels"].tolist(), scored["scores"].tolist()))
     return {"model": run.name, "task": run.task, "seed": run.seed, **scored["metrics"],
             "test_admissions": int(len(scored["admissions"])), "test_positives": int(scored["labels"].sum()),
-            "run": asdict(run)}
+            "run": recorded_settings(run)}
+
+
+def recorded_settings(run: ReadmissionRun) -> dict:
+    """results.json's "run": the settings the run used. ReadmissionRun's defaults are BERT's, which a baseline
+    never reads: bow records the settings every kind reads (with the batch size it scored chunks at), bilstm those
+    and the loop's config as it trained (its last checkpoint's, lr 1e-3 and no warm-up where BERT's said 2e-5 and
+    10%)."""
+    settings = asdict(run)
+    if run.kind == "bert":
+        return settings
+    recorded = {name: settings[name] for name in EVERY_KIND if name in settings}
+    recorded["eval_batch_size"] = scoring_batch_size(run)
+    checkpoint = latest_checkpoint(Path(run.output)) if run.kind == "bilstm" else None
+    if checkpoint is not None:
+        recorded["training"] = json.loads((checkpoint / TRAINER_STATE).read_text(encoding="utf-8"))["config"]
+    return recorded
 
 
 def train_bilstm_run(run: ReadmissionRun, chunks: dict[str, Chunks]) -> np.ndarray:
