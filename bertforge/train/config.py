@@ -25,7 +25,9 @@ class TrainConfig:
         max_steps: optimizer steps to train (0 where a recipe counts epochs instead)
         learning_rate: the peak learning rate (AdamW)
         weight_decay: AdamW's decoupled weight decay (not on biases and LayerNorm)
-        warmup: a fraction of max_steps (below 1) or a number of steps
+        warmup: a fraction of max_steps (below 1, rounded down) or a number of steps; step n of the warm-up runs at
+            n / warmup of the peak, so the first step learns (transformers' and Google's schedules run it at 0).
+            The `lr` logged at a step is the next step's rate, as transformers' Trainer logs it
         schedule: after warm-up: linear (decay to 0 at max_steps, BERT's) or constant
         grad_accumulation: micro-batches per optimizer step (in a recipe counted in epochs, an epoch's last step
             takes only the micro-batches left in it: an epoch is one pass over the data)
@@ -92,7 +94,9 @@ class TrainConfig:
 
 @dataclass
 class FinetuningConfig(TrainConfig):
-    """TrainConfig with BERT's fine-tuning values (Devlin et al. 2018, A.3: lr 2e-5, 10% warm-up, weight decay 0.01),
+    """TrainConfig with BERT's fine-tuning values (Devlin et al. 2018, A.3: lr 2e-5 of its grid 5e-5 / 3e-5 / 2e-5,
+    whose low end ClinicalBERT used; Google's run_classifier.py flag and transformers' Trainer default to 5e-5; 10%
+    warm-up and weight decay 0.01 as Google's optimizer),
     counted in epochs (max_steps 0: `train.optim.epoch_schedule`; eval_every and save_every 0: every epoch), the best
     model by dev kept and one checkpoint.
 
