@@ -75,9 +75,10 @@ def head_outputs(folder, encoded) -> dict:
             if getattr(answer, name, None) is not None}
 
 
-@pytest.mark.parametrize("architecture, names", [("BertForSequenceClassification", ["logits"]),
-                                                 ("BertForTokenClassification", ["logits"]),
-                                                 ("BertForQuestionAnswering", ["start_logits", "end_logits"])])
+@pytest.mark.parametrize("architecture, names", [  # one head in make test; the others, each an export, -m slow
+    ("BertForQuestionAnswering", ["start_logits", "end_logits"]),
+    pytest.param("BertForSequenceClassification", ["logits"], marks=pytest.mark.slow),
+    pytest.param("BertForTokenClassification", ["logits"], marks=pytest.mark.slow)])
 def test_a_fine_tuned_head_is_exported_with_its_outputs(architecture, names, tmp_path, minilm_dir, data_dir):
     """A fine-tuned folder exported only its encoder (exit 0): its logits were gone. Now they are outputs under
     transformers' (and optimum's) names, equal to transformers' own on real texts of many lengths."""
