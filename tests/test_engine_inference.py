@@ -139,14 +139,16 @@ def test_packed_forward_on_minilm_matches_transformers(minilm_dir):
 def skip_unless_built(kernel: str) -> None:
     if kernel == "fbgemm" and "fbgemm" not in torch.backends.quantized.supported_engines:
         pytest.skip("this torch has no FBGEMM")
-    if kernel == "onednn" and not torch.backends.mkldnn.is_available():
+    if kernel.startswith("onednn") and not torch.backends.mkldnn.is_available():
         pytest.skip("this torch has no oneDNN")
     if kernel == "onednn" and int8_kernel() != "onednn":  # its s8 x s8 product is a reference loop without AMX
-        pytest.skip("oneDNN's int8 product needs AMX, which this CPU (or its ATen capability) lacks; "
+        pytest.skip("oneDNN's signed int8 product needs AMX, which this CPU (or its ATen capability) lacks; "
                     f"int8_kernel() picks {int8_kernel()} here")
+    if kernel == "onednn_u8" and int8_kernel() not in ("onednn", "onednn_u8"):  # AVX2's u8 x s8 pair sums saturate
+        pytest.skip(f"oneDNN's u8 x s8 product needs VNNI, which this CPU lacks; int8_kernel() picks {int8_kernel()}")
 
 
-@pytest.mark.parametrize("kernel", ["onednn", "int_mm", "fbgemm"])
+@pytest.mark.parametrize("kernel", ["onednn", "onednn_u8", "int_mm", "fbgemm"])
 def test_int8_linear_is_close_to_float_with_outlier_tokens_and_outlier_channels(kernel):
     skip_unless_built(kernel)
     torch.manual_seed(0)
@@ -162,7 +164,7 @@ def test_int8_linear_is_close_to_float_with_outlier_tokens_and_outlier_channels(
     assert relative.max() < 0.02
 
 
-@pytest.mark.parametrize("kernel", ["onednn", "int_mm", "fbgemm"])
+@pytest.mark.parametrize("kernel", ["onednn", "onednn_u8", "int_mm", "fbgemm"])
 def test_int8_linear_without_outliers_or_bias_is_the_int8_product_rescaled(kernel):
     """Where no channel passes the threshold, every output is the exact integer product times both scales."""
     skip_unless_built(kernel)
@@ -177,7 +179,7 @@ def test_int8_linear_without_outliers_or_bias_is_the_int8_product_rescaled(kerne
     torch.testing.assert_close(quantized(states), expected, rtol=tolerance, atol=tolerance)
 
 
-@pytest.mark.parametrize("kernel", ["onednn", "int_mm", "fbgemm"])
+@pytest.mark.parametrize("kernel", ["onednn", "onednn_u8", "int_mm", "fbgemm"])
 def test_concatenated_int8_linear_equals_the_separate_ones_side_by_side(kernel):
     """Query, key and value fused: one quantisation of the shared input, the same numbers as three."""
     skip_unless_built(kernel)
@@ -273,7 +275,7 @@ def test_a_device_that_runs_inference_padded_never_packs_and_gives_the_same_real
     torch.testing.assert_close(also_padded, padded)
 
 
-def test_the_int8_kernel_is_onednn_with_amx_int_mm_with_vnni_alone_and_fbgemm_without(monkeypatch):
+def test_the_int8_kernel_is_onednn_with_amx_unsigned_onednn_with_vnni_alone_and_fbgemm_without(monkeypatch):
     """_int_mm is a plain loop without VNNI (36x slower than float32 on AVX2): FBGEMM there. oneDNN's s8 x s8 linear
     is fast only on AMX: with VNNI alone it ran its reference loop (18.9 s for one MiniLM feed-forward product)."""
     from bertforge.engine.precision import int8_kernel
@@ -284,7 +286,8 @@ def test_the_int8_kernel_is_onednn_with_amx_int_mm_with_vnni_alone_and_fbgemm_wi
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
     assert int8_kernel() == ("onednn" if torch.backends.mkldnn.is_available() else "int_mm")
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
-    assert int8_kernel() == "int_mm"  # VNNI alone (Ice Lake, Cascade Lake)
+    # VNNI alone (Ice Lake, Cascade Lake): oneDNN with unsigned activations
+    assert int8_kernel() == ("onednn_u8" if torch.backends.mkldnn.is_available() else "int_mm")
     monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: False, raising=False)
     assert int8_kernel() == fbgemm
     # torch held to its AVX2 kernels (ATEN_CPU_CAPABILITY=avx2, standing in for an AVX2 CPU): an AVX2 machine's choice

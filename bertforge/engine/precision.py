@@ -17,6 +17,10 @@ INFERENCE_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bf
 # Input channels whose largest |activation| in a batch passes this stay in float (LLM.int8()'s 6.0;
 # 10 left MiniLM's lowest cosine at 0.993, 4 gained 0.0006 for 3x the float channels).
 OUTLIER_THRESHOLD = 6.0
+ONEDNN_KERNELS = ("onednn", "onednn_u8")
+UINT8_ZERO_POINT = 128  # "onednn_u8": a row's int8 levels -127..127 stored as 1..255
+GRIDS = {"onednn_u8": "uint8", "fbgemm": "float"}  # the grid each kernel takes its activations on (else int8)
+GRID_DTYPES = {"int8": torch.int8, "uint8": torch.uint8}
 # Tokens per thread the int8 feed-forward runs on at a time (models.model.Layer, `int8_feed_forward_rows`): at
 # 384 rows a thread's share of a piece's (rows, 1536) intermediate states (2.4 MB) stays near its core's L2 cache
 # through rescale, GELU and quantisation. all-MiniLM-L6-v2, 1 thread, Xeon with AMX: +12% at 256 rows, +15% at
@@ -43,10 +47,11 @@ class Int8Linear(nn.Module):
     (per-token too): its asymmetric quantisation spent more time than the int8 matmul itself
     (1.2x over float32 against 1.5x here, eager, 1 thread).
 
-    The int8 product (`int8_kernel`): oneDNN's int8 linear on prepacked weights where the CPU has
-    VNNI ("onednn", AMX where there is AMX; the weight scales applied in the kernel), `torch._int_mm`
-    where that op is missing, FBGEMM's dynamic linear without VNNI (AVX2 only: there `_int_mm` falls
-    back to a plain loop, 36x slower than float32 on all-MiniLM-L6-v2).
+    The int8 product (`int8_kernel`): oneDNN's int8 linear on prepacked weights (the weight scales applied in
+    the kernel) where the CPU has AMX ("onednn", signed activations) or VNNI alone ("onednn_u8": activations
+    shifted by 128 to uint8, the zero point the kernel takes back, as VNNI multiplies u8 x s8), `torch._int_mm`
+    where that op is missing, FBGEMM's dynamic linear without VNNI (AVX2 only: there `_int_mm` falls back to a
+    plain loop, 36x slower than float32 on all-MiniLM-L6-v2).
     `concatenated` makes one of several linears that read the same input (query, key and value):
     one quantisation of the input and one wider product instead of three.
     """
@@ -63,7 +68,7 @@ class Int8Linear(nn.Module):
         self.kernel = kernel or int8_kernel()
         if self.kernel == "fbgemm":
             self.packed = fbgemm_weights(quantized, scale)
-        elif self.kernel == "onednn":
+        elif self.kernel in ONEDNN_KERNELS:
             self.packed = torch.ops.onednn.qlinear_prepack(quantized, None)
             self.register_buffer("zero_points", torch.zeros(len(scale), dtype=torch.long), persistent=False)
 
@@ -84,7 +89,7 @@ class Int8Linear(nn.Module):
         """(..., in) float32 -> (..., out) float32."""
         leading = states.shape[:-1]
         states = states.reshape(-1, self.in_features)
-        quantized, scale, outliers = quantize_per_token(states, to_int8=self.kernel != "fbgemm")
+        quantized, scale, outliers = quantize_per_token(states, grid=GRIDS.get(self.kernel, "int8"))
         output = self.int8_product(quantized)  # (tokens, out), times the weight scales
         output.mul_(scale)  # in place: addcmul(bias, output, scale) makes a new tensor and measured no faster
         if self.bias is not None:
@@ -96,8 +101,9 @@ class Int8Linear(nn.Module):
 
     def int8_product(self, quantized: Tensor) -> Tensor:
         """(tokens, in) activations on the int8 grid -> (tokens, out) float32 products times the weight scales."""
-        if self.kernel == "onednn":  # x_scale 1: the token scales are applied after, per row
-            return torch.ops.onednn.qlinear_pointwise(quantized, 1.0, 0, self.packed, self.weight_scale,
+        if self.kernel in ONEDNN_KERNELS:  # x_scale 1: the token scales are applied after, per row
+            zero_point = UINT8_ZERO_POINT if self.kernel == "onednn_u8" else 0
+            return torch.ops.onednn.qlinear_pointwise(quantized, 1.0, zero_point, self.packed, self.weight_scale,
                                                       self.zero_points, None, 1.0, 0, torch.float32, "none", [], "")
         if self.kernel == "fbgemm":
             # FBGEMM quantises its input with one scale for the whole tensor; the rows scaled to one
@@ -116,12 +122,13 @@ def int8_feed_forward_rows() -> int:
     return INT8_FEED_FORWARD_ROWS_PER_THREAD * torch.get_num_threads()
 
 
-def quantize_per_token(states: Tensor, to_int8: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+def quantize_per_token(states: Tensor, grid: str = "int8") -> tuple[Tensor, Tensor, Tensor]:
     """(tokens, in) float32 -> each token's row on the int8 grid, its scale (tokens, 1) and the outlier channels (k,).
 
     Outlier channels (largest |value| past OUTLIER_THRESHOLD) are left out of the scales and are 0 in
-    the rows: the caller multiplies them in float. The rows are int8, or float within [-127, 127] where
-    the kernel quantises them again itself (to_int8 False, FBGEMM).
+    the rows: the caller multiplies them in float. grid: "int8" rows; "uint8", the same levels shifted by
+    UINT8_ZERO_POINT (oneDNN's u8 x s8 product on VNNI); "float" within [-127, 127], where the kernel
+    quantises them again itself (FBGEMM).
     """
     magnitude = states.abs()
     # Reading which channels are outliers is a host sync on a GPU; int8 runs on the CPU only.
@@ -130,29 +137,34 @@ def quantize_per_token(states: Tensor, to_int8: bool = True) -> tuple[Tensor, Te
         magnitude.index_fill_(1, outliers, 0.0)  # k columns: the token scales ignore the outliers
     scale = magnitude.amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(127)  # (tokens, 1)
     rows = torch.div(states, scale, out=magnitude)  # within [-127, 127] outside the outlier channels
-    if to_int8:
+    if grid == "uint8":  # + 128.5, then the cast's truncation rounds (half up) in the same pass as rounding would
+        rows.add_(UINT8_ZERO_POINT + 0.5)
+    elif grid == "int8":
         rows.round_()
-    if len(outliers):
-        rows.index_fill_(1, outliers, 0.0)  # out of int8's range there; the float product replaces them
-    return (rows.to(torch.int8) if to_int8 else rows), scale, outliers
+    if len(outliers):  # out of int8's range there; the float product replaces them
+        rows.index_fill_(1, outliers, UINT8_ZERO_POINT + 0.5 if grid == "uint8" else 0.0)
+    return (rows.to(GRID_DTYPES[grid]) if grid in GRID_DTYPES else rows), scale, outliers
 
 
 def int8_kernel() -> str:
-    """"onednn" where the CPU has AMX, "int_mm" where it has VNNI alone, else "fbgemm" (AVX2; "int_mm" where FBGEMM
-    is not built).
+    """"onednn" where the CPU has AMX, "onednn_u8" where it has VNNI alone, else "fbgemm" (AVX2); "int_mm" where
+    oneDNN (or, on AVX2, FBGEMM) is not built.
 
-    oneDNN's int8 linear takes signed activations, and only its AMX kernels multiply s8 x s8: on a Xeon with AVX-512
-    VNNI and no AMX it ran its reference loop, 18.9 s for a (1,000 x 384) x (384 x 1,536) product, where `_int_mm`
-    (VNNI's u8 x s8 with compensation) took 4.9 ms, FBGEMM 7.7 and float32 7.2 (2026-11-27, 1 thread). Without VNNI
-    `_int_mm` is a plain loop (36x slower than float32 on AVX2): FBGEMM there. VNNI and AMX count only while torch
-    runs its kernels past AVX2: with ATEN_CPU_CAPABILITY=avx2 (an AVX2 CPU stood in for, as
-    `benchmarks/bench_cpu_peers.py --isa avx2` does) the choice is an AVX2 machine's.
+    oneDNN's int8 linear with signed activations is fast only on AMX: on a Xeon with AVX-512 VNNI and no AMX it ran
+    its reference loop, 18.9 s for a (1,000 x 384) x (384 x 1,536) product. With the activations shifted to uint8
+    (VNNI multiplies u8 x s8) it runs its VNNI kernel: the whole linear 4.5 ms against `_int_mm`'s 6.2 (the int32
+    product's conversion and weight scaling are the kernel's there) and float32's 7.2; all-MiniLM-L6-v2 int8, 500
+    texts, 1 thread, four runs each in turn: 255 texts/s against 246 (2026-11-27). Without VNNI `_int_mm` is a plain
+    loop (36x slower than float32 on AVX2): FBGEMM there. VNNI and AMX count only while torch runs its kernels past
+    AVX2: with ATEN_CPU_CAPABILITY=avx2 (an AVX2 CPU stood in for, as `benchmarks/bench_cpu_peers.py --isa avx2`
+    does) the choice is an AVX2 machine's.
     """
     capable = torch.backends.cpu.get_cpu_capability() not in ("DEFAULT", "AVX2")
     has_vnni = capable and getattr(torch.cpu, "_is_vnni_supported", lambda: False)()  # private, hence the fallbacks
     has_amx = capable and getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
-    if has_amx and torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise"):
-        return "onednn"
+    onednn = torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise")
+    if onednn and (has_amx or has_vnni):
+        return "onednn" if has_amx else "onednn_u8"
     return "fbgemm" if not has_vnni and "fbgemm" in torch.backends.quantized.supported_engines else "int_mm"
 
 
