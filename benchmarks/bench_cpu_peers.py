@@ -104,13 +104,13 @@ def fp32_gemm_gflops(threads: int, size: int = 2048, seconds: float = 1.0) -> fl
 
 
 def int8_gemm_gflops(threads: int, tokens: int = 4096, width: int = 1536, seconds: float = 1.0) -> tuple[float, str]:
-    """(best GOP/s, kernel) of the int8 product our Int8Linear runs on this CPU (oneDNN with VNNI, FBGEMM without)."""
-    from bertforge.engine.precision import Int8Linear
+    """(best GOP/s, kernel) of the int8 product our Int8Linear runs on this CPU (`int8_kernel`), on activations on
+    that kernel's grid (`quantize_per_token`: int8, uint8 for oneDNN on VNNI alone, float rows FBGEMM quantises)."""
+    from bertforge.engine.precision import GRIDS, Int8Linear, quantize_per_token
 
     torch.set_num_threads(threads)
     linear = Int8Linear(torch.nn.Linear(width, width, bias=False))
-    rows = torch.randint(-127, 128, (tokens, width), dtype=torch.int8)
-    rows = rows.float() if linear.kernel == "fbgemm" else rows  # FBGEMM quantises float rows itself
+    rows, _, _ = quantize_per_token(torch.randn(tokens, width).clamp_(-5, 5), grid=GRIDS.get(linear.kernel, "int8"))
     return best_rate(lambda: linear.int8_product(rows), 2 * tokens * width * width, seconds), linear.kernel
 
 
