@@ -320,7 +320,9 @@ class Embedder:
 
         `word` is found as a whole word, case-insensitively; `occurrence` picks which match
         (0 the first, -1 the last). Its sub-word pieces are the tokens whose character
-        offsets overlap the match, so the sentence is encoded as written (no [MASK]); words.py.
+        offsets overlap the match, so the sentence is encoded as written (no [MASK]); words.py. The layers are
+        this Embedder's (the last by default, as its sentence vectors); `bertforge.word_vector`, `senses` and the
+        explorer take DEFAULT_WORD_LAYERS (the mean of the last four), which `Embedder(..., layers=None)` reads too.
         Raises ValueError when the word does not occur, `occurrence` is out of range, or the
         word falls (even partly) past the max_length truncation.
         """
