@@ -96,3 +96,15 @@ def test_umap_panel_when_umap_is_installed(embedder, party_sentences, tmp_path):
     senses = word_senses(embedder, party_sentences[:25], "party", max_senses=3, umap=True)
     assert set(senses.points) == {"PCA", "UMAP"} and senses.points["UMAP"].shape == (len(senses.occurrences), 2)
     assert plot_senses(senses, tmp_path / "p.png").stat().st_size > 10_000
+
+
+def test_a_plot_of_one_panel_fills_its_figure(embedder, party_sentences, tmp_path):
+    """Without umap-learn (the default install) the PCA panel was squeezed to ~40% of a 6.5-inch figure: the layout
+    made room for the context lines under it, which are wider than one panel."""
+    from matplotlib.image import imread
+
+    senses = word_senses(embedder, party_sentences[:25], "party", max_senses=3, umap=False)
+    image = imread(plot_senses(senses, tmp_path / "one.png"))
+    upper = image[: int(image.shape[0] * 0.8), :, :3]  # the panel and its title, above the context lines
+    drawn_columns = (upper < 0.9).any(axis=(0, 2)).mean()
+    assert drawn_columns > 0.9

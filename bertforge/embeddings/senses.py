@@ -156,7 +156,10 @@ def plot_senses(senses: Senses, path: str | Path, examples: int = 1) -> Path:
     lines = [f"sense {sense + 1}: {occurrence.context(50)}" for sense in range(k)
              for occurrence in senses.examples(sense, examples)]
     text_height = 0.2 * len(lines) + 0.3
-    figure = Figure(figsize=(6.5 * len(panels), 6 + text_height), layout="constrained")
+    # Wide enough for the contexts (8-point monospace, ~0.067 in a character): one PCA panel (no umap-learn) in a
+    # 6.5-inch figure was squeezed to a third of it by the layout making room for the longer lines.
+    text_width = 0.067 * max(map(len, lines), default=0) + 0.5
+    figure = Figure(figsize=(max(6.5 * len(panels), text_width), 6 + text_height), layout="constrained")
     grid = figure.add_gridspec(2, len(panels), height_ratios=(6, text_height))
     for column, (name, points) in enumerate(panels):
         axis = figure.add_subplot(grid[0, column])
@@ -170,7 +173,7 @@ def plot_senses(senses: Senses, path: str | Path, examples: int = 1) -> Path:
         axis.legend(loc="best", fontsize=8)
     notes = figure.add_subplot(grid[1, :])
     notes.axis("off")
-    notes.text(0, 1, "\n".join(lines), fontsize=8, va="top", ha="left", family="monospace")
+    notes.text(0, 1, "\n".join(lines), fontsize=8, va="top", ha="left", family="monospace").set_in_layout(False)
     figure.suptitle(f"\"{senses.word}\": {len(senses.occurrences)} occurrences, {k} senses "
                     f"(silhouette {senses.silhouettes[k]:.3f})")
     with replaced_file(path) as temporary:
