@@ -22,7 +22,7 @@ from ...input_files import not_utf8, open_bytes, require_file
 from ...models.heads import IGNORE_INDEX
 from ...train.collate import pad_rows
 from ...validation import Bound, checked
-from .schemes import ENTITY_TAG, scheme_of_tag
+from .schemes import ENTITY_TAG, schemes_used
 
 logger = logging.getLogger(__name__)
 
@@ -138,16 +138,13 @@ def check_entity_tags(sentences: Sequence[TaggedSentence], path: str | os.PathLi
     Entity-level scoring needs such tags; and a plain-text file read as CoNLL has a "tag" on every
     line (its last word), which this catches before a model is trained or applied to it.
     """
-    first_of_scheme = {}  # scheme -> (tag, line) where the file first uses it
     for sentence in sentences:
-        for tag in sentence.tags or ():
-            if not ENTITY_TAG.fullmatch(tag):
-                raise ValueError(f"{path}: the sentence at line {sentence.line} has the tag {tag!r}, not an entity "
-                                 "tag (O, B-TYPE, I-TYPE, ...); is this a CoNLL file (`token<TAB>tag` per line, a "
-                                 "blank line between sentences)? Unlabelled input has one token per line")
-            scheme = scheme_of_tag(tag)
-            if scheme is not None:
-                first_of_scheme.setdefault(scheme, (tag, sentence.line))
+        bad = next((tag for tag in sentence.tags or () if not ENTITY_TAG.fullmatch(tag)), None)
+        if bad is not None:
+            raise ValueError(f"{path}: the sentence at line {sentence.line} has the tag {bad!r}, not an entity tag "
+                             "(O, B-TYPE, I-TYPE, ...); is this a CoNLL file (`token<TAB>tag` per line, a blank "
+                             "line between sentences)? Unlabelled input has one token per line")
+    first_of_scheme = schemes_used((tag, sentence.line) for sentence in sentences for tag in sentence.tags or ())
     if len(first_of_scheme) > 1:
         (bilou, bilou_line), (iobes, iobes_line) = first_of_scheme["BILOU"], first_of_scheme["IOBES"]
         raise ValueError(f"{path}: the sentence at line {bilou_line} has the BILOU tag {bilou!r} but the one at line "

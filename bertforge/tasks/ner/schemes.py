@@ -6,6 +6,7 @@ last-word entities into their neighbours, so BILOU is scored in seqeval's strict
 """
 import re
 from collections.abc import Iterable
+from typing import Any
 
 # Each scheme's own prefixes; O, B- and I- are shared by all of them.
 SCHEME_PREFIXES = {"L-": "BILOU", "U-": "BILOU", "E-": "IOBES", "S-": "IOBES"}
@@ -17,18 +18,25 @@ def scheme_of_tag(tag: str) -> str | None:
     return SCHEME_PREFIXES.get(tag[:2])
 
 
+def schemes_used(tagged: Iterable[tuple[str, Any]]) -> dict[str, tuple[str, Any]]:
+    """{scheme: (its first tag, where that tag was)} over (tag, where) pairs, for the tags only one scheme has
+    (L-/U-, E-/S-): more than one key is a mix no seqeval mode scores."""
+    first = {}
+    for tag, where in tagged:
+        scheme = scheme_of_tag(tag)
+        if scheme is not None:
+            first.setdefault(scheme, (tag, where))
+    return first
+
+
 def scored_as_bilou(tags: Iterable[str]) -> bool:
     """Whether tags are scored in seqeval's strict BILOU mode (they use L-/U-) rather than its default mode.
 
     Raises ValueError when L-/U- and E-/S- tags are mixed: no seqeval mode scores both.
     """
-    first = {}
-    for tag in tags:
-        scheme = scheme_of_tag(tag)
-        if scheme is not None:
-            first.setdefault(scheme, tag)
+    first = schemes_used((tag, None) for tag in tags)
     if len(first) > 1:
-        raise ValueError(f"the tags mix BILOU ({first['BILOU']!r}) and IOBES ({first['IOBES']!r}); "
+        raise ValueError(f"the tags mix BILOU ({first['BILOU'][0]!r}) and IOBES ({first['IOBES'][0]!r}); "
                          "convert them to one scheme")
     return "BILOU" in first
 
