@@ -81,6 +81,13 @@ class ExportedEncoder(nn.Module):
         names = ["last_hidden_state"] + (["pooler_output"] if self.bert.pooler is not None else [])
         return names + (["sentence_embedding"] if self.pooling is not None else []) + list(self.head_outputs)
 
+    def per_token_outputs(self) -> list[bool]:
+        """Per output, whether it has a value per token (the hidden states, a token or span head's logits), whose
+        padded positions mean nothing; the pooled vectors and a sequence classifier's logits are per text."""
+        per_token_head = not isinstance(self.head, heads.BertForSequenceClassification)
+        return [name == "last_hidden_state" or (name in self.head_outputs and per_token_head)
+                for name in self.output_names()]
+
 
 def exported_model(read: ModelFolder) -> tuple[BertModel, nn.Module | None, tuple[str, ...]]:
     """(the encoder, its task head model or None, the head's output names) for a folder: the head its config.json
@@ -178,9 +185,8 @@ def check_with_onnxruntime(onnx_file: Path, graph: ExportedEncoder, tokenizer: B
     with torch.no_grad():
         expected = graph(*(encoded[name] for name in INPUT_NAMES))
     real = encoded["attention_mask"].bool().numpy()
-    # Per-token outputs (hidden states, token and span logits) are compared at real tokens: padded ones mean nothing
-    differences = [np.abs(a[real] - e.numpy()[real]).max() if a.shape[:2] == real.shape else np.abs(a - e.numpy()).max()
-                   for a, e in zip(actual, expected)]
+    differences = [np.abs(a[real] - e.numpy()[real]).max() if per_token else np.abs(a - e.numpy()).max()
+                   for a, e, per_token in zip(actual, expected, graph.per_token_outputs())]
     difference = float(max(differences))
     if not difference <= TOLERANCE:
         raise ValueError(f"the exported graph differs from PyTorch by {difference:.2e} (> {TOLERANCE}) in ONNX Runtime "
