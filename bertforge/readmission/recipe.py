@@ -31,8 +31,8 @@ from ..tasks.classification.windows import Windows, encode_windows
 from ..models.heads import BertForSequenceClassification
 from ..tasks import TaskSettings
 from ..tasks.finetune import task_card
-from ..tasks.long_documents import CLINICALBERT_C, SINGLE_LABEL
-from .baselines import admission_labels, admission_scores, scored_admissions
+from ..tasks.long_documents import CLINICALBERT_C, SINGLE_LABEL, combine
+from .baselines import admission_labels, scored_admissions
 from .notes import MIN_TAIL_WORDS, admission_chunks, clean_text
 from .settings import CHUNK_MAX_LENGTH, EVERY_KIND, SPLIT_FILES, ReadmissionRun
 from ..models.config import BertConfig
@@ -249,8 +249,8 @@ class RiskTrace:
 def admission_risk(model, tokenizer: BertTokenizer, notes: list[str], c: float = CLINICALBERT_C,
                    max_length: int = CHUNK_MAX_LENGTH, device: torch.device = torch.device("cpu")) -> RiskTrace:
     """Score a new admission's notes as they arrive: after each note, the notes so far are chunked as `prepare`
-    chunks an admission (`notes.admission_chunks`) and scored as `readmission evaluate` scores one
-    (`baselines.admission_scores`), so the last risk is the one training and evaluation would give.
+    chunks an admission (`notes.admission_chunks`) and scored as `readmission evaluate` scores one (ClinicalBERT's
+    combination, `long_documents.combine`), so the last risk is the one training and evaluation would give.
 
     A risk is None while the notes so far give no chunk. Raises ValueError when all of them together give none.
     """
@@ -265,11 +265,10 @@ def admission_risk(model, tokenizer: BertTokenizer, notes: list[str], c: float =
     scorer = BertChunkScorer(tokenizer, max_length)
     probability = dict(zip(texts, scorer.probabilities(model, scorer.windows(texts), device).tolist()))
 
-    def risk(prefix: list[str]) -> float:
-        return float(admission_scores(np.zeros(len(prefix)), [probability[chunk] for chunk in prefix], c)[1][0])
-
+    risks = [combine([probability[chunk] for chunk in prefix], "clinical", c) if prefix else None
+             for prefix in chunks_so_far]
     probabilities = [probability[chunk] for chunk in chunks]
-    return RiskTrace([risk(prefix) if prefix else None for prefix in chunks_so_far], probabilities,
+    return RiskTrace(risks, probabilities,
                      chunks[int(np.argmax(probabilities))])
 
 

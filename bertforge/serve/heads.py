@@ -11,7 +11,7 @@ from ..engine.prepacked_linear import prepack_where_it_pays
 from ..models.packed_forward import packed_forward
 from ..models.folder import ModelFolder
 from ..models.heads import BertForMaskedLM, BertForSequenceClassification
-from ..tasks.classification.labels import output_function, shown_scores
+from ..tasks.classification.labels import shown_scores
 from ..tasks.finetune import prediction_task
 from ..tokenization.folder import load_tokenizer
 from .passes import Tokens, run_in_passes
@@ -94,7 +94,7 @@ class SequenceClassifier(HeadModel):
         self.max_length = task.max_length
         config = model.config
         self.labels = [(config.id2label or {}).get(i, f"LABEL_{i}") for i in range(config.num_labels)]
-        self.output = output_function(config.problem_type, config.num_labels)  # as predict and transformers show it
+        self.output = task.labels.output  # what its logits are shown as, as predict shows them (output_function)
 
     def logits(self, inputs: list[Tokens]) -> list[np.ndarray]:
         """Float32 (num_labels,) logits per input (model thread)."""
