@@ -99,3 +99,54 @@ def test_a_classifier_saved_with_transformers_default_labels_is_read_as_label_0_
     assert row["p_LABEL_1"] == pytest.approx(expected["LABEL_1"], abs=1e-5)
     assert main(["predict", "--model", str(minilm_dir), "--input", str(tmp_path / "in.jsonl"),  # a plain encoder
                  "--output", str(tmp_path / "refused.jsonl")]) == 1
+
+
+@pytest.mark.parametrize("combine", ["clinical", "max"])
+def test_a_long_text_is_read_in_windows_alike_by_predict_and_the_server(combine, minilm_dir, tmp_path):
+    """`predict` reads a text longer than the classifier's length in windows and combines them (data.combine); the
+    server's /classify and /predict refused it (413) or cut it. Now all three give the same scores; a request that
+    asks to cut gets the first window's, as TEI cuts; a pair is still read as one window."""
+    from bertforge.tasks.finetune import TASK_FILE
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                        intermediate_size=37, id2label={0: "no", 1: "yes"}, problem_type="single_label_classification")
+    folder, model, tokenizer = tmp_path / "model", BertForSequenceClassification(config).eval(), \
+        BertTokenizer.from_pretrained(minilm_dir)
+    halves = ["the pills gave me a headache " * 4, "I loved this film, a wonderful story " * 4]
+    with torch.no_grad():  # random weights score every text alike: a head pointing from one half to the other
+        pooled = model.bert(**tokenizer(halves, padding=True, return_tensors="pt")).pooler_output
+        direction = pooled[1] - pooled[0]
+        model.classifier.weight.copy_(torch.stack([-direction, direction]) * 2 / direction.square().sum())
+        model.classifier.bias.copy_(-model.classifier.weight @ pooled.mean(0))  # 0 halfway between the halves
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / TASK_FILE).write_text(json.dumps({"task": "classification", "init_from": "minilm",
+                                                "data": {"max_length": 32, "combine": combine}}), encoding="utf-8")
+    long_text = " ".join(halves)
+    texts = [long_text, TEXTS[0]]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": text}) + "\n" for text in texts), encoding="utf-8")
+    assert main(["predict", "--model", str(folder), "--input", str(tmp_path / "in.jsonl"),
+                 "--output", str(tmp_path / "out.jsonl")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    expected = np.array([[row["p_no"], row["p_yes"]] for row in rows])
+    first_window = BertTokenizer.from_pretrained(folder)(long_text, truncation=True, max_length=32, return_tensors="pt")
+    with torch.no_grad():
+        cut = BertForSequenceClassification.from_pretrained(folder)(**first_window).logits.softmax(-1)[0].numpy()
+    assert np.abs(expected[0] - cut).max() > 1e-3  # the windows' combination is not the first window's
+
+    def by_label(answer):
+        scores = {p["label"]: p["score"] for p in answer}
+        return [scores["no"], scores["yes"]]
+
+    with TestClient(create_app(load_models(str(minilm_dir), classifier=str(folder), device="cpu"))) as client:
+        classified = client.post("/classify", json={"inputs": texts}).json()
+        np.testing.assert_allclose([by_label(answer) for answer in classified], expected, atol=1e-5)
+        predicted = client.post("/predict", json={"inputs": [[long_text], [TEXTS[0], TEXTS[1]]]}).json()
+        np.testing.assert_allclose(by_label(predicted[0]), expected[0], atol=1e-5)
+        pair = BertTokenizer.from_pretrained(folder)(TEXTS[0], TEXTS[1], return_tensors="pt")
+        with torch.no_grad():
+            pair_scores = BertForSequenceClassification.from_pretrained(folder)(**pair).logits.softmax(-1)[0].numpy()
+        np.testing.assert_allclose(by_label(predicted[1]), pair_scores, atol=1e-5)
+        truncated = client.post("/classify", json={"inputs": long_text, "truncate": True}).json()
+        np.testing.assert_allclose(by_label(truncated), cut, atol=1e-5)

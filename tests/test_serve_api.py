@@ -203,19 +203,38 @@ def test_classify_gives_the_models_probabilities_best_first(client, classifier_d
 
 
 
+def predict_scores(folder, texts: list[str], limit: int | None = None) -> np.ndarray:
+    """What `bertforge predict` gives for each text (its windows' scores combined), windows of `limit` when given."""
+    from bertforge.tasks.finetune import load_for_prediction
+
+    task, model = load_for_prediction(folder)
+    return task.document_scores(model.eval(), task.windows([(text,) for text in texts], limit), 8, torch.device("cpu"))
+
+
+def served_scores(answer: list[dict], labels) -> list[float]:
+    by_label = {p["label"]: p["score"] for p in answer}
+    return [by_label[label] for label in labels]
+
+
 def test_each_served_model_takes_inputs_within_its_own_limit(minilm_dir, tmp_path):
-    """A classifier of 128 positions beside MiniLM's 256 tokens: /classify cuts at 128 (or says 128), not 256."""
+    """A classifier of 128 positions beside MiniLM's 256 tokens: /classify reads a long text in windows of 128, as
+    `predict` does, and `truncate` cuts it at 128, not 256."""
     torch.manual_seed(0)
     config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                         intermediate_size=37, max_position_embeddings=128, id2label={0: "no", 1: "yes"})
-    BertForSequenceClassification(config).save_pretrained(tmp_path / "short",
-                                                          tokenizer=BertTokenizer.from_pretrained(minilm_dir))
+    model = BertForSequenceClassification(config).eval()
+    model.save_pretrained(tmp_path / "short", tokenizer=BertTokenizer.from_pretrained(minilm_dir))
     models = load_models(str(minilm_dir), classifier=str(tmp_path / "short"), device="cpu")
+    long_text = " ".join(f"word{i % 7} and" for i in range(100))  # 300 pieces: three windows of 128
+    ids = BertTokenizer.from_pretrained(minilm_dir)(long_text)["input_ids"]
+    with torch.no_grad():
+        cut = model(torch.tensor([ids[:127] + ids[-1:]])).logits.softmax(-1)[0].numpy()
     with TestClient(create_app(models)) as client:
-        long_text = "word " * 200
-        refused = client.post("/classify", json={"inputs": long_text})
-        assert refused.status_code == 413 and "128" in refused.json()["error"]
-        assert client.post("/classify", json={"inputs": long_text, "truncate": True}).status_code == 200
+        read = client.post("/classify", json={"inputs": long_text}).json()
+        expected = predict_scores(tmp_path / "short", [long_text])[0]
+        np.testing.assert_allclose(served_scores(read, ["no", "yes"]), expected, atol=1e-5)
+        truncated = client.post("/classify", json={"inputs": long_text, "truncate": True}).json()
+        np.testing.assert_allclose(served_scores(truncated, ["no", "yes"]), cut, atol=1e-5)
         assert client.post("/embed", json={"inputs": "word " * 200}).status_code == 200  # MiniLM's own 256
 
 
@@ -232,9 +251,13 @@ def test_a_fine_tuned_classifier_is_served_at_the_length_it_was_trained_to_read(
     assert prediction_task(plain)[0].max_length == 512  # the folder's max_seq_length, not the standard 128
     models = load_models(str(minilm_dir), classifier=str(folder), device="cpu")
     with TestClient(create_app(models)) as client:
-        refused = client.post("/classify", json={"inputs": "word " * 100})
+        text = " ".join(f"word{i % 5}" for i in range(100))
+        answer = client.post("/classify", json={"inputs": text}).json()  # in windows of 64, as predict reads it
+        np.testing.assert_allclose(served_scores(answer, ["negative", "neutral", "positive"]),
+                                   predict_scores(folder, [text])[0], atol=1e-5)
+        assert len(prediction_task(folder)[0].windows([(text,)]).input_ids) > 1
+        refused = client.post("/predict", json={"inputs": text, "raw_scores": True})  # logits are a window's
         assert refused.status_code == 413 and "64" in refused.json()["error"]
-        assert client.post("/classify", json={"inputs": "word " * 100, "truncate": True}).status_code == 200
 
 def test_a_classifier_longer_than_the_embedder_reads_its_own_length(minilm_dir, tmp_path):
     """A 512-position classifier beside MiniLM's 256 tokens read 256 of a 400-token text (the embedder's limit
@@ -252,8 +275,11 @@ def test_a_classifier_longer_than_the_embedder_reads_its_own_length(minilm_dir, 
         by_label = {p["label"]: p["score"] for p in answer.json()}
         np.testing.assert_allclose([by_label[label] for label in model.config.id2label.values()], expected, atol=1e-5)
         assert client.get("/info").json()["max_input_length"] == 256  # the embedding model's, as before
-    with app_client(models, max_input_length=100) as client:
-        refused = client.post("/classify", json={"inputs": text})
+    with app_client(models, max_input_length=100) as client:  # caps every model: windows of 100
+        answer = client.post("/classify", json={"inputs": text}).json()
+        np.testing.assert_allclose(served_scores(answer, model.config.id2label.values()),
+                                   predict_scores(folder, [text], 100)[0], atol=1e-5)
+        refused = client.post("/predict", json={"inputs": text, "raw_scores": True})
         assert refused.status_code == 413 and "100" in refused.json()["error"]
 
 

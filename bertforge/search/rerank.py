@@ -14,7 +14,6 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..tasks.classification.windows import encode_windows
 from ..tasks.finetune import load_for_prediction
 from ..tasks.classification.task import ClassificationTask
 from .index import Hit
@@ -50,7 +49,7 @@ class Reranker:
         if not passages:
             return np.zeros(0, dtype=np.float32)
         pairs = [(query, passage) for passage in passages]
-        windows = encode_windows(self.task.tokenizer, pairs, self.task.max_length, self.task.stride)
+        windows = self.task.windows(pairs)
         scores = self.task.document_scores(self.model, windows, self.batch_size, self.device)
         return np.asarray(scores if self.column is None else scores[:, self.column], dtype=np.float32)
 

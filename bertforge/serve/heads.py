@@ -91,6 +91,7 @@ class SequenceClassifier(HeadModel):
         # fine-tuned elsewhere its own max_seq_length), not the folder's position table: a classifier fine-tuned at
         # 128 tokens read 256 of a text here beside MiniLM.
         task, _ = prediction_task(folder, tokenizer=self.tokenizer)
+        self.task = task  # how `predict` reads a long text (windows) and combines its windows' scores
         self.max_length = task.max_length
         config = model.config
         self.labels = [(config.id2label or {}).get(i, f"LABEL_{i}") for i in range(config.num_labels)]
@@ -105,6 +106,17 @@ class SequenceClassifier(HeadModel):
         output = self.model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                             packing=batch.packing)
         return list(output.logits.float().cpu().numpy())
+
+    def windows(self, texts: list[str], limit: int) -> tuple[list[Tokens], list[int]]:
+        """Texts read as `bertforge predict` reads them (tokenizer thread): a text longer than `limit` tokens in
+        the task's overlapping windows of `limit`. Returns the windows' tokens and the text each window reads."""
+        read = self.task.windows([(text,) for text in texts], limit)
+        return [Tokens(ids) for ids in read.input_ids], read.document_index
+
+    def combined(self, logits: list[np.ndarray], owners: list[int], count: int) -> list[np.ndarray]:
+        """Per text, its windows' logits shown and combined as `predict` combines them (the task's data.combine)."""
+        scores = self.task.combined_scores(np.stack(logits), owners, count)
+        return list(scores.reshape(count, -1))  # regression's (texts,) values as one score per text
 
     def scores(self, logits: np.ndarray) -> np.ndarray:
         """Logits -> what the classifier means (`output_function`): softmax, sigmoid (multi-label, or one label

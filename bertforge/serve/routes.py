@@ -83,10 +83,25 @@ def ranked(labels: list[str], scores: np.ndarray) -> list[dict]:
 async def classify(body: ClassifyRequest, request: Request, server: Server = Depends(current_server)):
     classifier = require(server.models.classifier, "classify", "start the server with --classifier DIR")
     texts = as_list(body.inputs, "inputs", server.settings.max_client_batch_size)
-    tokens = await server.tokenized(server.encoders["classify"].encode, texts, body.truncate)
-    logits = await server.run_batched("classify", tokens, [len(t) for t in tokens], request)
-    answers = [ranked(classifier.labels, classifier.scores(row)) for row in logits]
+    scores = await classified(server, texts, body.truncate, "right", request)
+    answers = [ranked(classifier.labels, row) for row in scores]
     return FastJSONResponse(answers[0] if isinstance(body.inputs, str) else answers)
+
+
+async def classified(server: Server, items: list, truncate: bool | None, direction, request: Request) -> list:
+    """Each input's label scores (shown as the classifier's output function shows them), as `bertforge predict`
+    gives them: a text over the classifier's limit is read in the overlapping windows it was fine-tuned to read and
+    their scores combined (its data.combine), unless the request (or --auto-truncate) asks to cut it, as TEI cuts.
+    Token-id inputs are taken as TEI takes them (413 when too long)."""
+    classifier, encoder = server.models.classifier, server.encoders["classify"]
+    cut = encoder.auto_truncate if truncate is None else truncate
+    if cut or not all(isinstance(item, str) for item in items):
+        tokens = await server.tokenized(encoder.encode, items, truncate, direction)
+        logits = await server.run_batched("classify", tokens, [len(t) for t in tokens], request)
+        return [classifier.scores(row) for row in logits]
+    windows, owners = await server.tokenized(classifier.windows, items, encoder.max_input_length)
+    logits = await server.run_batched("classify", windows, [len(t) for t in windows], request)
+    return classifier.combined(logits, owners, len(items))
 
 
 def predict_inputs(inputs) -> tuple[list[list[str]], bool]:
@@ -122,10 +137,32 @@ async def predict(body: PredictRequest, request: Request, server: Server = Depen
     classifier = require(server.models.classifier, "predict", "start the server with --classifier DIR")
     batch, single = predict_inputs(body.inputs)
     as_list([" ".join(item) for item in batch], "inputs", server.settings.max_client_batch_size)  # empty, count
-    tokens = await predict_tokens(server, batch, body.truncate, body.truncation_direction)
-    logits = await server.run_batched("classify", tokens, [len(t) for t in tokens], request)
-    answers = [ranked(classifier.labels, row if body.raw_scores else classifier.scores(row)) for row in logits]
+    if body.raw_scores:  # the logits themselves: an input that does not fit is cut or refused, as TEI does
+        tokens = await predict_tokens(server, batch, body.truncate, body.truncation_direction)
+        scores = await server.run_batched("classify", tokens, [len(t) for t in tokens], request)
+    else:
+        scores = await predicted(server, batch, body.truncate, body.truncation_direction, request)
+    answers = [ranked(classifier.labels, row) for row in scores]
     return FastJSONResponse(answers[0] if single else answers)
+
+
+async def predicted(server: Server, batch: list[list[str]], truncate, direction, request: Request) -> list:
+    """Scores per input of /predict: single texts as /classify reads them (`classified`: a long text in windows),
+    pairs cut longest first or refused, as `bertforge predict` and TEI read a pair."""
+    classifier, scores = server.models.classifier, [None] * len(batch)
+    singles = [i for i, item in enumerate(batch) if len(item) == 1]
+    pairs = [i for i, item in enumerate(batch) if len(item) == 2]
+    if singles:
+        for row, score in zip(singles, await classified(server, [batch[i][0] for i in singles], truncate, direction,
+                                                        request)):
+            scores[row] = score
+    if pairs:
+        tokens = await server.tokenized(server.encoders["classify"].encode_pairs, [tuple(batch[i]) for i in pairs],
+                                        truncate)
+        logits = await server.run_batched("classify", tokens, [len(t) for t in tokens], request)
+        for row, logit in zip(pairs, logits):
+            scores[row] = classifier.scores(logit)
+    return scores
 
 
 @router.post("/rerank", tags=["text"], response_model=list[Rank],

@@ -26,14 +26,19 @@ DEFAULT_METRICS = {"single_label_classification": "macro_f1", "multi_label_class
                    "regression": "pearson"}
 
 
+def default_stride(max_length: int) -> int:
+    """The overlap of a long text's windows when data.stride does not say: 32 pieces, or a quarter of a window
+    when windows are short."""
+    return min(32, (max_length - 2) // 4)
+
+
 class ClassificationTask:
     model_class = BertForSequenceClassification
 
     def __init__(self, settings: TaskSettings, tokenizer, config=None):
         self.settings, self.tokenizer = settings, tokenizer
         self.max_length = settings.max_length or STANDARD_MAX_LENGTH["classification"]
-        # Default overlap: 32 pieces, or a quarter of a window when windows are short.
-        self.stride = min(32, (self.max_length - 2) // 4) if settings.stride < 0 else settings.stride
+        self.stride = default_stride(self.max_length) if settings.stride < 0 else settings.stride
         self._rows = lru_cache(maxsize=None)(self._read)  # each split is read and tokenized once
         self._windows = lru_cache(maxsize=None)(self._encode)
         if config is not None:  # a fine-tuned model: its labels, whatever the files hold
@@ -57,26 +62,41 @@ class ClassificationTask:
         scores = self.document_scores(model, windows, batch_size, device)
         return problem_metrics(self.labels.problem_type, windows.labels.numpy(), scores)
 
+    def windows(self, texts: list[tuple[str, ...]], max_length: int | None = None,
+                labels: torch.Tensor | None = None) -> Windows:
+        """Rows of 1 or 2 texts as this task reads them: a long text in overlapping windows (data.stride,
+        data.max_windows), a pair cut to fit. max_length: the window's length, the task's unless a caller reads
+        fewer tokens (a server's --max-input-length); the default overlap is then its rule at that length."""
+        length, stride = max_length or self.max_length, self.stride
+        if length != self.max_length:  # within the shorter windows' bounds (encode_windows checks the task's own)
+            stride = min(stride if self.settings.stride >= 0 else default_stride(length), max(0, length - 3))
+        return encode_windows(self.tokenizer, texts, length, stride, self.settings.max_windows or None, labels=labels)
+
     def document_scores(self, model, windows: Windows, batch_size: int, device) -> np.ndarray:
-        """(documents, classes) probabilities, or (documents,) values for regression: the windows' probabilities
-        combined per document by `long_documents.document_probabilities` (a two-class task combines P(class 1))."""
+        """(documents, classes) probabilities, or (documents,) values for regression: `combined_scores` of the
+        model's logits on the windows."""
         logits = np.stack(predict_rows(model, [len(ids) for ids in windows.input_ids], windows.collate,
                                        batch_size=batch_size, device=device))
-        probabilities = shown_scores(logits, self.labels.output).astype(np.float64)  # as transformers' pipeline
+        return self.combined_scores(logits, windows.document_index, windows.num_documents)
+
+    def combined_scores(self, logits: np.ndarray, document_index: list[int], num_documents: int) -> np.ndarray:
+        """Windows' (windows, labels) logits -> each document's scores: shown as transformers' pipeline shows
+        them (`shown_scores`), then combined per document by `long_documents.document_probabilities` (a two-class
+        task combines P(class 1)). `predict`, `search --rerank` and the server's classifier all score this way."""
+        probabilities = shown_scores(logits, self.labels.output).astype(np.float64)
         if self.labels.problem_type == "regression":
             probabilities = probabilities[:, 0]
-        documents, scores = document_probabilities(windows.document_index, probabilities, self.labels.problem_type,
+        documents, scores = document_probabilities(document_index, probabilities, self.labels.problem_type,
                                                    self.settings.combine, self.settings.combine_c)
-        if len(documents) != windows.num_documents:
-            raise RuntimeError(f"{windows.num_documents} documents but scores for {len(documents)}")
+        if len(documents) != num_documents:
+            raise RuntimeError(f"{num_documents} documents but scores for {len(documents)}")
         return scores
 
     def predict_file(self, model, input_path: str, output_path: str, batch_size: int = 64,
                      device=torch.device("cpu")) -> int:
         """One output row per input row: its texts, the prediction and (classes) each class's probability."""
         rows = read_rows(input_path, text_columns=self.settings.text_columns)
-        windows = encode_windows(self.tokenizer, rows.texts, self.max_length, self.stride,
-                                 self.settings.max_windows or None)
+        windows = self.windows(rows.texts)
         scores = self.document_scores(model, windows, batch_size, device)
         records = []
         for line, texts, score in zip(rows.row_numbers, rows.texts, scores):
@@ -107,5 +127,4 @@ class ClassificationTask:
     def _encode(self, split: str) -> Windows:
         rows = self._rows(split)
         labels = self.labels.encode(rows.labels, rows.row_numbers)
-        return encode_windows(self.tokenizer, rows.texts, self.max_length, self.stride,
-                              self.settings.max_windows or None, labels=labels)
+        return self.windows(rows.texts, labels=labels)
