@@ -209,3 +209,39 @@ def test_the_progress_bar_moves_a_batch_at_a_time_and_only_on_a_terminal(tmp_pat
     files.embed_file(texts, tmp_path / "v.npy", embedder, {"input": "x"})
     (bar,) = bars
     assert bar.options["disable"] is None and sum(bar.updates) == 40 and len(bar.updates) > 1
+
+
+def test_every_layer_alias_the_help_offers_runs_from_the_command_line(capsys, source, tmp_path, minilm_dir):
+    """`--layers last_four_concat` always failed (exit 2): the command's own default layer_combine "mean" read as a
+    choice that contradicted the alias."""
+    code, out, err = run(capsys, "embed", source, tmp_path / "concat.npy", "--layers", "last_four_concat")
+    assert code == 0, err
+    expected = embed(minilm_dir, SENTENCES, layers="last_four_concat")
+    assert expected.shape == (23, 4 * 384)
+    np.testing.assert_allclose(np.load(tmp_path / "concat.npy"), expected, rtol=1e-4, atol=1e-5)
+    code, out, err = run(capsys, "embed", source, tmp_path / "x.npy", "--layers", "last_four_concat",
+                         "--layer-combine", "mean")
+    assert code == 2 and "already means layer_combine='concat'" in err  # a contradiction the user wrote
+
+
+def test_max_length_0_is_the_folders_own_length(minilm_dir):
+    """0 is "the model's default" (every command's --max-length): it read the tokenizer's 512 where
+    all-MiniLM-L6-v2's folder (and the command without it) reads 256 (cosine 0.956 on a 452-token text)."""
+    from bertforge.embeddings.embed import Embedder
+
+    assert Embedder.from_pretrained(minilm_dir, max_length=0).max_length == 256
+    long_text = " ".join(["the river bank was steep and muddy"] * 60)
+    np.testing.assert_allclose(embed(minilm_dir, [long_text], max_length=0), embed(minilm_dir, [long_text]),
+                               atol=1e-6)
+
+
+def test_a_part_embedded_under_a_smaller_token_budget_is_not_reused(minilm_dir, tmp_path):
+    """A text past max_batch_tokens is cut there: a resumed run with a larger budget reused the cut vectors
+    (cosine 0.960) because the settings a part is checked against left the budget out."""
+    from bertforge.embeddings.embed import Embedder
+
+    texts = tmp_path / "in.txt"
+    texts.write_text("a short text\n", encoding="utf-8")
+    cut, whole = (files.vector_settings(texts, "text", minilm_dir, Embedder.from_pretrained(
+        minilm_dir, max_batch_tokens=budget)) for budget in (32, None))
+    assert (cut["max_length"], whole["max_length"]) == (32, 256)

