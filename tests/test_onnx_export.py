@@ -137,7 +137,8 @@ def test_the_export_keeps_the_folders_prompts_for_a_runtime(tmp_path, minilm_dir
     write_prompts(read_model_folder(folder), tmp_path / "out")
     assert read_model_folder(folder).default_prompt == "query: "
     written = json.loads((tmp_path / "out" / "config_sentence_transformers.json").read_text())
-    assert (written["prompts"], written["default_prompt_name"]) == ({"query": "query: ", "passage": ""}, "query")
+    assert (written["prompts"], written["default_prompt_name"]) == (
+        {"query": "query: ", "document": "", "passage": ""}, "query")
 
 
 def test_the_exported_graph_is_bertmodels_own_forward(minilm_dir, monkeypatch):
@@ -158,3 +159,13 @@ def test_the_exported_graph_is_bertmodels_own_forward(minilm_dir, monkeypatch):
         expected = original(model, encoded["input_ids"], attention_mask=encoded["attention_mask"]).last_hidden_state
     assert calls == [1]
     assert torch.equal(hidden, expected)
+
+
+def test_normalize_without_a_sentence_vector_is_refused_in_one_line(cassette_dir, tmp_path, capsys):
+    """`export onnx PLAIN OUT --normalize` exited 0 with no sentence_embedding in the graph and nothing said."""
+    from bertforge.cli.parser import main
+
+    assert main(["export", "onnx", str(cassette_dir), str(tmp_path / "out"), "--normalize"]) == 2
+    error = capsys.readouterr().err
+    assert "--normalize needs a sentence vector" in error and "--pooling mean" in error
+    assert not (tmp_path / "out").exists()

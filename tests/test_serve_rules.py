@@ -84,20 +84,21 @@ def test_a_folders_default_prompt_name_outside_its_prompts_is_read_as_sentence_t
     with TestClient(create_app(load_models(str(minilm_dir)))) as client:
         np.testing.assert_allclose(plain, client.post("/embed", json={"inputs": PASSAGES}).json(), atol=1e-6)
         assert not np.allclose(passage, plain, atol=1e-3)
-    with pytest.raises(ValueError, match="--default-prompt-name query: the model's prompts are passage"):
-        create_app(models, ServeSettings(default_prompt_name="query"))  # a name the user gave is checked
+    with pytest.raises(ValueError, match="--default-prompt-name title: the model's prompts are query, document, "
+                                         "passage"):
+        create_app(models, ServeSettings(default_prompt_name="title"))  # a name the user gave is checked
 
 
 def test_embed_sparse_applies_the_servers_prompts(tmp_path, minilm_dir, cassette_dir):
     folder = prompted_folder(tmp_path / "prompted", minilm_dir, {"prompts": {"query": "query: ", "passage": "p: "}})
     with TestClient(create_app(load_models(str(folder), mlm=str(cassette_dir)))) as client:
-        assert client.get("/info").json()["prompts"] == ["query", "passage"]
+        assert client.get("/info").json()["prompts"] == ["query", "document", "passage"]
         named = client.post("/embed_sparse", json={"inputs": "hello", "prompt_name": "query"})
         written = client.post("/embed_sparse", json={"inputs": "query: hello"})
-        unknown = client.post("/embed_sparse", json={"inputs": "hello", "prompt_name": "document"})
+        unknown = client.post("/embed_sparse", json={"inputs": "hello", "prompt_name": "title"})
         fill = client.post("/fill-mask", json={"inputs": "the cat [MASK] on the mat"})
     assert named.status_code == 200 and named.json() == written.json()
-    assert unknown.status_code == 422 and "prompted's prompts: query, passage" in unknown.json()["error"]
+    assert unknown.status_code == 422 and "prompted's prompts: query, document, passage" in unknown.json()["error"]
     assert fill.status_code == 200
 
 
@@ -121,3 +122,19 @@ def test_an_mlm_head_is_told_by_its_weights_as_fill_mask_and_adapt_tell_it(casse
     assert load_masked_lm(str(relabelled), read_model_folder(relabelled), None, "cpu") is None
     with pytest.raises(ValueError, match="without MLM head weights"):
         load_masked_lm("minilm", read_model_folder(minilm_dir), str(relabelled), "cpu")
+
+
+def test_sentence_transformers_standard_prompt_names_are_served_empty(minilm_dir):
+    """sentence-transformers 6 gives every model the prompts "query" and "document" (empty unless a folder sets
+    them): `encode(prompt_name="document")` embeds the text as it is, where /embed answered 422."""
+    from sentence_transformers import SentenceTransformer
+
+    from bertforge.models.folder import read_model_folder
+
+    reference = SentenceTransformer(str(minilm_dir), device="cpu")
+    assert read_model_folder(minilm_dir).prompts == reference.prompts
+    with TestClient(create_app(load_models(str(minilm_dir)))) as client:
+        for name in ("query", "document"):
+            answer = client.post("/embed", json={"inputs": PASSAGES, "prompt_name": name})
+            assert answer.status_code == 200
+            np.testing.assert_allclose(answer.json(), reference.encode(PASSAGES, prompt_name=name), atol=1e-5)

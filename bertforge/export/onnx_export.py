@@ -109,8 +109,8 @@ def export_onnx(folder: str | os.PathLike | ModelFolder, output: str | os.PathLi
     plain checkpoint no pooling means no sentence_embedding output, and no normalisation.
     The graph is run in ONNX Runtime on CHECK_TEXTS (padded, so the mask matters) and must
     match PyTorch within TOLERANCE before the folder is published (atomically).
-    Raises ValueError for an unknown pooling, an output folder that is not empty, or a
-    mismatch; ImportError names the `export` extra when onnx/onnxruntime are missing.
+    Raises ValueError for an unknown pooling, normalize without a pooling, an output folder that is not empty,
+    or a mismatch; ImportError names the `export` extra when onnx/onnxruntime are missing.
     """
     missing = [name for name in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(name) is None]
     if missing:
@@ -127,6 +127,9 @@ def export_onnx(folder: str | os.PathLike | ModelFolder, output: str | os.PathLi
     if read.sentence_transformers:
         pooling = pooling or read.pooling
         normalize = read.normalize if normalize is None else normalize
+    if normalize and pooling is None:  # nothing to normalise: the graph would have no sentence_embedding
+        raise UsageError(f"--normalize needs a sentence vector, and {read.root} is a plain checkpoint: add "
+                         "--pooling mean (or cls, max) to export a normalised sentence_embedding")
     model, head, head_outputs = exported_model(read)
     if pooling == "pooler" and model.pooler is None:
         raise ValueError(f"this model ({read.architecture}) has no pooler; choose --pooling mean, cls or max")
@@ -155,8 +158,9 @@ def export_onnx(folder: str | os.PathLike | ModelFolder, output: str | os.PathLi
 
 def write_prompts(read: ModelFolder, staging: Path) -> None:
     """The folder's prompts in sentence-transformers' config, for a runtime to put before each text: the graph
-    starts from token ids, so a prompt (e.g. "query: ") is the tokenizer's side, as in `embed`."""
-    if read.prompts:
+    starts from token ids, so a prompt (e.g. "query: ") is the tokenizer's side, as in `embed`. Nothing for a folder
+    whose prompts are all empty (sentence-transformers' standard "query" and "document" alone)."""
+    if any(read.prompts.values()):
         values = {"prompts": read.prompts, "default_prompt_name": read.default_prompt_name,
                   "similarity_fn_name": read.similarity_fn_name}
         (staging / "config_sentence_transformers.json").write_text(json.dumps(values, indent=2) + "\n",

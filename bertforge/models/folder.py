@@ -51,6 +51,9 @@ LEGACY_POOLING_KEYS = {
 POOLING_MODES = tuple(LEGACY_POOLING_KEYS.values())
 # Several modes at once are written joined by this (ST concatenates their vectors in that order).
 POOLING_JOIN = "+"
+# The prompt names sentence-transformers 6 gives every model (its encode_query / encode_document), empty unless a
+# folder's config_sentence_transformers.json sets them: `prompt_name="query"` works with any model there.
+STANDARD_PROMPTS = {"query": "", "document": ""}
 # Module class names (the end of modules.json's "type") bertforge reproduces, by role.
 MODULE_ROLES = {"Transformer": "transformer", "BERT": "transformer", "Pooling": "pooling", "Normalize": "normalize"}
 # tokenizer_config.json says this (transformers' VERY_LARGE_INTEGER) when it knows no limit.
@@ -81,7 +84,7 @@ class ModelFolder:
     max_seq_length: int = 512
     include_prompt: bool = True
     do_lower_case: bool = False
-    prompts: dict[str, str] = field(default_factory=dict, hash=False)
+    prompts: dict[str, str] = field(default_factory=lambda: dict(STANDARD_PROMPTS), hash=False)
     default_prompt_name: str | None = None
     similarity_fn_name: str = "cosine"
     sentence_transformers: bool = False  # the folder has a modules.json
@@ -136,7 +139,8 @@ def read_model_folder(path: str | os.PathLike) -> ModelFolder:
         pooling=pooling["mode"], include_prompt=pooling["include_prompt"], normalize="normalize" in modules,
         max_seq_length=max_seq_length(transformer, transformer_config.get("max_seq_length")),
         do_lower_case=bool(transformer_config.get("do_lower_case", False)),
-        prompts=dict(settings.get("prompts") or {}), default_prompt_name=settings.get("default_prompt_name"),
+        prompts={**STANDARD_PROMPTS, **(settings.get("prompts") or {})},
+        default_prompt_name=settings.get("default_prompt_name"),
         similarity_fn_name=settings.get("similarity_fn_name") or "cosine", sentence_transformers=True)
     if folder.default_prompt and not folder.include_prompt:
         raise ValueError(f"{root / modules['pooling'] / MODULE_CONFIG_FILE}: include_prompt is false with the default "
