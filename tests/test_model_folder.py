@@ -159,7 +159,7 @@ def test_prompts_and_similarity(tiny_bert, tmp_path):
     ("damaged", "is not valid JSON"),
     ("not_a_list", "holds a JSON dict"),
     ("sparse", "model_type 'SparseEncoder'"),
-    ("prompt_excluded", "include_prompt is false"),
+    ("prompt_excluded", "leaves the prompt out of the vector (include_prompt false)"),
 ])
 def test_refuses_what_it_cannot_reproduce_in_one_line_naming_the_file(tiny_bert, tmp_path, case, message):
     folder = legacy_folder(tiny_bert, tmp_path / "st", {"pooling_mode_mean_tokens": True})

@@ -138,3 +138,29 @@ def test_sentence_transformers_standard_prompt_names_are_served_empty(minilm_dir
             answer = client.post("/embed", json={"inputs": PASSAGES, "prompt_name": name})
             assert answer.status_code == 200
             np.testing.assert_allclose(answer.json(), reference.encode(PASSAGES, prompt_name=name), atol=1e-5)
+
+
+def test_a_prompt_the_pooling_leaves_out_is_refused_at_every_door(tmp_path, minilm_dir):
+    """A folder whose Pooling says include_prompt false (sentence-transformers pools the text without its prompt):
+    the server's prompt_name and Embedder(prompt=...) pooled the prompt's tokens too, cosine 0.54-0.91 to
+    sentence-transformers, silently; only the folder's default prompt was refused. Now every door refuses a
+    non-empty prompt there in one line, and serves the text without one as sentence-transformers does."""
+    from sentence_transformers import SentenceTransformer
+
+    from bertforge.embeddings.embed import Embedder
+
+    folder = prompted_folder(tmp_path / "model", minilm_dir, {"prompts": {"query": "Represent this sentence: "}})
+    pooling_file = folder / "1_Pooling" / "config.json"
+    pooling = json.loads(pooling_file.read_text())
+    pooling_file.write_text(json.dumps({**pooling, "include_prompt": False}))
+    reference = SentenceTransformer(str(folder), device="cpu")
+    with TestClient(create_app(load_models(str(folder)))) as client:
+        refused = client.post("/embed", json={"inputs": PASSAGES, "prompt_name": "query"})
+        assert refused.status_code == 422 and "include_prompt" in refused.json()["error"]
+        for body in ({"inputs": PASSAGES}, {"inputs": PASSAGES, "prompt_name": "document"}):  # "": nothing left out
+            np.testing.assert_allclose(client.post("/embed", json=body).json(), reference.encode(PASSAGES),
+                                       atol=1e-5)
+    with pytest.raises(ValueError, match="include_prompt"):
+        Embedder.from_pretrained(folder, prompt="Represent this sentence: ")
+    with pytest.raises(ValueError, match="--default-prompt.*include_prompt"):
+        create_app(load_models(str(folder)), ServeSettings(default_prompt_name="query"))

@@ -36,7 +36,7 @@ from ..engine.prepacked_linear import prepack_where_it_pays
 from ..engine.precision import check_inference_dtype, in_dtype
 from ..engine.threads import thread_governor
 from ..engine.workers import run_in_workers, worth_workers
-from ..models.folder import ModelFolder, read_model_folder
+from ..models.folder import ModelFolder, check_prompt_pooled, read_model_folder
 from ..models.model import BertModel
 from ..models.outputs import EncoderOutput
 from ..tokenization.folder import load_tokenizer
@@ -174,6 +174,7 @@ class Embedder:
         for name, value in folder_options(folder).items():  # max_length 0 is the default too (--max-length's)
             if options.get(name) is None or (name == "max_length" and options[name] == 0):
                 options[name] = value
+        check_prompt_pooled(folder, options.get("prompt") or "", "prompt")
         dtype = check_inference_dtype(options.get("dtype"))
         if options.get("device") is None:  # as every command and SentenceTransformer choose: the GPU if there is one
             options["device"] = torch.device("cpu") if dtype == torch.qint8 else device_from_option(None)  # int8: CPU

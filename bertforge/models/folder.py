@@ -142,11 +142,19 @@ def read_model_folder(path: str | os.PathLike) -> ModelFolder:
         prompts={**STANDARD_PROMPTS, **(settings.get("prompts") or {})},
         default_prompt_name=settings.get("default_prompt_name"),
         similarity_fn_name=settings.get("similarity_fn_name") or "cosine", sentence_transformers=True)
-    if folder.default_prompt and not folder.include_prompt:
-        raise ValueError(f"{root / modules['pooling'] / MODULE_CONFIG_FILE}: include_prompt is false with the default "
-                         f"prompt {folder.default_prompt_name!r}; bertforge pools over every token, so encode with "
-                         "sentence-transformers instead")
+    check_prompt_pooled(folder, folder.default_prompt, f"the default prompt {folder.default_prompt_name!r}")
     return folder
+
+
+def check_prompt_pooled(folder: ModelFolder, prompt: str, what: str) -> None:
+    """Raise ValueError when `prompt` is not empty and the folder's Pooling leaves a prompt out of the vector
+    (include_prompt false): bertforge pools over every token, so its vectors would not be sentence-transformers'.
+    Every door that puts a prompt before a text asks here (the folder's default, Embedder's prompt, the server's
+    prompt names and --default-prompt)."""
+    if prompt and not folder.include_prompt:
+        raise ValueError(f"{what}: {folder.root}'s Pooling leaves the prompt out of the vector (include_prompt "
+                         "false), which bertforge does not reproduce (it pools every token); embed with "
+                         "sentence-transformers, or without the prompt")
 
 
 def plain_folder(root: Path, transformer: Path) -> ModelFolder:

@@ -31,7 +31,7 @@ class EmbeddingModel:
         The prompts are the server's to add (`inputs.InputEncoder`), so the Embedders here have none.
         cuda_graphs: replay the sentence vectors' passes from CUDA graphs where the model is on a GPU (the
         Embedder's default there); False runs them eagerly."""
-        self.name = name
+        self.name, self.folder = name, folder
         encoder = BertModel.from_pretrained(folder.transformer).to(device or "cpu")
         self.tokenizer = load_tokenizer(folder)  # tokenizer thread
         worker_tokenizer = load_tokenizer(folder)  # model thread (explorer)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
+from ..models.folder import ModelFolder, check_prompt_pooled
 from ..tokenization.tokenizer import BertTokenizer
 from .errors import ApiError
 from .passes import Tokens
@@ -30,6 +31,7 @@ class Prompts:
     named: dict[str, str] = field(default_factory=dict)
     default: str = ""
     model: str = ""  # whose prompts they are (the embedding model's folder), for the 422 message
+    folder: ModelFolder | None = None  # the embedding model's, whose Pooling may leave prompts out (422 then)
 
     def prefix(self, prompt_name: str | None) -> str:
         if prompt_name is None:
@@ -38,6 +40,11 @@ class Prompts:
             known = ", ".join(self.named) or "none (serve a sentence-transformers folder that has prompts)"
             whose = f"the model {self.model}'s" if self.model else "this server's"
             raise ApiError(422, "validation", f"prompt_name {prompt_name!r} is not one of {whose} prompts: {known}")
+        if self.folder is not None:
+            try:
+                check_prompt_pooled(self.folder, self.named[prompt_name], f"prompt_name {prompt_name!r}")
+            except ValueError as error:
+                raise ApiError(422, "validation", str(error)) from None
         return self.named[prompt_name]
 
 

@@ -19,7 +19,7 @@ from fastapi import Request
 
 from ..engine.governor import ThreadGovernor
 from ..engine.threads import chosen_while_running, default_threads
-from ..models.folder import default_prompt
+from ..models.folder import check_prompt_pooled, default_prompt
 from .batching import Batcher, ShuttingDown
 from .errors import ApiError
 from .inputs import InputEncoder, Prompts
@@ -57,7 +57,9 @@ class Server:
         self.threads = settings.threads or default_threads()
         if chosen_while_running(settings.threads) and models.embedding.embedder.device.type == "cpu":
             self.governor = ThreadGovernor(self.threads)  # on a GPU the CPU's thread count is not what a batch waits on
-        prompts = Prompts(models.prompts, self.default_prompt(), models.embedding.name)
+        default = self.default_prompt()
+        check_prompt_pooled(models.embedding.folder, default, "--default-prompt")  # a user's text or name
+        prompts = Prompts(models.prompts, default, models.embedding.name, models.embedding.folder)
         # One Prompts for the routes that embed text (/embed*, /embed_sparse on the MLM), as TEI applies them.
         for name, model, prompted in (("embed", models.embedding, True), ("sparse", models.masked_lm, True),
                                       ("mlm", models.masked_lm, False), ("classify", models.classifier, False),
