@@ -341,3 +341,28 @@ def test_a_folder_loads_on_the_device_the_commands_choose(cassette_dir, monkeypa
     Embedder.from_pretrained(cassette_dir, dtype="int8")
     Embedder.from_pretrained(cassette_dir, device="cpu")
     assert asked == [None]
+
+
+def test_token_and_word_vectors_read_the_folders_default_prompt_as_sentence_transformers(minilm_dir, tmp_path):
+    """A folder whose default prompt is "query: ": sentence-transformers' token_embeddings and the server's /embed_all
+    read the prompt's tokens before the sentence; Embedder.token_vectors and word_vector left it out (11 tokens
+    against 13, and other vectors for the tokens they share)."""
+    import json
+    import shutil
+
+    from sentence_transformers import SentenceTransformer
+
+    from bertforge.embeddings.embed import Embedder
+
+    folder = shutil.copytree(minilm_dir, tmp_path / "prompted")
+    settings = json.loads((folder / "config_sentence_transformers.json").read_text())
+    settings.update(prompts={"query": "query: "}, default_prompt_name="query")
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(settings))
+    sentence = "The patient went to the river bank."
+    expected = SentenceTransformer(str(folder), device="cpu").encode(sentence, output_value="token_embeddings")
+    embedder = Embedder.from_pretrained(folder)
+    tokens, vectors = embedder.token_vectors(sentence)
+    assert tokens[:4] == ["[CLS]", "query", ":", "the"]
+    np.testing.assert_allclose(vectors, expected.numpy(), atol=1e-5)
+    bank = tokens.index("bank")
+    np.testing.assert_allclose(embedder.word_vector(sentence, "bank"), expected[bank].numpy(), atol=1e-5)

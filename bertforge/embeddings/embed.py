@@ -307,11 +307,12 @@ class Embedder:
     # --- token and word vectors ------------------------------------------------------------
 
     def token_vectors(self, sentence: str) -> tuple[list[str], np.ndarray]:
-        """One sentence -> (its tokens, float32 array (num_tokens, dim)), [CLS] and [SEP] included.
+        """One sentence -> (its tokens, float32 array (num_tokens, dim)), [CLS] and [SEP] included, and the prompt's
+        tokens where the Embedder has one (as sentence-transformers' token_embeddings and the server's /embed_all).
 
         Raises ValueError when sentence is not a str.
         """
-        encoded = self.tokenize([check_sentence(sentence)])
+        encoded = self.tokenize(self.prompted([check_sentence(sentence)]))
         states = self.layer_states(self.forward(encoded))[0].cpu()  # (seq, dim)
         tokens = self.tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist())
         return tokens, states.numpy()
@@ -331,10 +332,13 @@ class Embedder:
 
     def span_vectors(self, sentence: str, spans: list[tuple[int, int]]) -> np.ndarray:
         """float32 (len(spans), dim): per character span [start, end) of the sentence, the mean of its pieces,
-        from one pass. Raises ValueError for a span that falls (even partly) past the truncation."""
-        encoded = self.tokenize([sentence], offsets=True)
-        pieces = spans_pieces(sentence, encoded["offset_mapping"][0].tolist(), spans, self.max_length,
-                              self.model.config.max_position_embeddings)
+        from one pass, read after the prompt where the Embedder has one (as `encode` reads the sentence). Raises
+        ValueError for a span that falls (even partly) past the truncation."""
+        text = self.prompted([sentence])[0]
+        shift = len(text) - len(sentence)  # the prompt's characters before the sentence
+        encoded = self.tokenize([text], offsets=True)
+        pieces = spans_pieces(text, encoded["offset_mapping"][0].tolist(), [(a + shift, b + shift) for a, b in spans],
+                              self.max_length, self.model.config.max_position_embeddings)
         states = self.layer_states(self.forward(encoded))[0]  # (seq, dim)
         return torch.stack([states[found].mean(dim=0) for found in pieces]).cpu().numpy()
 
