@@ -83,20 +83,17 @@ class Embedder:
         sentence-transformers' "mean_sqrt_len_tokens", "weightedmean", "lasttoken", or several
         modes joined by "+" ("cls+mean": their vectors concatenated).
     normalize: L2-normalise sentence vectors (then a dot product is the cosine); default no.
-    prompt: text put before every text `encode` embeds (a sentence-transformers folder's
-        default prompt; "" by default).
+    prompt: text put before every text it reads (encode, token and word vectors): a folder's default prompt; "".
     batch_size: the most texts in one forward pass.
-    max_batch_tokens: the most padded tokens (texts x the longest) in one forward pass;
-        default 2,048 on a CPU, 16,384 on a GPU. A text longer than this is truncated to it,
-        with a warning.
+    max_batch_tokens: the most padded tokens (texts x the longest) in one forward pass; default 2,048 on a CPU,
+        16,384 on a GPU. A text longer than this is truncated to it, with a warning.
     threads: "auto" chooses the CPU thread count batch by batch (engine/governor.py: the usable cores or
         fewer, whichever runs faster on the machine as it is now; torch's own count is given back after
         each `encode`). None (the default) runs at torch's current count, except in a `bertforge` command
         run without --threads, which chooses as "auto" does. An `encode` of at least two batches per
         thread shares its batches among single-threaded workers instead, one per usable core ("auto") or
         per torch thread (engine/workers.py).
-    max_length: truncation in tokens; default the tokenizer's limit, capped at the
-        model's position table.
+    max_length: truncation in tokens; default the tokenizer's limit, capped at the model's position table.
     progress: True/False to force a tqdm bar on or off; None shows one for long inputs.
     device: where to run; the model is moved there. Default: where the model already is (`from_pretrained`, which
         loads it: the GPU when there is one, as the commands choose).
