@@ -404,3 +404,25 @@ def test_index_add_of_a_folder_drops_what_the_index_holds_as_one_build_of_both_d
     assert added == 1 and len(then_added) == len(at_once) == 3
     hits = then_added.search("warfarin blood tests", top_k=3)
     assert len({hit.text for hit in hits}) == 3
+
+
+def test_a_number_id_and_the_same_id_as_text_are_one_id(tmp_path, cassette_dir):
+    """The Python API numbers passages 0, 1, 2; a file's "id": 0 is read as the text "0". Both were admitted, and
+    /search, the CLI and `index weight --tune` then showed two passages called "0"."""
+    Index.build(["a cat on a mat", "a dog in the fog"], cassette_dir, device="cpu").save(tmp_path / "index")
+    (tmp_path / "more.jsonl").write_text(json.dumps({"id": 0, "text": "a kitten on a rug"}) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="duplicate id '0' .* as a number or as text"):
+        add_corpus(tmp_path / "index", tmp_path / "more.jsonl")
+    assert list(Index.load(tmp_path / "index").row_ids()) == [0, 1]
+
+
+def test_a_stray_carriage_return_leaves_the_line_whole_and_the_ids_on_their_lines(tmp_path):
+    """A lone \\r inside a line ended it for the reader (not for the count): 3 lines read as 4 passages, the second
+    line's halves apart, and the third line named notes.txt:4."""
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"first line\nsecond\rline with a stray return\r\nthird line\n")
+    passages = list(read_passages(path))
+    assert [(p.id, p.text) for p in passages] == [
+        ("notes.txt:1", "first line"), ("notes.txt:2", "second\rline with a stray return"),
+        ("notes.txt:3", "third line")]
+    assert read_texts(path, "text") == [p.text for p in passages]

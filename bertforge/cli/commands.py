@@ -79,7 +79,7 @@ def embed_texts(input: str, output: str, model: str = "minilm", layers: str = "-
         normalize: L2-normalise each vector (default: as a sentence-transformers folder does, else no)
         batch_size: the most texts per forward pass
         max_length: truncate texts to this many tokens (default: a sentence-transformers folder's max_seq_length, else the model's limit)
-        text_field: the JSONL field or table column that holds the text
+        text_field: the JSONL field or table column that holds the text (a JSONL record's "title", when it has one, goes before it, as index build reads a record)
         dtype: the model's number format: fp32, fp16 or bf16 (GPU), int8 (CPU)
         max_batch_tokens: the most padded tokens per forward pass (default 2048 on a CPU, 16384 on a GPU)
         device: cpu, cuda or cuda:N (default: this process's GPU if there is one, else the CPU)

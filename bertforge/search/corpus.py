@@ -59,7 +59,9 @@ def read_passages(path: str | Path, text_field: str = "text", id_field: str | No
     if is_jsonl(path):  # in any case: NOTES.JSONL is records to every reader
         yield from jsonl_passages(path, text_field, id_field)
         return
-    with open_text(path, encoding="utf-8-sig") as file:  # .gz / .xz too
+    # .gz / .xz too. Lines end at \n alone, as count_passages and `embed`'s rows count them: a stray \r inside a line
+    # split it in two and moved every later FILE:LINE id
+    with open_text(path, encoding="utf-8-sig", newline="\n") as file:
         for line_number, line in enumerate(file, start=1):
             text = line.rstrip("\r\n")
             if text.strip():
@@ -98,19 +100,23 @@ def chunked(items: Iterable, size: int) -> Iterator[list]:
 
 
 class UniqueIds:
-    """The ids in an index so far: `check` new passages against them, then `remember` the ones kept."""
+    """The ids in an index so far: `check` new passages against them, then `remember` the ones kept.
+
+    Ids are compared as every door shows them, as text: the number 0 (the Python API's default ids) and the
+    text "0" (a file's "id": 0, read as text) would be two passages called "0" in /search's JSON and the CLI."""
 
     def __init__(self, existing: Iterable[PassageId] = ()):
-        self.seen = set(existing)
+        self.seen = {str(passage_id) for passage_id in existing}
 
     def check(self, passages: list[Passage], source: str, advice: str = ID_ADVICE) -> None:
         """Raise ValueError for an id already seen or repeated within passages; remembers nothing."""
         batch = set()
         for passage in passages:
-            if passage.id in self.seen or passage.id in batch:
+            shown = str(passage.id)
+            if shown in self.seen or shown in batch:
                 raise ValueError(f"duplicate id {passage.id!r} in {source} (already in the index or earlier in the "
-                                 f"corpus); {advice}")
-            batch.add(passage.id)
+                                 f"corpus, as a number or as text); {advice}")
+            batch.add(shown)
 
     def remember(self, passages: list[Passage]) -> None:
-        self.seen.update(passage.id for passage in passages)
+        self.seen.update(str(passage.id) for passage in passages)
