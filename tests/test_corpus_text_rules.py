@@ -149,3 +149,19 @@ def test_a_corpus_prepared_by_the_old_reading_rule_is_prepared_again(tmp_path):
     wanted = {"document_boundary": "blank_line", "text_field": "text", "text_rule": TEXT_RULE}
     assert "text_rule" in cache_change({"text_rule": 1, **recorded}, recorded["source_files"], [source], wanted)
     assert cache_change({**recorded, "text_rule": TEXT_RULE}, recorded["source_files"], [source], wanted) is None
+
+
+def test_a_vocabulary_is_learnt_from_the_text_its_tokenizer_will_see(tmp_path):
+    """Encoding lower-cases a final Σ to ς (as the reference's str.lower()); training lower-cased it to σ, so on an
+    upper-case Greek corpus the learnt vocabulary had "οδοσ" and no "ς", and the corpus itself encoded as [UNK]s.
+    adapt's word counts read the words the same way."""
+    from bertforge import BertTokenizer
+    from bertforge.adapt.vocabulary import pre_tokenized_words
+
+    words = ["ΟΔΟΣ", "ΝΟΜΟΣ", "ΚΟΣΜΟΣ", "ΛΟΓΟΣ", "ΧΡΟΝΟΣ", "ΤΟΠΟΣ", "ΘΕΟΣ", "ΚΑΙ", "ΤΗΣ", "ΤΟΥ"]
+    lines = [" ".join(words[(i + j) % len(words)] for j in range(8)) for i in range(300)]
+    (tmp_path / "greek.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizer.train([tmp_path / "greek.txt"], vocab_size=200)
+    assert "ς" in tokenizer.vocab and "οδοσ" not in tokenizer.vocab
+    assert tokenizer.tokenize("ΟΔΟΣ ΝΟΜΟΣ ΚΟΣΜΟΣ ΤΗΣ") == ["οδος", "νομος", "κοσμος", "της"]
+    assert pre_tokenized_words(True, None, True)("ΟΔΟΣ ΤΗΣ") == ["οδος", "της"]

@@ -8,8 +8,6 @@ unicodedata, and the two things the engine cannot do while keeping offsets
 """
 import json
 import os
-import re
-import unicodedata
 from pathlib import Path
 
 from tokenizers import AddedToken
@@ -18,39 +16,12 @@ from ..atomic import published_folder
 from ..validation import checked
 from .added_tokens import add_to_engine, checked_added_tokens, config_entries, spec
 from .encoding import Encoding, as_tensors
-from .vocab_training import SPECIAL_TOKENS, build_engine, check_vocab, load_settings, read_vocab_file, train_vocab
+from .vocab_training import (SPECIAL_TOKENS, build_engine, check_vocab, engine_text, load_settings,
+                             read_vocab_file, train_vocab)
 
 DEFAULT_MODEL_MAX_LENGTH = 512
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second", "do_not_truncate")
 PADDING_STRATEGIES = ("longest", "max_length", "do_not_pad")
-_SURROGATES = re.compile("[\ud800-\udfff]")
-
-
-# ---------------------------------------------------------------- Python-side text fixes
-
-def is_dropped(char: str) -> bool:
-    """What the reference's clean_text deletes: NUL, U+FFFD and every C* code point but \\t \\n \\r."""
-    return char == "\uFFFD" or (unicodedata.category(char)[0] == "C" and char not in "\t\n\r")
-
-
-def _final_sigmas(text: str) -> str:
-    """Write Σ as ς where the reference's str.lower() would; the result has the same length.
-
-    The engine lower-cases char by char and always gives σ; Python applies the Final_Sigma rule.
-    The reference lower-cases after dropping control chars, so the context is judged on that text.
-    Whitespace and CJK chars (the reference's word breaks) block the rule anyway, so whole-text
-    context equals per-word context. One char for one keeps offsets valid.
-    """
-    if "Σ" not in text:
-        return text
-    kept = [i for i, ch in enumerate(text) if not is_dropped(ch)]
-    cleaned = "".join(text[i] for i in kept)
-    lowered, chars, position = cleaned.lower(), list(text), 0
-    for i, ch in zip(kept, cleaned):
-        if ch == "Σ" and lowered[position] == "ς":
-            chars[i] = "ς"
-        position += len(ch.lower())  # only Σ is context-dependent, so per-char lengths add up
-    return "".join(chars)
 
 
 # ---------------------------------------------------------------- the tokenizer
@@ -243,12 +214,8 @@ class BertTokenizer:
         return Encoding(data, encodings)
 
     def _prepare(self, text: str) -> str:
-        """Python-side fixes that keep the length (so offsets stay valid): surrogates, final sigma."""
-        if text.isascii():
-            return text
-        # Lone surrogates cannot cross into Rust; NUL is dropped there just as the reference drops them.
-        text = _SURROGATES.sub("\0", text)
-        return _final_sigmas(text) if self.do_lower_case else text
+        """Python-side fixes that keep the length (so offsets stay valid): `vocab_training.engine_text`."""
+        return engine_text(text, self.do_lower_case)
 
     def _check_inputs(self, text, text_pair, is_split_into_words: bool) -> tuple[bool, list]:
         """Validate text/text_pair; return (batched, engine inputs). Raises ValueError naming the bad value."""

@@ -21,6 +21,7 @@ import itertools
 import json
 import operator
 import os
+import re
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +39,48 @@ _UNKNOWN_MAX_LENGTH = 10**20
 # The reference's CJK ranges (BertNormalizer's own table starts Extension E at 0x2B920, not 0x2B820).
 _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
                (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+
+# ---------------------------------------------------------------- Python-side text fixes
+
+# Lone surrogates cannot cross into Rust; NUL is dropped there just as the reference drops them.
+SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def engine_text(text: str, lowercase: bool) -> str:
+    """`text` as the engine pipeline must be given it, the same length (offsets stay valid): lone surrogates as NUL,
+    and, when lower-casing, a final Σ as the reference's str.lower() writes it (ς; the engine gives σ). Encoding,
+    training a vocabulary and adapt's word counts all read text through it, so a vocabulary is learnt from the
+    text its tokenizer will see (a trainer given σ learnt "οδοσ" that encoding, writing "οδος", never met)."""
+    if text.isascii():
+        return text
+    text = SURROGATES.sub("\0", text)
+    return _final_sigmas(text) if lowercase else text
+
+
+def is_dropped(char: str) -> bool:
+    """What the reference's clean_text deletes: NUL, U+FFFD and every C* code point but \\t \\n \\r."""
+    return char == "\uFFFD" or (unicodedata.category(char)[0] == "C" and char not in "\t\n\r")
+
+
+def _final_sigmas(text: str) -> str:
+    """Write Σ as ς where the reference's str.lower() would; the result has the same length.
+
+    The engine lower-cases char by char and always gives σ; Python applies the Final_Sigma rule.
+    The reference lower-cases after dropping control chars, so the context is judged on that text.
+    Whitespace and CJK chars (the reference's word breaks) block the rule anyway, so whole-text
+    context equals per-word context. One char for one keeps offsets valid.
+    """
+    if "Σ" not in text:
+        return text
+    kept = [i for i, ch in enumerate(text) if not is_dropped(ch)]
+    cleaned = "".join(text[i] for i in kept)
+    lowered, chars, position = cleaned.lower(), list(text), 0
+    for i, ch in zip(kept, cleaned):
+        if ch == "Σ" and lowered[position] == "ς":
+            chars[i] = "ς"
+        position += len(ch.lower())  # only Σ is context-dependent, so per-char lengths add up
+    return "".join(chars)
 
 
 # ---------------------------------------------------------------- the engine pipeline
@@ -234,7 +277,10 @@ def train_vocab(files: list[str | os.PathLike], vocab_size: int = 30522, min_fre
     engine = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
     engine.normalizer = build_normalizer(lowercase, strip_accents)
     engine.pre_tokenizer = build_pre_tokenizer(tokenize_chinese_chars=True)
-    alphabet = pinned_alphabet(text_chunks(files, text_field), engine, limit_alphabet)
+    def texts():  # as encoding will give them to the engine (engine_text: a final Σ lower-cased to ς)
+        return (engine_text(chunk, lowercase) for chunk in text_chunks(files, text_field))
+
+    alphabet = pinned_alphabet(texts(), engine, limit_alphabet)
     if not alphabet:
         raise ValueError(f"no text found in {', '.join(files)}; a vocabulary is learnt from plain text")
     continuations = [f"##{char}" for char in alphabet if len(engine.pre_tokenizer.pre_tokenize_str(f"a{char}")) == 1]
@@ -242,7 +288,7 @@ def train_vocab(files: list[str | os.PathLike], vocab_size: int = 30522, min_fre
                                         special_tokens=specials + alphabet + continuations, initial_alphabet=alphabet,
                                         limit_alphabet=len(alphabet), continuing_subword_prefix="##",
                                         show_progress=False)
-    engine.train_from_iterator(text_chunks(files, text_field), trainer)
+    engine.train_from_iterator(texts(), trainer)
     trained = engine.get_vocab(with_added_tokens=True)
     # Specials first, then the alphabet, its continuations, and the pieces in the order they were learnt.
     group = {**{token: 0 for token in specials}, **{char: 1 for char in alphabet}, **{c: 2 for c in continuations}}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...input_files import not_utf8, open_text, require_file
-from ...tokenization.tokenizer import is_dropped
+from ...tokenization.vocab_training import is_dropped
 
 logger = logging.getLogger("bertforge")
 
