@@ -165,3 +165,20 @@ def test_a_vocabulary_is_learnt_from_the_text_its_tokenizer_will_see(tmp_path):
     assert "ς" in tokenizer.vocab and "οδοσ" not in tokenizer.vocab
     assert tokenizer.tokenize("ΟΔΟΣ ΝΟΜΟΣ ΚΟΣΜΟΣ ΤΗΣ") == ["οδος", "νομος", "κοσμος", "της"]
     assert pre_tokenized_words(True, None, True)("ΟΔΟΣ ΤΗΣ") == ["οδος", "της"]
+
+
+def test_a_prepared_corpus_is_refused_to_a_tokenizer_that_reads_text_otherwise(tmp_path):
+    """The corpus check compared the vocabulary and do_lower_case only: a corpus prepared with accents stripped was
+    taken by a tokenizer that keeps them (strip_accents=False), whose ids for the same text are [UNK]s."""
+    from bertforge import BertTokenizer
+    from bertforge.tasks.pretraining.shards import TokenizedCorpus
+
+    (tmp_path / "text.txt").write_text("Café crème brûlée à la française.\nNaïve résumé.\n\nSão Paulo.\n",
+                                       encoding="utf-8")
+    prepared = BertTokenizer.from_pretrained(resolve_model("minilm"))
+    prepare_corpus([tmp_path / "text.txt"], prepared, tmp_path / "corpus")
+    other = BertTokenizer.from_pretrained(resolve_model("minilm"), strip_accents=False)
+    assert prepared.tokenize("Café") != other.tokenize("Café")
+    TokenizedCorpus(tmp_path / "corpus", tokenizer=prepared)
+    with pytest.raises(ValueError, match="strip_accents=None, this tokenizer runs with strip_accents=False"):
+        TokenizedCorpus(tmp_path / "corpus", tokenizer=other)

@@ -92,3 +92,33 @@ def test_added_tokens_whose_ids_do_not_follow_the_vocabulary_are_refused(extende
         BertTokenizer.from_pretrained(broken)
     with pytest.raises(ValueError, match="added token"):
         BertTokenizer.from_pretrained(extended).with_pieces(["##xyz"])
+
+
+def test_a_config_reads_the_same_whatever_files_sit_beside_it(minilm_dir, tmp_path):
+    """A tokenizer_config.json that does not say do_lower_case, beside a cased tokenizer.json: transformers lower-cases
+    where the config names BertTokenizer (its default) and keeps case where it names no class (tokenizer.json as it
+    is), vocab.txt or not; bertforge lower-cased with a vocab.txt beside and kept case without one."""
+    data = json.loads((minilm_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    data["normalizer"] = {"type": "BertNormalizer", "lowercase": False, "strip_accents": False,
+                          "clean_text": True, "handle_chinese_chars": True}
+    for name, with_vocab, config in (("plain", False, {}), ("with_vocab", True, {}),
+                                     ("bert", False, {"tokenizer_class": "BertTokenizer"}),
+                                     ("bert_with_vocab", True, {"tokenizer_class": "BertTokenizer"})):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+        (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512, **config}),
+                                                      encoding="utf-8")
+        if with_vocab:
+            shutil.copy(minilm_dir / "vocab.txt", folder / "vocab.txt")
+        expected = AutoTokenizer.from_pretrained(folder)("Hello Paris Café")["input_ids"]
+        assert BertTokenizer.from_pretrained(folder)("Hello Paris Café")["input_ids"] == expected, name
+
+
+def test_never_split_survives_a_save_and_a_load(minilm_dir, tmp_path):
+    """save_pretrained wrote never_split to tokenizer_config.json and loading never read it back."""
+    ours = BertTokenizer.from_pretrained(minilm_dir, never_split=["[unused1]"])
+    ours.save_pretrained(tmp_path / "saved")
+    again = BertTokenizer.from_pretrained(tmp_path / "saved")
+    assert again.never_split == ["[unused1]"]
+    assert again.tokenize("see [unused1] here") == ours.tokenize("see [unused1] here") == ["see", "[unused1]", "here"]

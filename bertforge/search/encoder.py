@@ -20,11 +20,12 @@ from ..models.folder import ModelFolder, model_fingerprint, read_model_folder
 from ..resources import resolve_model
 from ..tokenization.folder import load_tokenizer
 from ..tokenization.tokenizer import BertTokenizer
+from ..tokenization.vocab_training import READING_SETTINGS, reading_settings
 
 # The tokenizer's text settings, as it runs (from tokenizer_config.json, tokenizer.json's normaliser or a
 # sentence-transformers do_lower_case): recorded as values, not file bytes, so the same settings written
 # by another version of a library still match, and a refusal can name the one that differs.
-TOKENIZER_SETTINGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars")
+TOKENIZER_SETTINGS = READING_SETTINGS
 
 
 @dataclass(frozen=True)
@@ -128,5 +129,5 @@ def checkpoint_folder(model: str | Path) -> ModelFolder:
 
 
 def tokenizer_settings(tokenizer: BertTokenizer) -> dict:
-    return {name: getattr(tokenizer, name) for name in TOKENIZER_SETTINGS}
+    return reading_settings(tokenizer)
 

@@ -90,7 +90,9 @@ class BertTokenizer:
             settings["strip_accents"] = strip_accents
         if not tokenize_chinese_chars:
             settings["tokenize_chinese_chars"] = False
-        return cls(settings.pop("vocab"), never_split=never_split, **settings)
+        if never_split is not None:  # given here, it wins over the folder's
+            settings["never_split"] = never_split
+        return cls(settings.pop("vocab"), **settings)
 
     @classmethod
     def train(cls, files: list[str | os.PathLike], vocab_size: int = 30522, min_frequency: int = 2,

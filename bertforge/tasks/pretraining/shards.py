@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from ...atomic import append_array, staging_folder
 from ...input_files import fingerprints
+from ...tokenization.vocab_training import reading_settings
 from ...validation import checked
 from .corpus import DOCUMENT_BOUNDARIES, TEXT_RULE, expand_paths, read_documents, split_sentences
 
@@ -79,7 +80,7 @@ def prepare_corpus(paths, tokenizer, output_dir: str | os.PathLike, document_bou
         (staging / "vocab.txt").write_text("".join(token + "\n" for token in sorted(vocab, key=vocab.get)),
                                            encoding="utf-8")
         meta = {"format_version": FORMAT_VERSION, "dtype": dtype.name, "vocab_size": len(vocab),
-                "vocab_sha256": vocab_fingerprint(vocab), "do_lower_case": getattr(tokenizer, "do_lower_case", None),
+                "vocab_sha256": vocab_fingerprint(vocab), **reading_settings(tokenizer),
                 "special_token_ids": {name: vocab[token] for name, token in SPECIAL_TOKENS.items()},
                 "num_documents": counts["documents"], "num_sentences": counts["sentences"],
                 "num_tokens": counts["tokens"], "sources": sources, "source_files": fingerprints(files),
@@ -300,10 +301,14 @@ class TokenizedCorpus:
                              f"{self.meta['vocab_sha256'][:12]}…, {self.meta['vocab_size']} tokens) than this "
                              f"tokenizer's ({fingerprint[:12]}…, {len(tokenizer.vocab)} tokens); use the "
                              "tokenizer the corpus was prepared with, or prepare it again with this one")
-        lower = getattr(tokenizer, "do_lower_case", None)
-        if lower is not None and self.meta.get("do_lower_case") is not None and lower != self.meta["do_lower_case"]:
-            raise ValueError(f"{self.folder} was tokenized with do_lower_case={self.meta['do_lower_case']}, "
-                             f"this tokenizer has do_lower_case={lower}; the ids would not match")
+        # Each reading setting the corpus recorded (one prepared before 2026-11-27 recorded do_lower_case alone)
+        ran = reading_settings(tokenizer)
+        differ = [name for name in ran if name in self.meta and ran[name] != self.meta[name]]
+        if differ:
+            then = ", ".join(f"{name}={self.meta[name]}" for name in differ)
+            now = ", ".join(f"{name}={ran[name]}" for name in differ)
+            raise ValueError(f"{self.folder} was tokenized with {then}, this tokenizer runs with {now}; the ids "
+                             "would not match: use the tokenizer the corpus was prepared with, or prepare it again")
 
     def __repr__(self) -> str:
         return (f"TokenizedCorpus({str(self.folder)!r}, documents={self.num_documents}, "
