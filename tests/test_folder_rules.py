@@ -16,7 +16,7 @@ import pytest
 import bertforge
 from bertforge import BertTokenizer, embed
 from bertforge.embeddings.embed import Embedder
-from bertforge.models.folder import read_model_folder
+from bertforge.models.folder import STANDARD_PROMPTS, read_model_folder
 from bertforge.tasks.retrieval.bi_encoder import BiEncoder
 from bertforge.tasks.retrieval.evaluation import encoder_embedder
 from bertforge.tokenization.folder import load_tokenizer
@@ -92,7 +92,8 @@ def test_a_saved_bi_encoder_keeps_the_folders_prompts(minilm_dir, tmp_path):
     saved = BiEncoder.from_pretrained(folder).save_pretrained(tmp_path / "saved", tokenizer=load_tokenizer(
         read_model_folder(folder)))
     read = read_model_folder(saved)
-    assert (read.prompts, read.default_prompt_name, read.default_prompt) == (PROMPTS, "query", "query: ")
+    assert (read.prompts, read.default_prompt_name, read.default_prompt) == (
+        {**STANDARD_PROMPTS, **PROMPTS}, "query", "query: ")  # sentence-transformers 6's "query" / "document" too
     np.testing.assert_allclose(embed(str(saved), TEXTS), embed(str(folder), TEXTS), atol=1e-5)
 
 

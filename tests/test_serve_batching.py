@@ -400,7 +400,7 @@ def test_a_server_on_a_gpu_shortens_the_switch_interval_while_it_runs_and_gives_
     from bertforge.serve.server import Server
     from bertforge.serve.settings import ServeSettings
 
-    embedding = SimpleNamespace(name="stub", tokenizer=None, max_length=512,
+    embedding = SimpleNamespace(name="stub", tokenizer=None, max_length=512, folder=None,
                                 embedder=SimpleNamespace(device=torch.device(device)),
                                 pooled=lambda payloads: payloads, token_states=lambda payloads: payloads)
     models = SimpleNamespace(embedding=embedding, masked_lm=None, classifier=None, reranker=None, prompts={},
