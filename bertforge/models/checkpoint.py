@@ -94,6 +94,9 @@ class BertPreTrainedModel(nn.Module):
             self.config.architectures = [type(self).__name__]
             self.config.to_json_file(staging / CONFIG_NAME)
             state = {k: v.detach().contiguous() for k, v in self.state_dict().items() if k not in self.tied_keys}
+            if not self.config.ties_word_embeddings and "cls.predictions.bias" in state:
+                # an untied decoder's bias, under the name transformers 5's own decoder reads it from
+                state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"].clone()
             save_file(state, str(staging / WEIGHTS_SAFETENSORS), metadata={"format": "pt"})
             if tokenizer is not None:
                 tokenizer.save_pretrained(staging)
@@ -219,18 +222,29 @@ def match_keys(state_dict: dict[str, Tensor], model: BertPreTrainedModel) -> tup
     wanted = set(model.state_dict())
     matched: dict[str, Tensor] = {}
     unused: list[str] = []
+    tied: Tensor | None = None
     for key, tensor in state_dict.items():
         key = key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
-        if key.endswith(IGNORED_KEYS) or key in model.tied_keys:
+        if key in model.tied_keys:
+            tied = tensor
+            continue
+        if key.endswith(IGNORED_KEYS):
             continue
         if key == "cls.predictions.decoder.bias":
             key = "cls.predictions.bias"  # the same tensor in HF; older exports saved both names
+            if not model.config.ties_word_embeddings:  # untied, transformers 5's decoder adds its own bias
+                matched[key] = tensor
+                continue
         for candidate in (key, f"bert.{key}", key.removeprefix("bert.")):
             if candidate in wanted:
                 matched.setdefault(candidate, tensor)
                 break
         else:
             unused.append(key)
+    # The shared matrix kept under the decoder's name alone (transformers reads it so): it is the word embeddings
+    word_embeddings = next((key for key in wanted if key.endswith("embeddings.word_embeddings.weight")), None)
+    if tied is not None and word_embeddings is not None and word_embeddings not in matched:
+        matched[word_embeddings] = tied
     return matched, unused
 
 

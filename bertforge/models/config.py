@@ -88,6 +88,12 @@ class BertConfig:
 
     # ---- HF config.json ----------------------------------------------------------
 
+    @property
+    def ties_word_embeddings(self) -> bool:
+        """Whether the MLM decoder is the word-embedding matrix (transformers' `tie_word_embeddings`, true unless a
+        config says false: then the decoder has weights of its own, read and saved as cls.predictions.decoder)."""
+        return bool(self.extra.get("tie_word_embeddings", True))
+
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "BertConfig":
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
@@ -117,6 +123,7 @@ class BertConfig:
             raise ValueError(f"{path} is not valid JSON ({error}); restore or re-export it") from None
         if not isinstance(values, dict):
             raise ValueError(f"{path} must hold a JSON object of config fields")
+        check_bert_config(values, path)
         return cls.from_dict(values)
 
     def checked_max_length(self, max_length, where: str = "", name: str = "max_length") -> int:
@@ -129,3 +136,17 @@ class BertConfig:
 
     def to_json_file(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def check_bert_config(values: dict, path: Path) -> None:
+    """Raise ValueError, one line naming the file, for a config.json of a model this BertModel would misread:
+    another model type (RoBERTa and ELECTRA name their weights as BERT does and loaded without a word, their outputs
+    off by up to 2.3; DistilBERT's sizes went unread) or a BERT decoder (`is_decoder`: causal attention, where
+    this encoder attends both ways). A config without `model_type` (an older BERT's) is read as BERT."""
+    model_type = values.get("model_type")
+    if model_type is not None and model_type != "bert":
+        raise ValueError(f"{path} is a {model_type} checkpoint (model_type {model_type!r}); bertforge reads BERT "
+                         "(model_type 'bert'): use a BERT checkpoint, or transformers for this one")
+    if values.get("is_decoder"):
+        raise ValueError(f"{path} is a BERT decoder (is_decoder true: each token attends to those before it); "
+                         "bertforge's BertModel is the encoder, which attends both ways: use transformers for it")

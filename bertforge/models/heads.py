@@ -34,14 +34,21 @@ class PredictionHeadTransform(nn.Module):
         return self.LayerNorm(self.transform_act_fn(self.dense(hidden_states)))
 
 
+def tied_decoder(config: BertConfig) -> tuple[str, ...]:
+    """The MLM decoder's weight, where it is the word-embedding matrix: neither read nor saved under its own name."""
+    return ("cls.predictions.decoder.weight",) if config.ties_word_embeddings else ()
+
+
 class LMPredictionHead(nn.Module):
-    """Masked-token scores over the vocabulary; the decoder is the word-embedding matrix (tied)."""
+    """Masked-token scores over the vocabulary; the decoder is the word-embedding matrix (tied), or its own weights
+    where the config says tie_word_embeddings false (`BertConfig.ties_word_embeddings`)."""
 
     def __init__(self, config: BertConfig, word_embeddings: nn.Embedding):
         super().__init__()
         self.transform = PredictionHeadTransform(config)
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.decoder.weight = word_embeddings.weight
+        if config.ties_word_embeddings:
+            self.decoder.weight = word_embeddings.weight
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, hidden_states: Tensor, vocab_slice: int | None = None) -> Tensor:
@@ -125,6 +132,7 @@ class BertForPreTraining(BertPreTrainedModel):
         super().__init__(config)
         self.bert = BertModel(config)
         self.cls = PreTrainingHeads(config, self.bert.embeddings.word_embeddings, next_sentence=True)
+        self.tied_keys = tied_decoder(config)
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
@@ -156,6 +164,7 @@ class BertForMaskedLM(BertPreTrainedModel):
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False)  # MLM never uses [CLS] pooling
         self.cls = PreTrainingHeads(config, self.bert.embeddings.word_embeddings, next_sentence=False)
+        self.tied_keys = tied_decoder(config)
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,

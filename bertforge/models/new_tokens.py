@@ -34,7 +34,13 @@ def add_token_embeddings(model: BertPreTrainedModel, rows: Tensor, bias: Tensor 
     head = getattr(getattr(model, "cls", None), "predictions", None)
     if head is None:
         return
-    head.decoder = nn.Linear(old.embedding_dim, size, bias=False).to(old.weight)
-    head.decoder.weight = grown.weight  # tied again, to the grown table
+    untied = head.decoder.weight is not old.weight  # a decoder of its own grows by the new rows too
+    decoder = nn.Linear(old.embedding_dim, size, bias=False).to(old.weight)
+    if untied:
+        with torch.no_grad():
+            decoder.weight.copy_(torch.cat([head.decoder.weight, rows.to(old.weight)]))
+    else:
+        decoder.weight = grown.weight  # tied again, to the grown table
+    head.decoder = decoder
     extra = torch.zeros(rows.size(0)) if bias is None else bias
     head.bias = nn.Parameter(torch.cat([head.bias.detach(), extra.to(head.bias)]))
