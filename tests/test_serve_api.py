@@ -429,8 +429,10 @@ def test_api_key(models):
         assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
         assert client.post("/embed", json={"inputs": "x"}, headers={"Authorization": "Bearer nope"}).status_code == 403
         assert client.post("/embed", json={"inputs": "x"}, headers={"Authorization": "Bearer s3cret"}).status_code == 200
-        assert client.get("/metrics").status_code == 401 and client.get("/info").status_code == 401
-        for open_path in ("/health", "/", "/docs", "/static/explorer.js"):
+        assert client.get("/info").status_code == 401
+        assert client.post("/embeddings", json={"input": "x"}).status_code == 401  # TEI's OpenAI path, guarded too
+        # open as TEI serves them: the health checks (SageMaker's /ping), and /metrics for a Prometheus scrape
+        for open_path in ("/health", "/ping", "/metrics", "/", "/docs", "/static/explorer.js"):
             assert client.get(open_path).status_code == 200, open_path
 
 

@@ -133,3 +133,24 @@ def test_readme_curl_line(base_url, sbert):
                             timeout=60, check=True).stdout
     np.testing.assert_allclose(json.loads(answer), sbert.encode(["first text", "second text"],
                                                                 normalize_embeddings=True), atol=1e-5)
+
+
+def test_token_ids_with_cls_and_sep_are_read_once_as_tei_reads_them(client, base_url, sbert, sentences):
+    """Ids as /tokenize and a tokenizer give them by default, [CLS] ... [SEP] included: the server wrapped them again
+    (the model read [CLS] [CLS] ... [SEP] [SEP]; cosine 0.958 to the text's vector)."""
+    import httpx
+
+    with_specials = [sbert.tokenizer(text)["input_ids"] for text in sentences[:3]]
+    expected = sbert.encode(sentences[:3], normalize_embeddings=True)
+    np.testing.assert_allclose(vectors_of(client.embeddings.create(model="minilm", input=with_specials,
+                                                                   encoding_format="float")), expected, atol=1e-5)
+    tokenized = httpx.post(f"{base_url}/tokenize", json={"inputs": sentences[0]}, timeout=120).json()[0]
+    embedded = httpx.post(f"{base_url}/embed", json={"inputs": [t["id"] for t in tokenized]}, timeout=120).json()
+    np.testing.assert_allclose(embedded[0], expected[0], atol=1e-5)
+
+
+def test_an_openai_client_given_the_address_without_v1_is_served(base_url, sbert, sentences):
+    """TEI answers OpenAI's route at /embeddings too: a client whose base_url lacks /v1 got 404 here."""
+    bare = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
+    vectors = vectors_of(bare.embeddings.create(model="minilm", input=sentences[:2]))
+    np.testing.assert_allclose(vectors, sbert.encode(sentences[:2], normalize_embeddings=True), atol=1e-5)

@@ -129,6 +129,20 @@ def test_rerank_equals_the_cross_encoder(client, folders):
     assert set(raw[0]) == {"index", "score"}  # text only when asked, as TEI
 
 
+def test_rerank_scores_a_pair_unless_both_its_texts_are_empty(client, folders):
+    """TEI and CrossEncoder score (query, "") (a RAG chunk stripped to nothing); the server refused the whole call."""
+    from sentence_transformers import CrossEncoder
+
+    query, texts = "what helps a migraine?", [TEXTS[0], "", TEXTS[1]]
+    expected = CrossEncoder(str(folders["reranker"]), device="cpu").predict([(query, t) for t in texts])
+    answer = client.post("/rerank", json={"query": query, "texts": texts}).json()
+    np.testing.assert_allclose(sorted(r["score"] for r in answer), np.sort(expected), atol=1e-5)
+    empty_query = client.post("/rerank", json={"query": "", "texts": TEXTS[:2]})
+    assert empty_query.status_code == 200 and len(empty_query.json()) == 2
+    both = client.post("/rerank", json={"query": "", "texts": [TEXTS[0], ""]})
+    assert both.status_code == 400 and "text 1 are both empty" in both.json()["error"]
+
+
 def test_predict_takes_texts_pairs_and_batches_as_tei(client, folders):
     from transformers import AutoModelForSequenceClassification, BertTokenizerFast
 

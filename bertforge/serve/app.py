@@ -27,7 +27,7 @@ from .server import Server
 from .settings import ServeSettings
 
 STATIC_DIR = Path(__file__).parent / "static"
-FAST_LANE_PATHS = ("/embed", "/", "/v1/embeddings")  # the routes one-text clients call most
+FAST_LANE_PATHS = ("/embed", "/", "/v1/embeddings", "/embeddings")  # the routes one-text clients call most
 
 
 def create_app(models: ServedModels, settings: ServeSettings | None = None) -> FastAPI:
@@ -70,12 +70,15 @@ def create_app(models: ServedModels, settings: ServeSettings | None = None) -> F
     app.include_router(explorer_routes.info_router, dependencies=authorized)
 
     @app.get("/health", tags=["server"], summary="200 while the server can answer")
+    @app.get("/ping", include_in_schema=False)  # SageMaker's health check, which TEI answers too
     async def health():
         if any(b.loop_task is None or b.loop_task.done() for b in server.batchers.values()):
             raise ApiError(503, "unhealthy", "a model's batch loop has stopped; restart the server")
         return {"status": "ok"}
 
-    @app.get("/metrics", tags=["server"], summary="Prometheus metrics", dependencies=authorized)
+    # Without the API key, as TEI serves it: a Prometheus scrape configured for TEI carries none (counts and
+    # latencies, no request's text)
+    @app.get("/metrics", tags=["server"], summary="Prometheus metrics")
     async def metrics():
         return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -95,6 +95,8 @@ async def similarity(body: SimilarityRequest, request: Request, server: Server =
 
 @router.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse,
              summary="Sentence vectors, OpenAI's embeddings API (normalised, as OpenAI's are)")
+# TEI's path too: an OpenAI client given the server's address without /v1 posts here
+@router.post("/embeddings", response_model=OpenAIEmbeddingResponse, include_in_schema=False)
 async def openai_embeddings(body: OpenAIEmbeddingRequest, request: Request, server: Server = Depends(current_server)):
     tokens = await encoded(server, "embed", body.input, body.truncate, "right", None, field="input")
     vectors = l2_normalized(first_dimensions(await pooled(server, tokens, request), body.dimensions))

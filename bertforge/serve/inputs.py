@@ -1,8 +1,9 @@
 """A request's inputs -> token ids the models take, checked as text-embeddings-inference checks them.
 
-An input is a text, or (OpenAI's and TEI's other form) a list of the model's own token ids
-without special tokens, as `tokenizer(text, add_special_tokens=False)` gives them: the
-server adds [CLS]/[SEP] to those and truncates them as it does text. An empty input is
+An input is a text, or (OpenAI's and TEI's other form) a list of the model's own token ids, with
+[CLS]/[SEP] around them as /tokenize and `tokenizer(text)` give them (taken as they are, as TEI takes
+them) or without, as `tokenizer(text, add_special_tokens=False)` gives them (the server adds them);
+either way truncated as text is. An empty input is
 400 (TEI's `Empty`); more tokens than --max-input-length is 413 unless the request asks to
 truncate (`"truncate": true`) or the server was started with --auto-truncate. A prompt
 (`prompt_name`, else the server's default prompt) is put in front of each text, as
@@ -52,8 +53,9 @@ def which(index: int, count: int) -> str:
     return "the input" if count == 1 else f"input {index}"
 
 
-def as_list(inputs: Input | list[Input], field_name: str, limit: int) -> list[Input]:
-    """One input or a list of them -> a list; 400 when empty, 413 over --max-client-batch-size."""
+def as_list(inputs: Input | list[Input], field_name: str, limit: int, empty_items: bool = False) -> list[Input]:
+    """One input or a list of them -> a list; 400 when empty (or an input is, unless `empty_items`), 413 over
+    --max-client-batch-size."""
     items = [inputs] if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)) else list(inputs)
     if not items:
         raise ApiError(400, "empty", f"`{field_name}` is an empty list; send at least one input")
@@ -61,7 +63,7 @@ def as_list(inputs: Input | list[Input], field_name: str, limit: int) -> list[In
         raise ApiError(413, "validation", f"`{field_name}` has {len(items)} inputs, more than the server's limit of "
                                           f"{limit} per request (--max-client-batch-size); split it into requests")
     for index, item in enumerate(items):
-        if len(item) == 0:
+        if len(item) == 0 and not empty_items:
             raise ApiError(400, "empty", f"{which(index, len(items))} of `{field_name}` is empty; TEI and this "
                                          "server refuse empty inputs: send text (or token ids)")
     return items
@@ -88,7 +90,7 @@ class InputEncoder:
         prompt_ids = self.tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
         for i, item in enumerate(inputs):
             if not isinstance(item, str):
-                id_lists[i] = self.with_specials(prompt_ids + self.checked_ids(item, i, len(inputs)))
+                id_lists[i] = self.with_specials(prompt_ids + self.inner_ids(self.checked_ids(item, i, len(inputs))))
         cut = self.auto_truncate if truncate is None else truncate
         return [Tokens(self.fitted(ids, i, len(inputs), cut, direction.lower())) for i, ids in enumerate(id_lists)]
 
@@ -113,6 +115,14 @@ class InputEncoder:
 
     def with_specials(self, ids: list[int]) -> list[int]:
         return [self.tokenizer.cls_token_id, *ids, self.tokenizer.sep_token_id]
+
+    def inner_ids(self, ids: list[int]) -> list[int]:
+        """A text's ids without the [CLS] ... [SEP] around them, when sent with them: as /tokenize and a tokenizer
+        give ids by default, and as TEI takes them (the model then reads [CLS] and [SEP] once, not twice: cosine
+        0.958 to the text's vector before); ids sent without them are the text's as they are."""
+        if len(ids) >= 2 and ids[0] == self.tokenizer.cls_token_id and ids[-1] == self.tokenizer.sep_token_id:
+            return ids[1:-1]
+        return ids
 
     def fitted(self, ids: list[int], index: int, count: int, truncate: bool, direction: str) -> list[int]:
         """ids within max_input_length: cut on the right or the left keeping [CLS] and [SEP], or 413."""

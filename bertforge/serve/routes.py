@@ -169,8 +169,12 @@ async def predicted(server: Server, batch: list[list[str]], truncate, direction,
              summary="The texts ordered by the --reranker's score for (query, text), best first (TEI's /rerank)")
 async def rerank(body: RerankRequest, request: Request, server: Server = Depends(current_server)):
     require(server.models.reranker, "rerank", "start the server with --reranker DIR (a one-label cross-encoder)")
-    as_list([body.query], "query", 1)
-    texts = as_list(body.texts, "texts", server.settings.max_client_batch_size)
+    # A (query, text) pair is empty only when both are, as TEI reads a pair (a RAG chunk stripped to nothing
+    # is scored, as sentence-transformers' CrossEncoder scores it, not a refusal of the whole request)
+    texts = as_list(body.texts, "texts", server.settings.max_client_batch_size, empty_items=True)
+    if not body.query and not all(texts):
+        raise ApiError(400, "empty", f"the query and text {[bool(t) for t in texts].index(False)} are both empty; "
+                                     "send a query or text in every pair")
     tokens = await server.tokenized(server.encoders["rerank"].encode_pairs, [(body.query, t) for t in texts],
                                     body.truncate)
     logits = np.array([row[0] for row in await server.run_batched("rerank", tokens, [len(t) for t in tokens], request)])
