@@ -68,7 +68,7 @@ def test_openai_client_dimensions_and_float_format(client, sbert, sentences):
                                                     encoding_format="float"))
     first = sbert.encode(texts, normalize_embeddings=True)[:, :128]
     np.testing.assert_allclose(shortened, first / np.linalg.norm(first, axis=1, keepdims=True), atol=1e-5)
-    with pytest.raises(openai.BadRequestError, match="384"):
+    with pytest.raises(openai.UnprocessableEntityError, match="384"):
         client.embeddings.create(model="minilm", input=texts, dimensions=1024)
 
 

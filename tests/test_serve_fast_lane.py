@@ -121,7 +121,7 @@ def test_the_handlers_errors_are_answered_in_the_routes_shape(lane):
 REQUESTS = [
     ("/embed", {"inputs": "A short review."}),
     ("/embed", {"inputs": ["one", "two", "three"], "normalize": False, "dimensions": 8}),
-    ("/embed", {"inputs": "x", "dimensions": 4096}),  # the handler's 400
+    ("/embed", {"inputs": "x", "dimensions": 4096}),  # the handler's 422, as TEI answers a validation error
     ("/embed", {"inputs": []}),
     ("/embed", {"inputs": 7}),  # the schema's 422
     ("/embed", b'{"inputs": '),  # 400: not JSON
@@ -150,7 +150,7 @@ def test_the_lane_answers_byte_for_byte_as_fastapi_and_is_counted_under_its_rout
     with_lane, metrics = answers(create_app(served))
     monkeypatch.setattr(app_module, "FAST_LANE_PATHS", ())
     without, _ = answers(create_app(served))
-    assert [status for status, _, _ in with_lane] == [200, 200, 400, 400, 422, 400, 200, 200, 200, 422, 413]
+    assert [status for status, _, _ in with_lane] == [200, 200, 422, 400, 422, 400, 200, 200, 200, 422, 422]
     assert with_lane == without
     assert 'bertforge_requests_total{route="/embed",status="200"} 2.0' in metrics
     assert 'bertforge_requests_total{route="/v1/embeddings",status="200"} 2.0' in metrics

@@ -38,7 +38,7 @@ def test_search_refuses_a_query_over_the_input_limit_unless_asked_to_truncate(mi
         short = client.post("/search", json={"query": PASSAGES[1], "top_k": 1})
         cut = client.post("/search", json={"query": [LONG], "top_k": 3, "truncate": True})
         vectors = np.array(client.post("/embed", json={"inputs": [LONG, *PASSAGES], "truncate": True}).json())
-    assert refused.status_code == embed.status_code == 413
+    assert refused.status_code == embed.status_code == 422
     assert "limit of 32" in refused.json()["error"] and "truncate" in refused.json()["error"]
     assert short.status_code == 200 and short.json()[0][0]["text"] == PASSAGES[1]
     assert cut.status_code == 200
@@ -55,7 +55,7 @@ def test_search_counts_the_index_models_limit_too(minilm_dir, index):
     with TestClient(create_app(load_models(str(minilm_dir), index=index))) as client:  # 512 here, 256 the model's
         refused = client.post("/search", json={"query": LONG})
         cut = client.post("/search", json={"query": LONG, "truncate": True})
-    assert refused.status_code == 413 and "limit of 256" in refused.json()["error"]
+    assert refused.status_code == 422 and "limit of 256" in refused.json()["error"]
     assert cut.status_code == 200 and len(cut.json()[0]) == len(PASSAGES)
 
 

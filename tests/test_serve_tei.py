@@ -60,12 +60,12 @@ def test_embed_with_a_prompt_equals_sentence_transformers(models, sbert):
     assert unknown.status_code == 422 and "passage" in unknown.json()["error"]
 
 
-def test_auto_truncate_and_the_413_that_names_it(models, sbert):
+def test_auto_truncate_and_the_422_that_names_it(models, sbert):
     with TestClient(create_app(models, ServeSettings(auto_truncate=True))) as client:
         cut = client.post("/embed", json={"inputs": LONG}).json()
         refused = client.post("/embed", json={"inputs": LONG, "truncate": False})
     assert cosines(cut[0], sbert.encode(LONG)) >= 0.9999
-    assert refused.status_code == 413 and "--auto-truncate" in refused.json()["error"]
+    assert refused.status_code == 422 and "--auto-truncate" in refused.json()["error"]
 
 
 def test_truncation_direction_left_keeps_the_end(client, sbert):

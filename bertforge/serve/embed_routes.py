@@ -31,7 +31,7 @@ def first_dimensions(vectors: np.ndarray, dimensions: int | None) -> np.ndarray:
         return vectors
     width = vectors.shape[1]
     if dimensions > width:
-        raise ApiError(400, "validation", f"dimensions={dimensions}, but this model's vectors have {width} "
+        raise ApiError(422, "validation", f"dimensions={dimensions}, but this model's vectors have {width} "
                                           f"components; ask for {width} or fewer")
     return vectors[:, :dimensions]
 

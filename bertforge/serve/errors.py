@@ -3,8 +3,9 @@
 Bodies follow the API the route imitates: text-embeddings-inference's
 `{"error": "...", "error_type": "..."}`, and OpenAI's `{"error": {"message", "type", "code"}}`
 under /v1, so the clients of either read our errors as theirs. The status codes are
-text-embeddings-inference's: 400 empty input, 413 over a size limit, 422 malformed
-input, 424 the model failed or the feature is not loaded, 429 overloaded.
+text-embeddings-inference's: 400 empty input, 413 a body over the size limit, 422 malformed input or one over
+an input limit (too many inputs, too many tokens: TEI's validation error since 1.9), 424 the model failed or the
+feature is not loaded, 429 overloaded.
 """
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ def search_within(index: SearchIndex, queries: list[str], top_k: int, dense_weig
                   settings: ServeSettings, truncate: bool) -> list[list]:
     """`index.search` under the rule of every route: a query longer than the index model's limit, or
     --max-input-length where given (`ServeSettings.input_limit`; its tokens as that model reads it: prompt, [CLS],
-    [SEP]), is TEI's 413 unless `truncate`, and then cut there; the passages' vectors are unchanged, BM25 reads the
+    [SEP]), is TEI's 422 unless `truncate`, and then cut there; the passages' vectors are unchanged, BM25 reads the
     whole query. Runs on the model thread (the index's model may load here, and its tokenizer is that thread's),
     in one trip: counting and searching."""
     try:

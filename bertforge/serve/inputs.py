@@ -4,7 +4,7 @@ An input is a text, or (OpenAI's and TEI's other form) a list of the model's own
 [CLS]/[SEP] around them as /tokenize and `tokenizer(text)` give them (taken as they are, as TEI takes
 them) or without, as `tokenizer(text, add_special_tokens=False)` gives them (the server adds them);
 either way truncated as text is. An empty input is
-400 (TEI's `Empty`); more tokens than --max-input-length is 413 unless the request asks to
+400 (TEI's `Empty`); more tokens than --max-input-length is 422 (TEI's validation error) unless the request asks to
 truncate (`"truncate": true`) or the server was started with --auto-truncate. A prompt
 (`prompt_name`, else the server's default prompt) is put in front of each text, as
 sentence-transformers' `encode(prompt_name=...)` does.
@@ -54,13 +54,13 @@ def which(index: int, count: int) -> str:
 
 
 def as_list(inputs: Input | list[Input], field_name: str, limit: int, empty_items: bool = False) -> list[Input]:
-    """One input or a list of them -> a list; 400 when empty (or an input is, unless `empty_items`), 413 over
+    """One input or a list of them -> a list; 400 when empty (or an input is, unless `empty_items`), 422 over
     --max-client-batch-size."""
     items = [inputs] if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)) else list(inputs)
     if not items:
         raise ApiError(400, "empty", f"`{field_name}` is an empty list; send at least one input")
     if len(items) > limit:
-        raise ApiError(413, "validation", f"`{field_name}` has {len(items)} inputs, more than the server's limit of "
+        raise ApiError(422, "validation", f"`{field_name}` has {len(items)} inputs, more than the server's limit of "
                                           f"{limit} per request (--max-client-batch-size); split it into requests")
     for index, item in enumerate(items):
         if len(item) == 0 and not empty_items:
@@ -125,7 +125,7 @@ class InputEncoder:
         return ids
 
     def fitted(self, ids: list[int], index: int, count: int, truncate: bool, direction: str) -> list[int]:
-        """ids within max_input_length: cut on the right or the left keeping [CLS] and [SEP], or 413."""
+        """ids within max_input_length: cut on the right or the left keeping [CLS] and [SEP], or 422."""
         limit = self.max_input_length
         if len(ids) <= limit:
             return ids
@@ -137,7 +137,7 @@ class InputEncoder:
 
 
 def too_long(length: int, limit: int, what: str) -> ApiError:
-    """TEI's 413 for an input over the limit that the request did not ask to truncate."""
-    return ApiError(413, "validation", f"{what} has {length} tokens, more than the server's limit of {limit} "
+    """TEI's 422 (a validation error, since TEI 1.9) for an input over the limit the request did not ask to cut."""
+    return ApiError(422, "validation", f"{what} has {length} tokens, more than the server's limit of {limit} "
                                        f"(--max-input-length); shorten it, send \"truncate\": true to cut it to "
                                        f"{limit}, or start the server with --auto-truncate")

@@ -92,7 +92,7 @@ async def classified(server: Server, items: list, truncate: bool | None, directi
     """Each input's label scores (shown as the classifier's output function shows them), as `bertforge predict`
     gives them: a text over the classifier's limit is read in the overlapping windows it was fine-tuned to read and
     their scores combined (its data.combine), unless the request (or --auto-truncate) asks to cut it, as TEI cuts.
-    Token-id inputs are taken as TEI takes them (413 when too long)."""
+    Token-id inputs are taken as TEI takes them (422 when too long)."""
     classifier, encoder = server.models.classifier, server.encoders["classify"]
     cut = encoder.auto_truncate if truncate is None else truncate
     if cut or not all(isinstance(item, str) for item in items):

@@ -18,7 +18,7 @@ TokenIds = list[StrictInt]
 Inputs = StrictStr | list[StrictStr]
 EmbedInputs = StrictStr | TokenIds | list[StrictStr | TokenIds]
 Direction = Literal["right", "left", "Right", "Left"]
-TRUNCATE = Field(None, description="cut inputs longer than the max input length instead of 413 (default: the "
+TRUNCATE = Field(None, description="cut inputs longer than the max input length instead of 422 (default: the "
                                    "server's --auto-truncate)")
 DIRECTION = Field("right", description="which end a truncated input loses")
 PROMPT_NAME = Field(None, description="a prompt of the model's (GET /info) put before each text")
@@ -74,7 +74,7 @@ class OpenAIEmbeddingRequest(BaseModel):
     dimensions: StrictInt | None = Field(None, ge=1, description="keep the first N components, renormalised")
     user: StrictStr | None = Field(None, description="accepted and ignored")
     truncate: StrictBool | None = Field(None, description="not OpenAI's: cut inputs over the max input length "
-                                                          "instead of 413 (the openai client sends it with extra_body)")
+                                                          "instead of 422 (the openai client sends it with extra_body)")
 
 
 class OpenAIEmbedding(BaseModel):

@@ -33,13 +33,13 @@ class ServeSettings:
         max_batch_requests: inputs per batch at most (no limit but the tokens when not given)
         max_concurrent_requests: requests served at once; more get 429
         max_input_length: tokens per input, [CLS] and [SEP] included, for every served model (each model's own limit
-            when not given); longer inputs get 413 unless the request or --auto-truncate truncates them
-        max_client_batch_size: inputs per request; more get 413
+            when not given); longer inputs get 422 unless the request or --auto-truncate truncates them
+        max_client_batch_size: inputs per request; more get 422
         payload_limit: request body size limit in bytes; larger bodies get 413
         body_timeout_seconds: a body not received within this many seconds gets 408
         api_key: require 'Authorization: Bearer KEY' on the API (401 without, 403 with another key); the page,
             /health and the API docs stay open. Without it, the BERTFORGE_API_KEY variable if set
-        auto_truncate: cut inputs longer than max_input_length instead of answering 413, when a request does not say
+        auto_truncate: cut inputs longer than max_input_length instead of answering 422, when a request does not say
         default_prompt_name: the prompt (by name, from the model folder's prompts) put before every text a request
             sends without prompt_name
         default_prompt: the text put before every text a request sends without prompt_name
