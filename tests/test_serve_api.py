@@ -378,6 +378,14 @@ def test_info_names_what_the_server_holds(client):
     assert info["vocabularies"][-1] == "reviews-600" and len(info["vocabularies"]) == 4
     assert info["classifier"]["labels"] == ["negative", "neutral", "positive"] and info["search"]
     assert info["max_input_length"] == 256
+    # text-embeddings-inference's own fields, as its router names them (a client written for TEI reads them)
+    import bertforge
+
+    assert (info["model_id"], info["served_model_name"], info["model_dtype"]) == (info["model"], info["model"],
+                                                                                 "float32")
+    assert info["model_type"] == {"embedding": {"pooling": "mean"}} and info["version"] == bertforge.__version__
+    assert {"max_batch_tokens", "max_batch_requests", "max_client_batch_size", "auto_truncate",
+            "max_concurrent_requests", "tokenization_workers", "model_sha", "sha", "docker_label"} <= set(info)
 
 
 # --- bad requests: each its status code, and the server keeps serving ---------------------------

@@ -4,7 +4,9 @@ from __future__ import annotations
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 
+from .. import __version__
 from ..embeddings.options import default_word_layers
+from ..engine.precision import INFERENCE_DTYPES
 from .errors import ApiError
 from .explorer import ATTENTION_DECIMALS, ATTENTION_MAX_TOKENS, attention_maps, word_in_context
 from .schemas import AttentionRequest, AttentionResponse, WordInContextRequest, WordInContextResponse
@@ -37,7 +39,19 @@ async def info(server: Server = Depends(current_server)) -> dict:
         "max_client_batch_size": settings.max_client_batch_size, "auto_truncate": settings.auto_truncate,
         "max_concurrent_requests": settings.max_concurrent_requests, "threads": server.threads,
         "threads_chosen_per_batch": server.governor is not None,
+        **tei_info(server),
     }
+
+
+def tei_info(server: Server) -> dict:
+    """The fields of text-embeddings-inference's GET /info that the ones above do not already give, as TEI names
+    them (its router's `Info`): the served model, its number format and kind (TEI serves one embedding model)."""
+    embedding, settings = server.models.embedding, server.settings
+    return {"model_id": embedding.name, "model_sha": None, "served_model_name": embedding.name,
+            "model_dtype": INFERENCE_DTYPES[embedding.embedder.dtype],
+            "model_type": {"embedding": {"pooling": embedding.pooling}},
+            "max_batch_requests": settings.max_batch_requests, "tokenization_workers": 1,  # one tokenizer thread
+            "version": __version__, "sha": None, "docker_label": None}
 
 
 @router.post("/explorer/attention", response_model=AttentionResponse,
