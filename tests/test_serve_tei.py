@@ -129,6 +129,27 @@ def test_rerank_equals_the_cross_encoder(client, folders):
     assert set(raw[0]) == {"index", "score"}  # text only when asked, as TEI
 
 
+def test_a_pair_is_cut_from_the_end_the_request_names(client, folders):
+    """truncation_direction was ignored for pairs (/rerank, /predict): "left" gave the right-cut score. TEI passes it
+    to the tokenizer, which cuts the longer text from that end."""
+    from transformers import BertTokenizerFast
+
+    from bertforge import BertTokenizer
+
+    query, text = "which animal", "zebra " * 700 + "apple " * 700
+    reference = BertTokenizerFast.from_pretrained(str(folders["reranker"]))
+    ours = BertTokenizer.from_pretrained(folders["reranker"])
+    reference.truncation_side = ours.truncation_side = "left"
+    expected = reference(query, text, truncation="longest_first", max_length=512)["input_ids"]
+    assert ours(query, text, truncation="longest_first", max_length=512)["input_ids"] == expected
+    kept = reference.decode(expected[expected.index(reference.sep_token_id) + 1:], skip_special_tokens=True)
+    scores = {direction: client.post("/rerank", json={"query": query, "texts": [text], "truncate": True,
+                                                      "truncation_direction": direction}).json()[0]["score"]
+              for direction in ("left", "right")}
+    cut_left = client.post("/rerank", json={"query": query, "texts": [kept]}).json()[0]["score"]
+    assert scores["left"] == pytest.approx(cut_left, abs=1e-6) and scores["left"] != scores["right"]
+
+
 def test_rerank_scores_a_pair_unless_both_its_texts_are_empty(client, folders):
     """TEI and CrossEncoder score (query, "") (a RAG chunk stripped to nothing); the server refused the whole call."""
     from sentence_transformers import CrossEncoder

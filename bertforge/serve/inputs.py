@@ -94,12 +94,18 @@ class InputEncoder:
         cut = self.auto_truncate if truncate is None else truncate
         return [Tokens(self.fitted(ids, i, len(inputs), cut, direction.lower())) for i, ids in enumerate(id_lists)]
 
-    def encode_pairs(self, pairs: Sequence[tuple[str, str]], truncate: bool | None = None) -> list[Tokens]:
-        """(first, second) pairs -> [CLS] first [SEP] second [SEP] with segment ids; truncated longest first."""
+    def encode_pairs(self, pairs: Sequence[tuple[str, str]], truncate: bool | None = None,
+                     direction: Direction = "right") -> list[Tokens]:
+        """(first, second) pairs -> [CLS] first [SEP] second [SEP] with segment ids; truncated longest first, from
+        the `direction` end of the longer text, as TEI passes truncation_direction to its tokenizer for a pair."""
         cut = self.auto_truncate if truncate is None else truncate
         firsts, seconds = [a for a, _ in pairs], [b for _, b in pairs]
-        encoded = self.tokenizer(firsts, seconds, truncation="longest_first" if cut else False,
-                                 max_length=self.max_input_length if cut else None)
+        self.tokenizer.truncation_side = direction.lower()
+        try:
+            encoded = self.tokenizer(firsts, seconds, truncation="longest_first" if cut else False,
+                                     max_length=self.max_input_length if cut else None)
+        finally:
+            self.tokenizer.truncation_side = "right"
         tokens = [Tokens(ids, types) for ids, types in zip(encoded["input_ids"], encoded["token_type_ids"])]
         for index, item in enumerate(tokens):
             self.fitted(item.ids, index, len(tokens), False, "right")  # raises when too long

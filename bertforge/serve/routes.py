@@ -122,7 +122,8 @@ def predict_inputs(inputs) -> tuple[list[list[str]], bool]:
 async def predict_tokens(server: Server, batch: list[list[str]], truncate, direction) -> list:
     """Texts encoded alone, pairs as pairs (with their segment ids), in the batch's order."""
     encoder, tokens = server.encoders["classify"], [None] * len(batch)
-    for size, encode, arguments in ((1, encoder.encode, (truncate, direction)), (2, encoder.encode_pairs, (truncate,))):
+    for size, encode, arguments in ((1, encoder.encode, (truncate, direction)),
+                                    (2, encoder.encode_pairs, (truncate, direction))):
         rows = [i for i, item in enumerate(batch) if len(item) == size]
         if rows:
             items = [batch[i][0] if size == 1 else tuple(batch[i]) for i in rows]
@@ -158,7 +159,7 @@ async def predicted(server: Server, batch: list[list[str]], truncate, direction,
             scores[row] = score
     if pairs:
         tokens = await server.tokenized(server.encoders["classify"].encode_pairs, [tuple(batch[i]) for i in pairs],
-                                        truncate)
+                                        truncate, direction)
         logits = await server.run_batched("classify", tokens, [len(t) for t in tokens], request)
         for row, logit in zip(pairs, logits):
             scores[row] = classifier.scores(logit)
@@ -176,7 +177,7 @@ async def rerank(body: RerankRequest, request: Request, server: Server = Depends
         raise ApiError(400, "empty", f"the query and text {[bool(t) for t in texts].index(False)} are both empty; "
                                      "send a query or text in every pair")
     tokens = await server.tokenized(server.encoders["rerank"].encode_pairs, [(body.query, t) for t in texts],
-                                    body.truncate)
+                                    body.truncate, body.truncation_direction)
     logits = np.array([row[0] for row in await server.run_batched("rerank", tokens, [len(t) for t in tokens], request)])
     scores = shown_scores(logits, "none" if body.raw_scores else "sigmoid")  # TEI's and CrossEncoder's sigmoid
     order = np.argsort(-scores, kind="stable")

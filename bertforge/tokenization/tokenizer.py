@@ -53,6 +53,7 @@ class BertTokenizer:
         self.do_lower_case, self.strip_accents = bool(do_lower_case), strip_accents
         self.tokenize_chinese_chars, self.never_split = bool(tokenize_chinese_chars), never_split
         self.model_max_length = model_max_length
+        self.truncation_side = "right"  # which end truncation cuts, "right" or "left" (transformers' attribute)
         self._special_ids = {self._vocab[token] for token in SPECIAL_TOKENS} | {
             token["id"] for token in self.added_tokens if token["special"]}
         self._engine = build_engine(dict(vocab), self.do_lower_case, strip_accents, self.tokenize_chinese_chars)
@@ -257,7 +258,7 @@ class BertTokenizer:
         if truncation == "do_not_truncate":
             self._engine.no_truncation()
         else:
-            self._engine.enable_truncation(max_length, strategy=truncation)
+            self._engine.enable_truncation(max_length, strategy=truncation, direction=self.truncation_side)
         if padding == "do_not_pad":
             self._engine.no_padding()
         else:
