@@ -326,3 +326,13 @@ def test_a_checkpoint_of_another_kind_is_refused_in_one_line(values, message, mi
     assert main(["embed", str(minilm_dir / "vocab.txt"), str(tmp_path / "v.npy"), "--model", str(folder)]) == 1
     error = capsys.readouterr().err
     assert message in error and "Traceback" not in error and not (tmp_path / "v.npy").exists()
+
+
+def test_sharded_pytorch_weights_are_named_for_what_they_are(minilm_dir, tmp_path):
+    """A folder of pytorch_model-0000N.bin shards was said to have no weights at all ("is it a checkpoint folder?")."""
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    shutil.copy(minilm_dir / "config.json", folder / "config.json")
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": {"x": "pytorch_model-1.bin"}}))
+    with pytest.raises(ValueError, match="sharded pytorch_model.bin files, which bertforge does not read"):
+        BertModel.from_pretrained(folder)

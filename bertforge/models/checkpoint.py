@@ -205,6 +205,9 @@ def read_state_dict(folder: Path) -> tuple[Path, dict[str, Tensor]]:
         except Exception as error:
             raise ValueError(f"{legacy} could not be read as PyTorch weights ({first_line(error)}); re-download it") \
                 from None
+    if (folder / f"{WEIGHTS_PYTORCH}.index.json").exists():
+        raise ValueError(f"{folder} holds its weights as sharded {WEIGHTS_PYTORCH} files, which bertforge does not "
+                         "read: save the model again with transformers (save_pretrained writes safetensors)")
     raise ValueError(f"{folder} has no {WEIGHTS_SAFETENSORS} or {WEIGHTS_PYTORCH}: is it a checkpoint folder?")
 
 
