@@ -49,8 +49,8 @@ async def decode(body: DecodeRequest, server: Server = Depends(current_server)):
     for index, ids in enumerate(id_lists):
         encoder.checked_ids(ids, index, len(id_lists))
     tokenizer = encoder.tokenizer
-    return await server.tokenized(lambda: [tokenizer.decode(ids, skip_special_tokens=body.skip_special_tokens)
-                                           for ids in id_lists])
+    return await server.tokenized(lambda: [tokenizer.engine_decode(ids, skip_special_tokens=body.skip_special_tokens)
+                                           for ids in id_lists])  # TEI decodes with the tokenizers engine
 
 
 @router.post("/fill-mask", tags=["text"],

@@ -276,6 +276,13 @@ class BertTokenizer:
         text = " ".join([tokens] if isinstance(tokens, str) else tokens).replace(" ##", "").strip()
         return _clean_up_tokenization(text) if clean_up_tokenization_spaces else text
 
+    def engine_decode(self, ids, skip_special_tokens: bool = False) -> str:
+        """Ids -> text by the `tokenizers` engine's own WordPiece decoder, as text-embeddings-inference's /decode and
+        transformers 5's fast tokenizer (its defaults) decode: punctuation glued, contractions left apart ("don ' t",
+        where `decode` follows the reference's clean-up, "don't"). Raises ValueError for an id outside the
+        vocabulary."""
+        return self._engine.decode(self._check_ids(list(ids)), skip_special_tokens=skip_special_tokens)
+
     def batch_decode(self, sequences, skip_special_tokens: bool = False,
                      clean_up_tokenization_spaces: bool = True) -> list[str]:
         """`decode` over a list of id lists or a 2-D tensor (batch, seq)."""
