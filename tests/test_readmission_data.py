@@ -306,3 +306,26 @@ def test_prepare_filters_early_test_stays_and_writes_chunks(tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["counts"] == report.counts and summary["tasks"] == ["discharge", "early-2", "early-3"]
     assert summary["files"]["early-3/test"] == "early-3/test.csv"
+
+
+def test_an_empty_later_summary_does_not_replace_the_real_one(tmp_path):
+    """An empty discharge summary dated after the real one replaced it, and the admission left the discharge task
+    with no line saying why (counted as a note used)."""
+    notes = [
+        (1, 1, 101, "2100-05-06", "", "Discharge summary", "the real summary"),
+        (2, 1, 101, "2100-05-07", "", "Discharge summary", "   "),
+    ]
+    selected, report = select(tmp_path, notes, tasks=("discharge",))
+    assert selected.notes(101, "discharge") == ["the real summary"]
+    assert (report["notes_empty"], report["notes_used"], report["notes_not_used"]) == (1, 1, 0)
+
+
+def test_chart_dates_with_a_time_read_as_their_day(tmp_path):
+    """MIMIC-III's Postgres build and pandas exports write CHARTDATE as "2100-05-03 00:00:00": every note was
+    refused as a bad date, and prepare stopped saying the files did not belong together."""
+    notes = [(1, 1, 101, "2100-05-01 00:00:00", "", "Nursing", "alpha"),
+             (2, 1, 101, "2100-05-02 00:00:00", "", "Physician ", "bravo"),
+             (3, 1, 101, "2100-05-06 00:00:00", "", "Discharge summary", "the summary")]
+    selected, report = select(tmp_path, notes)
+    assert selected.notes(101, "early-2") == ["alpha", "bravo"]
+    assert selected.notes(101, "discharge") == ["the summary"] and report["notes_bad_date"] == 0

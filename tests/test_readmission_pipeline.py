@@ -157,3 +157,50 @@ def test_results_json_records_the_settings_each_kind_used(trained):
     assert bilstm["training"]["schedule"] == "constant" and bilstm["training"]["weight_decay"] == 0.0
     bert = json.loads((trained / "bert" / "results.json").read_text())["run"]
     assert (bert["learning_rate"], bert["max_length"]) == (1e-4, 128)
+
+
+def test_evaluate_and_score_combine_with_the_c_the_model_was_trained_with(trained, prepared, tmp_path, capsys):
+    """A model trained with --c 4 records combine_c 4 in its task.json (results.json and predict use it);
+    `readmission evaluate` and `score` combined its chunks with 2 (AUROC 0.625 against its run's 0.500)."""
+    import shutil
+
+    best = shutil.copytree(trained / "bert" / "best", tmp_path / "c4")
+    card = json.loads((best / "task.json").read_text())
+    card["data"]["combine_c"] = 4.0
+    (best / "task.json").write_text(json.dumps(card))
+
+    def printed(*argv):
+        capsys.readouterr()
+        assert main(["readmission", *argv]) == 0
+        return capsys.readouterr().out
+
+    data = ["--data", str(prepared / "data")]
+    original = str(trained / "bert" / "best")
+    assert printed("evaluate", "--model", str(best), *data) == printed("evaluate", "--model", original, *data,
+                                                                        "--c", "4")
+    assert printed("evaluate", "--model", str(best), *data, "--c", "2") == printed("evaluate", "--model", original,
+                                                                                   *data)
+    chunks = Chunks.read(prepared / "data" / "discharge" / "test.csv")
+    note = tmp_path / "note.txt"
+    note.write_text(" ".join(chunks.texts[:3]), encoding="utf-8")
+    assert printed("score", str(note), "--model", str(best)) == printed("score", str(note), "--model", original,
+                                                                        "--c", "4")
+
+
+def test_a_split_of_one_class_is_refused_before_training_naming_the_split(prepared, tmp_path, capsys):
+    """A test split of one class (AUROC undefined) was found after every epoch had trained, and the message named
+    neither the split nor the cause."""
+    import shutil
+
+    data = shutil.copytree(prepared / "data", tmp_path / "data")
+    test_file = data / "discharge" / "test.csv"
+    rows = list(csv.DictReader(test_file.open(encoding="utf-8")))
+    with test_file.open("w", encoding="utf-8", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({**row, "Label": "0"} for row in rows)
+    capsys.readouterr()
+    assert main(["readmission", "train", "--data", str(data), "--kind", "bow", "--output", str(tmp_path / "run")]) == 1
+    error = capsys.readouterr().err
+    assert "test split has label 0" in error and "Traceback" not in error
+    assert not (tmp_path / "run" / "results.json").exists()

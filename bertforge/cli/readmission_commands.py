@@ -5,7 +5,6 @@ from pathlib import Path
 
 from ..readmission.prepare import ReadmissionTask
 from ..readmission.settings import ReadmissionRun
-from ..tasks.long_documents import CLINICALBERT_C
 
 
 def readmission_prepare(*, output: str, admissions: str | None = None, notes: str | None = None,
@@ -50,25 +49,27 @@ def readmission_train(run: ReadmissionRun, *, overwrite: bool = False) -> None:
 
 
 def readmission_evaluate(*, model: str, data: str, task: ReadmissionTask = "discharge",
-                         c: float = CLINICALBERT_C, max_length: int = 0) -> None:
+                         c: float | None = None, max_length: int = 0) -> None:
     """Score a fine-tuned readmission model on a task's test admissions (e.g. a discharge model on early notes).
 
     Args:
         model: a fine-tuned BertForSequenceClassification folder (a run's best/)
         data: the folder `readmission prepare` wrote
         task: the notes to score: the discharge summary, or those of the first 2 / 3 days
-        c: the combination's scaling factor
+        c: the combination's scaling factor (default: the one the model was trained with, its task.json's; else 2)
         max_length: word pieces per chunk (0: what the model was trained on, its task.json's; else 512)
     """
     from ..readmission.recipe import (BertChunkScorer, Chunks, load_readmission_model, score_admissions,
-                                      trained_chunk_length)
+                                      trained_reading)
     from ..engine.devices import select_device
 
     chunks = Chunks.read(Path(data) / task / "test.csv")
     device = select_device()
     network, tokenizer = load_readmission_model(model, device)
-    scorer = BertChunkScorer(tokenizer, max_length or trained_chunk_length(model, tokenizer))
-    scored = score_admissions(chunks, scorer.probabilities(network, scorer.windows(chunks.texts), device), c)
+    trained_length, trained_c = trained_reading(model, tokenizer)
+    scorer = BertChunkScorer(tokenizer, max_length or trained_length)
+    scored = score_admissions(chunks, scorer.probabilities(network, scorer.windows(chunks.texts), device),
+                              trained_c if c is None else c)
     print(", ".join(f"{k} {v:.4f}" for k, v in scored["metrics"].items()) +
           f" on {len(scored['admissions'])} test admissions")
 
@@ -85,16 +86,16 @@ def readmission_report(runs: list[str], *, output: str) -> None:
     print(write_report([Path(r) for r in runs], Path(output)))
 
 
-def readmission_score(notes: list[str], *, model: str, c: float = CLINICALBERT_C) -> None:
+def readmission_score(notes: list[str], *, model: str, c: float | None = None) -> None:
     """Risk of 30-day readmission for a new admission, updated note by note, and the chunk that drove it.
 
     Args:
         notes: the admission's note files, in the order they were written
         model: a fine-tuned readmission model folder (a run's best/)
-        c: the combination's scaling factor
+        c: the combination's scaling factor (default: the one the model was trained with, its task.json's; else 2)
     """
     from ..input_files import open_text, require_file
-    from ..readmission.recipe import admission_risk, load_readmission_model, trained_chunk_length
+    from ..readmission.recipe import admission_risk, load_readmission_model, trained_reading
     from ..engine.devices import select_device
 
     texts = []
@@ -105,7 +106,8 @@ def readmission_score(notes: list[str], *, model: str, c: float = CLINICALBERT_C
             raise ValueError(f"note file {note} is empty; give the admission's notes, one file per note")
     device = select_device()
     network, tokenizer = load_readmission_model(model, device)
-    trace = admission_risk(network, tokenizer, texts, c=c, max_length=trained_chunk_length(model, tokenizer),
+    trained_length, trained_c = trained_reading(model, tokenizer)
+    trace = admission_risk(network, tokenizer, texts, c=trained_c if c is None else c, max_length=trained_length,
                            device=device)
     for line in trace.lines(notes):
         print(line)

@@ -179,10 +179,13 @@ def _integer(text: str) -> int | None:
 
 @functools.lru_cache(maxsize=1 << 16)
 def _date(text: str) -> date | None:
+    """A date as MIMIC-III writes it: "2144-12-03", or with a time as the Postgres build and pandas exports write
+    CHARTDATE ("2144-12-03 00:00:00", read as its day; every note was refused as a bad date before)."""
     try:
         return datetime.strptime(text.strip(), DATE_FORMAT).date()
     except ValueError:
-        return None
+        found = _datetime(text)
+        return found.date() if found is not None else None
 
 
 def _datetime(text: str) -> datetime | None:

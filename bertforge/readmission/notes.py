@@ -120,8 +120,9 @@ def select_notes(notes: Iterable[Note], cohort: Iterable[CohortAdmission], admis
     `admissions` are all usable ADMISSIONS rows, to tell a note of a dropped admission (newborn,
     death) from one whose HADM_ID is unknown. Every note is counted once in `report`:
     "notes_unknown_hadm_id", "notes_subject_mismatch", "notes_excluded_admission",
-    "notes_used" (read by at least one task) or "notes_not_used" (a later note, an earlier
-    discharge summary that a later one replaced, or a category no task reads).
+    "notes_empty" (no text: left out, so an empty later summary does not replace the real one), "notes_used" (read
+    by at least one task) or "notes_not_used" (a later note, an earlier discharge summary that a later one replaced,
+    or a category no task reads).
     Raises ValueError for an unknown task name.
     """
     cutoffs = [parse_task(task) for task in tasks]
@@ -131,7 +132,7 @@ def select_notes(notes: Iterable[Note], cohort: Iterable[CohortAdmission], admis
     admit_dates = {a.hadm_id: a.admit_time.date() for a in cohort}
 
     selected = SelectedNotes()
-    in_cohort = 0
+    in_cohort = empty = 0
     for note in notes:
         subject = subjects.get(note.hadm_id)
         if subject is None:
@@ -145,6 +146,9 @@ def select_notes(notes: Iterable[Note], cohort: Iterable[CohortAdmission], admis
             report.add("notes_excluded_admission")
             continue
         in_cohort += 1
+        if not note.text.strip():  # nothing to read: an empty summary replaced the real one and lost its admission
+            empty += 1
+            continue
         if wants_discharge and note.category == DISCHARGE_SUMMARY:
             kept = selected.discharge.get(note.hadm_id)
             if kept is None or (note.chart_date, note.row) >= (kept.chart_date, kept.row):
@@ -156,5 +160,7 @@ def select_notes(notes: Iterable[Note], cohort: Iterable[CohortAdmission], admis
     used = {note.row for note in selected.discharge.values()}
     used.update(note.row for notes in selected.early.values() for _, note in notes)
     report.add("notes_used", len(used))
-    report.add("notes_not_used", in_cohort - len(used))
+    if empty:
+        report.add("notes_empty", empty)
+    report.add("notes_not_used", in_cohort - empty - len(used))
     return selected

@@ -112,14 +112,17 @@ def train_bert(run: ReadmissionRun, chunks: dict[str, Chunks], recipe_run: Recip
     return scorer.probabilities(best, scorer.windows(chunks["test"].texts), recipe_run.device)
 
 
-def trained_chunk_length(folder: str, tokenizer: BertTokenizer | None = None) -> int:
-    """The word pieces of a chunk a readmission model was trained on (its task.json's max_length; a folder without
-    one, CHUNK_MAX_LENGTH within its own length): `evaluate` and `score` read chunks as training read them.
-    tokenizer: the model's, loaded already (`load_readmission_model`)."""
+def trained_reading(folder: str, tokenizer: BertTokenizer | None = None) -> tuple[int, float]:
+    """How a readmission model was trained to read an admission: the word pieces of a chunk and the combination's c
+    (its task.json's max_length and combine_c; a folder without one, CHUNK_MAX_LENGTH within its own length and
+    ClinicalBERT's c): `evaluate` and `score` read and combine chunks as training did (a model trained with --c 4
+    was evaluated with 2: AUROC 0.625 against its run's 0.500). tokenizer: the model's, loaded already."""
     from ..tasks.finetune import TASK_FILE, prediction_task
 
     task, read = prediction_task(folder, tokenizer=tokenizer)
-    return task.max_length if (read.transformer / TASK_FILE).is_file() else min(CHUNK_MAX_LENGTH, task.max_length)
+    if (read.transformer / TASK_FILE).is_file():
+        return task.max_length, task.settings.combine_c
+    return min(CHUNK_MAX_LENGTH, task.max_length), CLINICALBERT_C
 
 
 def load_readmission_model(folder: str, device: torch.device) -> tuple[BertForSequenceClassification, BertTokenizer]:
@@ -166,6 +169,11 @@ def train_and_score(run: ReadmissionRun, recipe_run: RecipeRun) -> dict:
     from .baselines import bag_of_words, chunk_probabilities
 
     chunks = {split: Chunks.read(run.split_file(split)) for split in SPLIT_FILES}
+    for split, read in chunks.items():  # before any training: AUROC has no meaning, and the run would end unscored
+        if len(np.unique(read.labels)) < 2:
+            raise ValueError(f"{run.split_file(split)}: every admission of the {split} split has label "
+                             f"{int(read.labels[0]) if len(read.labels) else 'none'}; AUROC needs both classes: "
+                             "prepare more admissions, or prepare again with another --seed")
     logger.warning("readmission %s / %s / seed %d: %s", run.name, run.task, run.seed,
                    ", ".join(f"{split} {len(c.texts)} chunks of {len(np.unique(c.admissions))} admissions"
                              for split, c in chunks.items()))
