@@ -99,9 +99,10 @@ def set_setting(values: dict[str, Any], key: str, value: Any, where: str) -> Non
 
 
 def recipe_yaml(recipe) -> str:
-    """A recipe dataclass (or a mapping of them) as YAML that `--config` reads back: every setting, defaults included."""
+    """A recipe dataclass (or a mapping of them, or of plain values) as YAML that `--config` reads back: every
+    setting, defaults included."""
     values = dataclasses.asdict(recipe) if dataclasses.is_dataclass(recipe) else \
-        {key: dataclasses.asdict(value) for key, value in recipe.items()}
+        {key: dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value for key, value in recipe.items()}
     return yaml.safe_dump(values, sort_keys=False, allow_unicode=True)
 
 

@@ -287,8 +287,9 @@ def pretrain(*overrides: str, config: str, init_from: str | None = None, resume:
     from ..settings import recipe_yaml
     from ..tasks.pretraining.recipe import PretrainRecipe, run_pretraining
 
-    recipe = PretrainRecipe.from_file(config, list(overrides),
-                                      flags={"model.init_from": str(resolve_model(init_from)) if init_from else None})
+    # A packaged short name stays as written, as model.init_from=NAME and finetune keep it: the printed recipe runs
+    # wherever it is moved (it was this machine's absolute path into the package)
+    recipe = PretrainRecipe.from_file(config, list(overrides), flags={"model.init_from": init_from})
     if print_config:
         print(recipe_yaml(recipe), end="")
         return
@@ -363,7 +364,7 @@ def predict(*, model: str, input: str, output: str, batch_size: int = 64) -> Non
 
 def baseline(*overrides: str, data: str | None = None, dev: str | None = None, test: str | None = None,
              text_columns: list[str] | None = None, label_column: str | None = None, config: str | None = None,
-             output: str | None = None, seed: int = 0, print_config: bool = False) -> None:
+             output: str | None = None, seed: int | None = None, print_config: bool = False) -> None:
     """TF-IDF + logistic regression on the same classification files: the honest baseline to beat.
 
     Args:
@@ -375,19 +376,23 @@ def baseline(*overrides: str, data: str | None = None, dev: str | None = None, t
         label_column: the label column (default: label)
         config: a fine-tuning recipe YAML whose data section to use (flags take precedence)
         output: also write the metrics to this JSON file
-        seed: seed for the cross-validation folds
-        print_config: print the data section (file, flags and overrides applied) as YAML and exit
+        seed: seed for the cross-validation folds (default: the recipe's training.seed, else 0)
+        print_config: print the data section and the seed (file, flags and overrides applied) as YAML and exit
     """
     from ..settings import recipe_yaml
     from ..tasks.classification.tfidf import run_baseline
     from ..train.runner import split_metrics
 
     recipe = finetune_recipe(config, overrides, {"data.train": data, "data.dev": dev, "data.test": test,
-                                                 "data.text_columns": text_columns, "data.label_column": label_column})
-    if print_config:
-        print(recipe_yaml({"data": recipe.data}), end="")
+                                                 "data.text_columns": text_columns, "data.label_column": label_column,
+                                                 "training.seed": seed})
+    if print_config:  # the seed too (a recipe's training.seed): the printed file gives the same folds
+        print(recipe_yaml({"data": recipe.data, "training": {"seed": recipe.training.seed}}), end="")
         return
-    results = run_baseline(recipe.data, seed=seed)
+    if not (recipe.data.dev or recipe.data.test):
+        raise UsageError("give --dev or --test (or data.dev / data.test in the recipe): the baseline is scored on "
+                         "them; with the training file alone there is nothing to report")
+    results = run_baseline(recipe.data, seed=recipe.training.seed)
     for line in split_metrics(results):
         print(line)
     if output:

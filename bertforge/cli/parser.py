@@ -13,6 +13,7 @@ import dataclasses
 import inspect
 import logging
 import re
+import sys
 import typing
 
 import docstring_parser
@@ -199,12 +200,32 @@ def run_command(function, arguments: dict) -> None:
     function(*positional, **keywords)
 
 
+def config_first(argv: list[str]) -> list[str]:
+    """argv with each `--config FILE` moved before the command's other options, so that an option typed on the
+    command line wins over the file wherever it is typed, in every command (finetune, pretrain and sbert train merge
+    their recipes so; jsonargparse applies a config file where it stands: `readmission train --seed 1 --config r.yaml`
+    ran with the file's seed 0, and `serve --port 9100 --config f.yaml` on the file's port)."""
+    commands, position = COMMANDS, 0
+    while position < len(argv) and (argv[position] == "--debug" or (
+            isinstance(commands, dict) and argv[position] in commands)):
+        commands = commands if argv[position] == "--debug" else commands[argv[position]]
+        position += 1
+    configs, others, rest = [], [], argv[position:]
+    index = 0
+    while index < len(rest):
+        width = 2 if rest[index] == "--config" and index + 1 < len(rest) else 1
+        (configs if rest[index] == "--config" or rest[index].startswith("--config=") else others).extend(
+            rest[index:index + width])
+        index += width
+    return argv[:position] + configs + others
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit code (0, 1 failed, 2 usage, 130 interrupted)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         parser = build_parser()
-        parsed = parser.parse_args(argv)
+        parsed = parser.parse_args(config_first(list(sys.argv[1:] if argv is None else argv)))
     except SystemExit as exit:  # --help, --print-config (0) or a usage error, already printed
         return exit.code if isinstance(exit.code, int) else USAGE
     except KeyboardInterrupt as error:  # Ctrl-C while the parser is built: the same line as during a command
