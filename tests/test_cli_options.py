@@ -234,3 +234,10 @@ def test_a_columns_option_takes_either_spelling_of_the_one_reader():
     index = parse(["index", "build", "x.csv", "--output", "o", "--text-column", "review", "--id-column", "k"])
     assert (index.index.build.text_field, index.index.build.id_field) == ("review", "k")
     assert parse(["embed", "x.csv", "v.npy", "--text-column", "review"]).embed.text_field == "review"
+
+
+def test_column_options_for_a_task_without_columns_are_refused(tmp_path):
+    """`finetune --task ner --text-columns x --label-column y` trained as if they had not been given."""
+    line = assert_one_line_error(*run_cli("finetune", "--task", "ner", "--data", tmp_path / "train.conll",
+                                          "--label-column", "tag", "--print-config")[::2], codes=(2,))
+    assert "--label-column names a table's columns, which a ner file does not have" in line

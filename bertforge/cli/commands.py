@@ -327,6 +327,10 @@ def finetune(*overrides: str, task: TaskName | None = None, data: str | None = N
     recipe = finetune_recipe(config, overrides, {
         "task": task, "init_from": init_from, "data.train": data, "data.dev": dev, "data.test": test,
         "data.text_columns": text_columns, "data.label_column": label_column, "training.output_dir": output})
+    columns = [name for name, value in (("--text-columns", text_columns), ("--label-column", label_column)) if value]
+    if columns and recipe.task != "classification":  # a CoNLL or SQuAD file has no columns to name: it trained as if
+        raise UsageError(f"{' and '.join(columns)} {'name' if len(columns) > 1 else 'names'} a table's columns, "
+                         f"which a {recipe.task} file does not have (CoNLL, SQuAD JSON); leave it out")
     if print_config:
         print(recipe_yaml(recipe), end="")
         return
