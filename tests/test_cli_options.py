@@ -241,3 +241,16 @@ def test_column_options_for_a_task_without_columns_are_refused(tmp_path):
     line = assert_one_line_error(*run_cli("finetune", "--task", "ner", "--data", tmp_path / "train.conll",
                                           "--label-column", "tag", "--print-config")[::2], codes=(2,))
     assert "--label-column names a table's columns, which a ner file does not have" in line
+
+
+@pytest.mark.parametrize("words", [["predict", "--model", "m", "--input", "i.csv", "--output", "o.jsonl"],
+                                   ["readmission", "evaluate", "--model", "m", "--data", "d"],
+                                   ["readmission", "score", "n.txt", "--model", "m"]])
+def test_every_command_that_runs_a_model_takes_device(words):
+    """predict and readmission evaluate / score always took this process's GPU: on a GPU machine a user could not
+    ask for the CPU (`predict --device cpu` was an unknown option)."""
+    parsed = build_parser().parse_args([*words, "--device", "cpu"])
+    node = parsed
+    for word in words[:2] if words[0] == "readmission" else words[:1]:
+        node = node[word]
+    assert node.device == "cpu"

@@ -345,7 +345,7 @@ def finetune_recipe(config: str | None, overrides: tuple[str, ...], flags: dict)
     return load_recipe(FinetuneRecipe, config, flags, list(overrides))
 
 
-def predict(*, model: str, input: str, output: str, batch_size: int = 64) -> None:
+def predict(*, model: str, input: str, output: str, batch_size: int = 64, device: str | None = None) -> None:
     """Predict with a fine-tuned model: a CSV/TSV/JSONL (classification) or CoNLL (NER) or SQuAD file in,
     predictions with probabilities out.
 
@@ -354,15 +354,16 @@ def predict(*, model: str, input: str, output: str, batch_size: int = 64) -> Non
         input: the file to predict on (the columns the model was trained with; labels not needed)
         output: where to write predictions: .csv, .tsv or .jsonl (NER also .conll; QA .json)
         batch_size: rows per forward pass
+        device: cpu, cuda or cuda:N (default: this process's GPU if there is one, else the CPU)
     """
     from ..input_files import require_file
     from ..tasks.finetune import load_for_prediction
-    from ..engine.devices import select_device
+    from ..engine.devices import device_from_option
 
     require_file(input)
+    where = device_from_option(device)  # a wrong --device is said before the model loads
     task, network = load_for_prediction(model)
-    device = select_device()
-    count = task.predict_file(network.to(device), input, output, batch_size=batch_size, device=device)
+    count = task.predict_file(network.to(where), input, output, batch_size=batch_size, device=where)
     print(f"wrote {count:,} predictions to {output}")
 
 

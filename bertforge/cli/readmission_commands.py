@@ -49,7 +49,7 @@ def readmission_train(run: ReadmissionRun, *, overwrite: bool = False) -> None:
 
 
 def readmission_evaluate(*, model: str, data: str, task: ReadmissionTask = "discharge",
-                         c: float | None = None, max_length: int = 0) -> None:
+                         c: float | None = None, max_length: int = 0, device: str | None = None) -> None:
     """Score a fine-tuned readmission model on a task's test admissions (e.g. a discharge model on early notes).
 
     Args:
@@ -58,13 +58,14 @@ def readmission_evaluate(*, model: str, data: str, task: ReadmissionTask = "disc
         task: the notes to score: the discharge summary, or those of the first 2 / 3 days
         c: the combination's scaling factor (default: the one the model was trained with, its task.json's; else 2)
         max_length: word pieces per chunk (0: what the model was trained on, its task.json's; else 512)
+        device: cpu, cuda or cuda:N (default: this process's GPU if there is one, else the CPU)
     """
     from ..readmission.recipe import (BertChunkScorer, Chunks, load_readmission_model, score_admissions,
                                       trained_reading)
-    from ..engine.devices import select_device
+    from ..engine.devices import device_from_option
 
     chunks = Chunks.read(Path(data) / task / "test.csv")
-    device = select_device()
+    device = device_from_option(device)
     network, tokenizer = load_readmission_model(model, device)
     trained_length, trained_c = trained_reading(model, tokenizer)
     scorer = BertChunkScorer(tokenizer, max_length or trained_length)
@@ -86,17 +87,18 @@ def readmission_report(runs: list[str], *, output: str) -> None:
     print(write_report([Path(r) for r in runs], Path(output)))
 
 
-def readmission_score(notes: list[str], *, model: str, c: float | None = None) -> None:
+def readmission_score(notes: list[str], *, model: str, c: float | None = None, device: str | None = None) -> None:
     """Risk of 30-day readmission for a new admission, updated note by note, and the chunk that drove it.
 
     Args:
         notes: the admission's note files, in the order they were written
         model: a fine-tuned readmission model folder (a run's best/)
         c: the combination's scaling factor (default: the one the model was trained with, its task.json's; else 2)
+        device: cpu, cuda or cuda:N (default: this process's GPU if there is one, else the CPU)
     """
     from ..input_files import open_text, require_file
     from ..readmission.recipe import admission_risk, load_readmission_model, trained_reading
-    from ..engine.devices import select_device
+    from ..engine.devices import device_from_option
 
     texts = []
     for note in notes:
@@ -104,7 +106,7 @@ def readmission_score(notes: list[str], *, model: str, c: float | None = None) -
             texts.append(file.read())
         if not texts[-1].strip():
             raise ValueError(f"note file {note} is empty; give the admission's notes, one file per note")
-    device = select_device()
+    device = device_from_option(device)
     network, tokenizer = load_readmission_model(model, device)
     trained_length, trained_c = trained_reading(model, tokenizer)
     trace = admission_risk(network, tokenizer, texts, c=trained_c if c is None else c, max_length=trained_length,
