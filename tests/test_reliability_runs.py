@@ -357,7 +357,7 @@ def test_predict_and_readmission_run_on_the_selected_device(inputs, monkeypatch)
     import bertforge.engine.devices as devices
 
     seen = []
-    monkeypatch.setattr(devices, "select_device", lambda: torch.device("meta"))
+    monkeypatch.setattr(devices, "select_device", lambda *_: torch.device("meta"))
     monkeypatch.setattr(torch.nn.Module, "__call__", record_devices(torch.nn.Module.__call__, seen))
     for argv in (["predict", "--model", inputs / "model", "--input", inputs / "a.csv", "--output", inputs / "p.csv"],
                  ["readmission", "score", inputs / "note.txt", "--model", inputs / "readmission-model"]):
@@ -381,7 +381,7 @@ def test_predict_on_a_gpu_gives_the_cpu_predictions(inputs, tmp_path, monkeypatc
     import bertforge.engine.devices as devices
 
     assert run_cli("predict", "--model", inputs / "model", "--input", inputs / "a.csv", "--output", tmp_path / "gpu.csv")[0] == 0
-    monkeypatch.setattr(devices, "select_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(devices, "select_device", lambda *_: torch.device("cpu"))
     assert run_cli("predict", "--model", inputs / "model", "--input", inputs / "a.csv", "--output", tmp_path / "cpu.csv")[0] == 0
     gpu, cpu = (list(csv.DictReader(open(tmp_path / f"{d}.csv"))) for d in ("gpu", "cpu"))
     assert [r["prediction"] for r in gpu] == [r["prediction"] for r in cpu]
