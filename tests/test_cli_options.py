@@ -254,3 +254,11 @@ def test_every_command_that_runs_a_model_takes_device(words):
     for word in words[:2] if words[0] == "readmission" else words[:1]:
         node = node[word]
     assert node.device == "cpu"
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the machine has a GPU")
+def test_a_gpu_the_machine_lacks_is_the_same_usage_error_in_every_command(tmp_path):
+    """`embed --device cuda` exited 2 and `finetune training.device=cuda` 1 for the same mistake."""
+    line = assert_one_line_error(*run_cli("finetune", "--data", tmp_path / "a.csv", "training.device=cuda",
+                                          "--output", tmp_path / "run")[::2], codes=(2,))
+    assert "torch sees no GPU" in line

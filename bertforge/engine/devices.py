@@ -15,14 +15,14 @@ from ..errors import BertforgeError, UsageError
 def select_device(preference: str = "auto") -> torch.device:
     """This process's device: under torchrun its own GPU (LOCAL_RANK), else the GPU, else the CPU.
 
-    preference: auto | cuda | cpu. Raises BertforgeError when CUDA is asked for and missing, or when
+    preference: auto | cuda | cpu. Raises UsageError when CUDA is asked for and missing, BertforgeError when
     torchrun started more processes on this machine than it has GPUs (NCCL refuses two ranks on
     one GPU with "Duplicate GPU detected"), naming both ways out.
     """
     if preference == "cpu" or (preference == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise BertforgeError("training.device=cuda, but torch sees no GPU; use training.device=cpu or auto")
+    if not torch.cuda.is_available():  # a setting this machine cannot honour: exit 2, as --device cuda is
+        raise UsageError("training.device=cuda, but torch sees no GPU; use training.device=cpu or auto")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     gpus = torch.cuda.device_count()
