@@ -315,6 +315,15 @@ def test_train_tokenizer_then_use_it(capsys, tmp_path, data_dir):
     assert vocab[:2] == ["[PAD]", "[unused0]"] and len(vocab) <= 2000
     code, out, _ = run(capsys, "tokenize", "Captain Wentworth", "--vocab", str(tmp_path / "vocab"))
     assert code == 0 and "[UNK]" not in out
+    # again into the same folder (a model folder's vocabulary under its weights, say): refused unless asked
+    before = (tmp_path / "vocab" / "vocab.txt").read_bytes()
+    code, _, err = run(capsys, "train-tokenizer", str(novel), "--output", str(tmp_path / "vocab"),
+                       "--vocab-size", "500")
+    assert code == 2 and "already holds a vocabulary (vocab.txt, tokenizer.json)" in err and "--overwrite" in err
+    assert (tmp_path / "vocab" / "vocab.txt").read_bytes() == before
+    code, _, _ = run(capsys, "train-tokenizer", str(novel), "--output", str(tmp_path / "vocab"), "--vocab-size", "500",
+                     "--overwrite")
+    assert code == 0 and len((tmp_path / "vocab" / "vocab.txt").read_text().splitlines()) <= 500
 
 
 def test_missing_training_file_is_an_error(capsys, tmp_path):

