@@ -262,3 +262,26 @@ def test_a_gpu_the_machine_lacks_is_the_same_usage_error_in_every_command(tmp_pa
     line = assert_one_line_error(*run_cli("finetune", "--data", tmp_path / "a.csv", "training.device=cuda",
                                           "--output", tmp_path / "run")[::2], codes=(2,))
     assert "torch sees no GPU" in line
+
+
+def test_a_mistake_in_the_command_line_exits_2_in_every_command(tmp_path, cassette_dir):
+    """Five of them exited 1, where the same kind of mistake elsewhere exits 2 (docs/cli.md: 2 the command line is
+    wrong, 1 the data or the run failed): a missing input pair, conflicting options, an option that does not
+    apply, an output name the command cannot write, an output that already exists without --overwrite."""
+    from bertforge.errors import UsageError
+    from bertforge.search.index import Index
+    from bertforge.tasks.records import write_records
+
+    (tmp_path / "t.txt").write_text("the cat sat on the mat.\n\nthe dog ran in the fog.\n", encoding="utf-8")
+    Index.build(["a cat", "a dog"], cassette_dir, device="cpu").save(tmp_path / "index")
+    for argv, words in ((["readmission", "prepare", "--output", tmp_path / "r"], "--generate N"),
+                        (["embed", tmp_path / "t.txt", tmp_path / "v.npy", "--pooling", "pooler", "--layers", "-2"],
+                         "layers=-1"),
+                        (["search", tmp_path / "index", "a cat", "--effort", "5"], "leave out --effort")):
+        assert words in assert_one_line_error(*run_cli(*argv)[::2], codes=(2,))
+    assert run_cli("prepare", tmp_path / "t.txt", "--output", tmp_path / "c", "--vocab", cassette_dir)[0] == 0
+    line = assert_one_line_error(*run_cli("prepare", tmp_path / "t.txt", "--output", tmp_path / "c", "--vocab",
+                                          cassette_dir)[::2], codes=(2,))
+    assert "pass --overwrite" in line
+    with pytest.raises(UsageError, match="use a .csv, .tsv or .jsonl"):
+        write_records([{"a": 1}], tmp_path / "predictions.txt")

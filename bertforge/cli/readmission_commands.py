@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import UsageError
 from ..readmission.prepare import ReadmissionTask
 from ..readmission.settings import ReadmissionRun
 
@@ -27,7 +28,7 @@ def readmission_prepare(*, output: str, admissions: str | None = None, notes: st
         admissions, notes = str(files.admissions), str(files.noteevents)
         print(f"generated {generate} patients (not MIMIC-III data) in {Path(output) / 'generated-mimic'}")
     if not admissions or not notes:
-        raise ValueError("give --admissions and --notes (MIMIC-III CSVs), or --generate N for generated data")
+        raise UsageError("give --admissions and --notes (MIMIC-III CSVs), or --generate N for generated data")
     report = prepare(admissions, notes, output, tasks=tuple(tasks), seed=seed)
     for key, value in sorted(report.counts.items()):
         print(f"{key:<40} {value:>10,}")

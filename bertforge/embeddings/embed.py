@@ -31,6 +31,7 @@ from ..engine.batching import TokenBatch, collate, fit_to_budget, plan_batches, 
 from ..engine.cuda_graphs import GraphedPasses
 from ..models.packed_forward import packed_forward
 from ..engine.devices import device_from_option
+from ..errors import UsageError
 from ..engine.pipeline import HostResults, prefetched
 from ..engine.prepacked_linear import prepack_where_it_pays
 from ..engine.precision import check_inference_dtype, in_dtype
@@ -153,7 +154,7 @@ class Embedder:
 
     def check_pooler_allowed(self, encoder: BertModel, num_layers: int) -> None:
         if self.layers != (num_layers,):
-            raise ValueError("pooling='pooler' reads the last layer's [CLS]; use it with layers=-1, or pick 'cls'")
+            raise UsageError("pooling='pooler' reads the last layer's [CLS]; use it with layers=-1, or pick 'cls'")
         if encoder.pooler is None:
             raise ValueError("this model has no pooler (it was built without one); use pooling='cls' or 'mean'")
 

@@ -89,7 +89,7 @@ def training_rows(index: faiss.Index, count: int, rng: np.random.Generator) -> n
 def check_effort(kind: str, effort) -> int:
     """A user's effort (nprobe / efSearch), or ValueError saying why it does not apply."""
     if kind == "flat":
-        raise ValueError("a flat index searches exactly; it has no effort to set (leave out --effort)")
+        raise UsageError("a flat index searches exactly; it has no effort to set (leave out --effort)")
     return checked("effort", effort)
 
 

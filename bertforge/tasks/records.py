@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from ..atomic import replaced_file
+from ..errors import UsageError
 
 
 def write_records(records: list[dict], path: str | os.PathLike) -> Path:
@@ -16,7 +17,7 @@ def write_records(records: list[dict], path: str | os.PathLike) -> Path:
     """
     path = Path(path)
     if path.suffix not in (".csv", ".tsv", ".jsonl"):
-        raise ValueError(f"cannot write predictions to {path}: use a .csv, .tsv or .jsonl file name")
+        raise UsageError(f"cannot write predictions to {path}: use a .csv, .tsv or .jsonl file name")
     with replaced_file(path) as temporary, open(temporary, "w", encoding="utf-8", newline="") as file:
         if path.suffix == ".jsonl":
             for record in records:

@@ -23,6 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...atomic import append_array, staging_folder
+from ...errors import UsageError
 from ...input_files import fingerprints
 from ...tokenization.vocab_training import reading_settings
 from ...validation import checked
@@ -140,7 +141,7 @@ def _check_output_dir(output_dir: Path, overwrite: bool) -> None:
         if not overwrite:
             state = ("a prepared corpus" if (output_dir / "meta.json").is_file()
                      else "an incomplete corpus (its preparation was stopped)")
-            raise ValueError(f"output_dir {output_dir} is not empty: it holds {state}; pass --overwrite "
+            raise UsageError(f"output_dir {output_dir} is not empty: it holds {state}; pass --overwrite "
                              "(overwrite=True) to prepare it again, or choose an empty folder")
     output_dir.mkdir(parents=True, exist_ok=True)
 
