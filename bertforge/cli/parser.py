@@ -22,7 +22,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 from ..engine.threads import spin_briefly, use_threads
 from ..serve import commands as serve_commands
 from ..tasks.retrieval import commands as sbert_commands
-from . import adapt_commands, commands, export, readmission_commands, search_commands
+from . import adapt_commands, commands, export, finetune_commands, readmission_commands, search_commands
 from .boundary import INTERRUPTED, USAGE, describe, report
 from .options import command_line_style
 from .stop_signals import StopSignals
@@ -39,9 +39,9 @@ COMMANDS = {
     "train-tokenizer": commands.train_tokenizer,
     "prepare": commands.prepare,
     "pretrain": commands.pretrain,
-    "finetune": commands.finetune,
-    "predict": commands.predict,
-    "baseline": commands.baseline,
+    "finetune": finetune_commands.finetune,
+    "predict": finetune_commands.predict,
+    "baseline": finetune_commands.baseline,
     "index": {"build": search_commands.index_build, "add": search_commands.index_add,
               "weight": search_commands.index_weight},
     "search": search_commands.search,
