@@ -42,7 +42,8 @@ from sentence_transformers import SentenceTransformer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bertforge  # noqa: E402
-from bertforge.embeddings.embed import Embedder, folder_options  # noqa: E402
+from bertforge.embeddings.embed import Embedder  # noqa: E402
+from bertforge.embeddings.folder_vectors import folder_options  # noqa: E402
 from bertforge.engine.prepacked_linear import prepacking_pays  # noqa: E402
 from bertforge.models.folder import read_model_folder  # noqa: E402
 from bertforge.models.model import BertModel  # noqa: E402

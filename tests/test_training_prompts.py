@@ -19,7 +19,8 @@ import torch
 from bertforge.adapt import methods
 from bertforge.adapt.ict import IctCollator
 from bertforge.adapt.methods import MethodSettings, SimcseCollator, train_method
-from bertforge.embeddings.embed import Embedder, with_prompt
+from bertforge.embeddings.embed import Embedder
+from bertforge.embeddings.folder_vectors import with_prompt
 from bertforge.models.folder import read_model_folder
 from bertforge.search.documents import Passage, passage_text
 from bertforge.tasks.retrieval.bi_encoder import BiEncoder

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ..embeddings.embed import with_prompt
+from ..embeddings.folder_vectors import with_prompt
 from ..search.documents import Passage, passage_text
 
 if TYPE_CHECKING:  # mining reads the query candidates from here

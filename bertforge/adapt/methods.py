@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..embeddings.embed import with_prompt
+from ..embeddings.folder_vectors import with_prompt
 from ..engine.threads import torch_threads
 from ..models.model import set_attention_dropout
 from ..tasks.retrieval.baselines import Bm25Statistics

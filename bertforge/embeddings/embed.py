@@ -19,7 +19,7 @@ import math
 import os
 import threading
 import weakref
-from typing import Callable, Iterable, Iterator, Protocol
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -38,6 +38,7 @@ from ..engine.precision import check_inference_dtype, in_dtype
 from ..engine.threads import thread_governor
 from ..engine.workers import run_in_workers, worth_workers
 from ..models.folder import ModelFolder, check_prompt_pooled, read_model_folder
+from .folder_vectors import folder_options, with_prompt
 from ..models.model import BertModel
 from ..models.outputs import EncoderOutput
 from ..tokenization.folder import load_tokenizer
@@ -377,26 +378,3 @@ def graphed_passes(embedder: Embedder, capture: bool = True) -> GraphedPasses:
     return GraphedPasses(lambda *inputs: owner().padded_vectors(*inputs), embedder.device,
                          embedder.tokenizer.pad_token_id, capture=capture,
                          weights=lambda: owner().weight_addresses())
-
-
-class VectorSettings(Protocol):
-    """What shapes a folder's sentence vectors: a ModelFolder's fields, which a BiEncoder carries too."""
-
-    pooling: str
-    normalize: bool
-    max_seq_length: int
-
-    @property
-    def default_prompt(self) -> str: ...
-
-
-def folder_options(folder: ModelFolder | VectorSettings) -> dict:
-    """The Embedder options that give a folder's sentence-transformers vectors (its defaults for a plain one); the
-    same from a BiEncoder read from the folder (tasks/retrieval), so training's scores see the vectors embed gives."""
-    return {"pooling": folder.pooling, "normalize": folder.normalize, "max_length": folder.max_seq_length,
-            "prompt": folder.default_prompt}
-
-
-def with_prompt(prompt: str, text: str) -> str:
-    """`text` as a sentence encoder reads it, in `encode` and in every training batch: the default prompt first."""
-    return prompt + text

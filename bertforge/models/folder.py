@@ -16,7 +16,7 @@ folder (no modules.json) is read as ST reads one: mean pooling, no normalisation
 Use: `folder = read_model_folder(path)`; load the weights from `folder.transformer` and the tokenizer with
 `tokenization.folder.load_tokenizer(folder)` (the files there, lower-cased as ST's do_lower_case says);
 `Embedder.from_pretrained`, `BiEncoder.from_pretrained` and `export_onnx` take the ModelFolder itself, and
-`embeddings.embed.folder_options(folder)` is the Embedder options that give its vectors (a BiEncoder carries
+`embeddings.folder_vectors.folder_options(folder)` is the Embedder options that give its vectors (a BiEncoder carries
 the folder's pooling, normalisation, length, prompts and lower-casing, and saves them back).
 """
 from __future__ import annotations

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ...embeddings.embed import with_prompt
+from ...embeddings.folder_vectors import with_prompt
 from ...models.decoder import BertDecoder
 from ...models.folder import ModelFolder, read_model_folder
 from ...models.heads import IGNORE_INDEX

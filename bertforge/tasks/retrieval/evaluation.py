@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ...embeddings.embed import Embedder, folder_options
+from ...embeddings.embed import Embedder
+from ...embeddings.folder_vectors import folder_options
 from ...embeddings.similarity import l2_normalized
 from .metrics import RECALL_AT, relevant_indices, retrieval_metrics, spearman
 from .reader import RetrievalSet, SentencePairs

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ...embeddings.embed import with_prompt
+from ...embeddings.folder_vectors import with_prompt
 from ...settings import CHECKPOINT, PATH, load_recipe, recipe_from_values
 from ...train.config import FinetuningConfig
 from ...train.runner import RecipeRun, run_recipe
