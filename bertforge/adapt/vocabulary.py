@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ..tokenization.vocab_training import build_normalizer, build_pre_tokenizer, engine_text
+from ..tokenization.vocab_training import build_normalizer, build_pre_tokenizer, engine_text, reading_settings
 
 
 @dataclass
@@ -51,7 +51,7 @@ def tokenizer_settings(tokenizer) -> tuple[bool, bool | None, bool]:
     """(lower-casing, accent stripping, CJK splitting) of a BertTokenizer; without one, case and accents kept."""
     if tokenizer is None:
         return False, False, True
-    return tokenizer.do_lower_case, tokenizer.strip_accents, tokenizer.tokenize_chinese_chars
+    return tuple(reading_settings(tokenizer).values())  # in READING_SETTINGS' order: pre_tokenized_words' own
 
 
 @functools.cache

@@ -126,8 +126,6 @@ def encode(bert: BertModel, input_ids: Tensor, attention_mask, token_type_ids, p
 class BertForPreTraining(BertPreTrainedModel):
     """BERT's own objective: masked LM + next sentence prediction; loss is their sum."""
 
-    tied_keys = ("cls.predictions.decoder.weight",)
-
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(config)
@@ -158,8 +156,6 @@ class BertForPreTraining(BertPreTrainedModel):
 
 
 class BertForMaskedLM(BertPreTrainedModel):
-    tied_keys = ("cls.predictions.decoder.weight",)
-
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False)  # MLM never uses [CLS] pooling

@@ -20,12 +20,8 @@ from ..models.folder import ModelFolder, model_fingerprint, read_model_folder
 from ..resources import resolve_model
 from ..tokenization.folder import load_tokenizer
 from ..tokenization.tokenizer import BertTokenizer
-from ..tokenization.vocab_training import READING_SETTINGS, reading_settings
+from ..tokenization.vocab_training import reading_settings
 
-# The tokenizer's text settings, as it runs (from tokenizer_config.json, tokenizer.json's normaliser or a
-# sentence-transformers do_lower_case): recorded as values, not file bytes, so the same settings written
-# by another version of a library still match, and a refusal can name the one that differs.
-TOKENIZER_SETTINGS = READING_SETTINGS
 
 
 @dataclass(frozen=True)
@@ -38,7 +34,7 @@ class VectorSpec:
     max_length: int       # tokens; longer texts are truncated
     dim: int
     prompt: str = ""      # put before every text (a sentence-transformers folder's default prompt)
-    # TOKENIZER_SETTINGS as the index's tokenizer ran; None in an index built before they were recorded
+    # vocab_training.READING_SETTINGS as the index's tokenizer ran (as values, not file bytes); None in an index built before they were recorded
     # (format version 1), whose check is then the fingerprint alone.
     tokenizer: dict | None = field(default=None, hash=False)
 
@@ -88,7 +84,7 @@ class VectorSpec:
             raise error(f"{which}; the weights or vocabulary differ, so the vectors are not comparable: {fix}")
         if self.tokenizer is None:
             return
-        ran = tokenizer_settings(tokenizer)
+        ran = reading_settings(tokenizer)
         differ = [name for name in ran if ran[name] != self.tokenizer.get(name)]
         if differ:
             now = ", ".join(f"{name}={ran[name]}" for name in differ)
@@ -115,7 +111,7 @@ def open_model(model: str | Path, pooling: str | None = None, normalize: bool = 
                                         device=device_from_option(device, "device"))
     spec = VectorSpec(model=str(folder.root), fingerprint=model_fingerprint(folder.transformer),
                       pooling=embedder.pooling, normalize=bool(normalize), max_length=embedder.max_length,
-                      dim=embedder.dim, prompt=embedder.prompt, tokenizer=tokenizer_settings(embedder.tokenizer))
+                      dim=embedder.dim, prompt=embedder.prompt, tokenizer=reading_settings(embedder.tokenizer))
     return spec, embedder
 
 
@@ -128,6 +124,4 @@ def checkpoint_folder(model: str | Path) -> ModelFolder:
     return read_model_folder(folder.resolve())
 
 
-def tokenizer_settings(tokenizer: BertTokenizer) -> dict:
-    return reading_settings(tokenizer)
 

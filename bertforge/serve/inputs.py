@@ -91,14 +91,14 @@ class InputEncoder:
         for i, item in enumerate(inputs):
             if not isinstance(item, str):
                 id_lists[i] = self.with_specials(prompt_ids + self.inner_ids(self.checked_ids(item, i, len(inputs))))
-        cut = self.auto_truncate if truncate is None else truncate
+        cut = self.cuts(truncate)
         return [Tokens(self.fitted(ids, i, len(inputs), cut, direction.lower())) for i, ids in enumerate(id_lists)]
 
     def encode_pairs(self, pairs: Sequence[tuple[str, str]], truncate: bool | None = None,
                      direction: Direction = "right") -> list[Tokens]:
         """(first, second) pairs -> [CLS] first [SEP] second [SEP] with segment ids; truncated longest first, from
         the `direction` end of the longer text, as TEI passes truncation_direction to its tokenizer for a pair."""
-        cut = self.auto_truncate if truncate is None else truncate
+        cut = self.cuts(truncate)
         firsts, seconds = [a for a, _ in pairs], [b for _, b in pairs]
         self.tokenizer.truncation_side = direction.lower()
         try:
@@ -110,6 +110,10 @@ class InputEncoder:
         for index, item in enumerate(tokens):
             self.fitted(item.ids, index, len(tokens), False, "right")  # raises when too long
         return tokens
+
+    def cuts(self, truncate: bool | None) -> bool:
+        """Whether an input over the limit is cut: the request's `truncate`, else the server's --auto-truncate."""
+        return self.auto_truncate if truncate is None else truncate
 
     def checked_ids(self, ids: list[int], index: int, count: int) -> list[int]:
         size = self.tokenizer.vocab_size

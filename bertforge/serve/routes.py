@@ -94,8 +94,7 @@ async def classified(server: Server, items: list, truncate: bool | None, directi
     their scores combined (its data.combine), unless the request (or --auto-truncate) asks to cut it, as TEI cuts.
     Token-id inputs are taken as TEI takes them (422 when too long)."""
     classifier, encoder = server.models.classifier, server.encoders["classify"]
-    cut = encoder.auto_truncate if truncate is None else truncate
-    if cut or not all(isinstance(item, str) for item in items):
+    if encoder.cuts(truncate) or not all(isinstance(item, str) for item in items):
         tokens = await server.tokenized(encoder.encode, items, truncate, direction)
         logits = await server.run_batched("classify", tokens, [len(t) for t in tokens], request)
         return [classifier.scores(row) for row in logits]

@@ -38,7 +38,6 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # settings gives other ids. Where text was tokenized once and kept (an index's vectors, a prepared pretraining corpus)
 # they are recorded as values, so a later tokenizer is checked against them and a refusal names the one that differs.
 READING_SETTINGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars")
-CONFIG_DEFAULTS = {"do_lower_case": True, "strip_accents": None, "tokenize_chinese_chars": True}  # transformers'
 CONFIG_KEYS = (*READING_SETTINGS, "model_max_length")
 # transformers writes this model_max_length when it does not know one (VERY_LARGE_INTEGER).
 _UNKNOWN_MAX_LENGTH = 10**20
@@ -220,8 +219,9 @@ def load_settings(path: str | os.PathLike) -> dict:
         settings["vocab"] = read_vocab_file(source)
     settings["added_tokens"] = read_added_tokens(folder, data, SPECIAL_TOKENS)
     if config is not None:
-        settings.update({**(CONFIG_DEFAULTS if rebuilt else {}),
-                         **{key: config[key] for key in CONFIG_KEYS if key in config}})
+        if rebuilt:  # BertTokenizer's own defaults for what the config leaves out, not tokenizer.json's
+            settings = {key: value for key, value in settings.items() if key not in READING_SETTINGS}
+        settings.update({key: config[key] for key in CONFIG_KEYS if key in config})
         # tokens kept whole (the one the reference would map to [UNK], not in the vocabulary, is left out)
         settings["never_split"] = [token for token in config.get("never_split") or [] if token in settings["vocab"]]
         if not isinstance(settings.get("model_max_length"), int) or settings["model_max_length"] > _UNKNOWN_MAX_LENGTH:
