@@ -34,8 +34,8 @@ class VectorSpec:
     max_length: int       # tokens; longer texts are truncated
     dim: int
     prompt: str = ""      # put before every text (a sentence-transformers folder's default prompt)
-    # vocab_training.READING_SETTINGS as the index's tokenizer ran (as values, not file bytes); None in an index built before they were recorded
-    # (format version 1), whose check is then the fingerprint alone.
+    # vocab_training.READING_SETTINGS as the index's tokenizer ran (as values, not file bytes); None in an index
+    # built before they were recorded (format version 1), whose check is then the fingerprint alone.
     tokenizer: dict | None = field(default=None, hash=False)
 
     @property
