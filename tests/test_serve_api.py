@@ -148,24 +148,35 @@ def test_token_id_inputs_are_the_models_own_ids_without_specials(client, sbert):
 
 # --- tokenize, fill-mask, classify, search -----------------------------------------------------
 
-def test_tokenize_equals_transformers_tokenizer(client, minilm_dir):
+def test_tokenize_answers_as_tei_with_transformers_pieces(client, minilm_dir):
+    """TEI's `into_tokens`: a real token's text is the input's span and start / stop are UTF-8 byte offsets (a
+    special token: its name, no offsets); `piece` is the WordPiece piece. Before, text was the piece ("##ing")
+    and the offsets counted characters, which a TEI client slicing the input's bytes read wrong past "é"."""
     from transformers import BertTokenizerFast
 
     reference = BertTokenizerFast.from_pretrained(str(minilm_dir))
-    answer = client.post("/tokenize", json={"inputs": TEXTS}).json()
-    for text, tokens in zip(TEXTS, answer):
+    texts = [*TEXTS, "Café naïve résumé: 東京 is busy — really 🙂 busy."]
+    answer = client.post("/tokenize", json={"inputs": texts}).json()
+    for text, tokens in zip(texts, answer):
         encoded = reference(text, return_offsets_mapping=True, return_special_tokens_mask=True)
         assert [t["id"] for t in tokens] == encoded["input_ids"]
-        assert [t["text"] for t in tokens] == reference.convert_ids_to_tokens(encoded["input_ids"])
+        assert [t["piece"] for t in tokens] == reference.convert_ids_to_tokens(encoded["input_ids"])
         assert [t["special"] for t in tokens] == [bool(s) for s in encoded["special_tokens_mask"]]
-        real = [(t["start"], t["stop"]) for t in tokens if not t["special"]]
-        assert real == [tuple(o) for o, s in zip(encoded["offset_mapping"], encoded["special_tokens_mask"]) if not s]
+        data = text.encode("utf-8")
+        for token, (start, stop), special in zip(tokens, encoded["offset_mapping"], encoded["special_tokens_mask"]):
+            if special:
+                assert (token["text"], token["start"], token["stop"]) == (token["piece"], None, None)
+            else:
+                assert token["text"] == text[start:stop] == data[token["start"]:token["stop"]].decode("utf-8")
+    accented = answer[-1]
+    assert [t["text"] for t in accented[1:4]] == ["Café", "naïve", "résumé"]  # as written, not "cafe"
+    assert accented[2]["start"] == 6 and accented[2]["stop"] == 12  # "é" is two bytes
 
 
 def test_tokenize_in_another_vocabulary(client, models):
     text = "The patient was admitted with severe chest pain."
     answer = client.post("/tokenize", json={"inputs": text, "vocab": "reviews-600", "add_special_tokens": False})
-    assert [t["text"] for t in answer.json()[0]] == models.vocabularies["reviews-600"].tokenize(text)
+    assert [t["piece"] for t in answer.json()[0]] == models.vocabularies["reviews-600"].tokenize(text)
     unknown = client.post("/tokenize", json={"inputs": text, "vocab": "/etc/passwd"})
     assert unknown.status_code == 422 and "minilm" in unknown.json()["error"]  # names only: no path reaches a file
 

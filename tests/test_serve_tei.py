@@ -291,7 +291,7 @@ def test_a_folders_pooling_and_prompts_are_served_as_sentence_transformers_encod
     assert info["default_prompt"] == "query: "
     assert cosines(default, reference.encode(TEXTS)).min() >= 0.9999
     assert cosines(passage, reference.encode(TEXTS, prompt_name="passage")).min() >= 0.9999
-    assert [t["text"] for t in tokens] == ["[CLS]", "passage", ":", "ok", "[SEP]"]
+    assert [t["piece"] for t in tokens] == ["[CLS]", "passage", ":", "ok", "[SEP]"]
     with TestClient(create_app(load_models(str(cls_prompted_dir)), ServeSettings(default_prompt_name="passage"))) as c:
         np.testing.assert_allclose(c.post("/embed", json={"inputs": TEXTS}).json(), passage, atol=1e-6)
     with pytest.raises(ValueError, match="query, document, passage"):

@@ -18,7 +18,8 @@ router = APIRouter(responses=ERRORS)
 
 
 @router.post("/tokenize", tags=["text"], response_model=list[list[Token]],
-             summary="WordPiece tokens with ids and character offsets, in any of the server's vocabularies")
+             summary="Tokens with ids and byte offsets (TEI's answer, and each WordPiece piece), in any of the "
+                     "server's vocabularies")
 async def tokenize(body: TokenizeRequest, server: Server = Depends(current_server)):
     models = server.models
     name = body.vocab or models.embedding.name
@@ -32,14 +33,36 @@ async def tokenize(body: TokenizeRequest, server: Server = Depends(current_serve
 
 
 def token_table(tokenizer, texts: list[str], add_special_tokens: bool) -> list[list[dict]]:
-    """TEI's /tokenize answer: per text, per token {id, text, special, start, stop} (character offsets)."""
+    """TEI's /tokenize answer: per text, per token {id, text, special, start, stop}, as TEI's `into_tokens` gives
+    it: a real token's text is the input's own span (its case and accents; "ing", not "##ing") and start / stop
+    are UTF-8 byte offsets into the input; a special token has its own name and no offsets. `piece`, beside
+    them, is the vocabulary's piece ("##ing"), which the explorer's token table shows."""
     encoded = tokenizer(texts, add_special_tokens=add_special_tokens, return_offsets_mapping=True,
                         return_special_tokens_mask=True)
-    return [[{"id": i, "text": text, "special": bool(special), "start": None if special else start,
-              "stop": None if special else stop}
-             for i, text, special, (start, stop) in zip(ids, tokenizer.convert_ids_to_tokens(ids), specials, offsets)]
-            for ids, specials, offsets in zip(encoded["input_ids"], encoded["special_tokens_mask"],
-                                              encoded["offset_mapping"])]
+    return [[token_entry(i, piece, bool(special), start, stop, text, byte_offsets)
+             for i, piece, special, (start, stop) in zip(ids, tokenizer.convert_ids_to_tokens(ids), specials, offsets)]
+            for text, byte_offsets, ids, specials, offsets in zip(
+                texts, map(utf8_offsets, texts), encoded["input_ids"], encoded["special_tokens_mask"],
+                encoded["offset_mapping"])]
+
+
+def token_entry(token_id: int, piece: str, special: bool, start: int, stop: int, text: str,
+                byte_offsets: list[int] | None) -> dict:
+    if special:
+        return {"id": token_id, "text": piece, "special": True, "start": None, "stop": None, "piece": piece}
+    byte_start, byte_stop = (start, stop) if byte_offsets is None else (byte_offsets[start], byte_offsets[stop])
+    return {"id": token_id, "text": text[start:stop], "special": False, "start": byte_start, "stop": byte_stop,
+            "piece": piece}
+
+
+def utf8_offsets(text: str) -> list[int] | None:
+    """Each character offset's UTF-8 byte offset (len(text) + 1 of them); None for ASCII, where they are equal."""
+    if text.isascii():
+        return None
+    offsets = [0]
+    for character in text:
+        offsets.append(offsets[-1] + len(character.encode("utf-8", "surrogatepass")))
+    return offsets
 
 
 @router.post("/decode", tags=["text"], response_model=list[str], summary="Token ids back to text (TEI's /decode)")

@@ -104,10 +104,11 @@ class TokenizeRequest(BaseModel):
 
 class Token(BaseModel):
     id: int
-    text: str
+    text: str = Field(description="the input's span (a special token's name), as TEI gives it")
     special: bool
-    start: int | None = Field(description="character offset where the token starts (None for special tokens)")
+    start: int | None = Field(description="UTF-8 byte offset where the token starts, as TEI's (None: special)")
     stop: int | None
+    piece: str = Field(description="the vocabulary's piece, e.g. ##ing (bertforge's, beside TEI's fields)")
 
 
 class DecodeRequest(BaseModel):

@@ -58,7 +58,7 @@ async function showTokens(text) {
   const rows = Math.max(0, ...columns.map((column) => column.length));
   // A piece differs when the first vocabulary has no piece with the same text over the same characters:
   // compared by token, so one extra split early in a column does not mark every row below it.
-  const key = (token) => `${token.start}:${token.stop}:${token.text}`;
+  const key = (token) => `${token.start}:${token.stop}:${token.piece}`;
   const firstPieces = new Set(columns[0].map(key));
   const table = $("token-table");
   const head = element("thead");
@@ -72,7 +72,7 @@ async function showTokens(text) {
     columns.forEach((column, i) => {
       const token = column[row];
       const differs = token !== undefined && i > 0 && !firstPieces.has(key(token));
-      tr.append(element("td", token ? token.text : "", differs ? { class: "differs" } : {}));
+      tr.append(element("td", token ? token.piece : "", differs ? { class: "differs" } : {}));
     });
     body.append(tr);
   }
