@@ -336,3 +336,39 @@ def test_sharded_pytorch_weights_are_named_for_what_they_are(minilm_dir, tmp_pat
     (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": {"x": "pytorch_model-1.bin"}}))
     with pytest.raises(ValueError, match="sharded pytorch_model.bin files, which bertforge does not read"):
         BertModel.from_pretrained(folder)
+
+
+@pytest.mark.parametrize("rename, message", [
+    (lambda key: f"encoder_model.{key}", "under the prefix 'encoder_model.'"),
+    (lambda key: f"model.bert.{key}", "under the prefix 'model.bert.'"),
+    (lambda key: key.replace("embeddings", "embed").replace("encoder", "layers"), "holds none of BertModel's weights")],
+    ids=["wrapper-prefix", "nested-prefix", "other-names"])
+def test_a_checkpoint_with_none_of_berts_weights_is_refused_naming_the_prefix(rename, message, minilm_dir, tmp_path,
+                                                                              capsys):
+    """A BERT saved from a wrapper (its weights under "encoder_model.") loaded as a random model behind a warning
+    of 100 names: `embed` exited 0 with noise for vectors."""
+    folder = shutil.copytree(minilm_dir, tmp_path / "wrapped")
+    from safetensors.torch import save_file
+
+    save_file({rename(key): value for key, value in load_file(str(minilm_dir / "model.safetensors")).items()},
+              str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=message):
+        BertModel.from_pretrained(folder)
+    from bertforge.cli.parser import main
+
+    assert main(["embed", str(minilm_dir / "vocab.txt"), str(tmp_path / "v.npy"), "--model", str(folder)]) == 1
+    error = capsys.readouterr().err
+    assert message in error and len(error.splitlines()) == 1 and not (tmp_path / "v.npy").exists()
+
+
+def test_a_warning_about_weights_names_a_few_blocks_and_counts_the_rest(minilm_dir, tmp_path, caplog):
+    folder = shutil.copytree(minilm_dir, tmp_path / "half")
+    from safetensors.torch import save_file
+
+    weights = load_file(str(minilm_dir / "model.safetensors"))
+    save_file({key: value for key, value in weights.items() if "layer.0." in key or "embeddings" in key},
+              str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        BertModel.from_pretrained(folder)
+    [report] = [r.getMessage() for r in caplog.records if "newly initialised" in r.getMessage()]
+    assert "80 weights" in report and "and 32 more" in report and report.count("encoder.layer.") == 8

@@ -68,6 +68,7 @@ class BertPreTrainedModel(nn.Module):
             # A BertModel read from a checkpoint saved without a pooler (a masked LM's, a token classifier's): none,
             # as transformers builds those; a random one gave pooler_output (and pooling="pooler") new noise each load
             model.pooler = None
+        check_encoder_found(state_dict, unused, cls.__name__, weights_file)
         check_unused(unused, config, cls.__name__, weights_file)
         check_shapes(state_dict, model, weights_file)
         missing, _ = model.load_state_dict(state_dict, strict=False)
@@ -270,6 +271,23 @@ def check_unused(unused: list[str], config: BertConfig, class_name: str, weights
                        class_name, len(unused), weights_file.name, ", ".join(summarise_keys(unused)))
 
 
+def check_encoder_found(matched: dict, unused: list[str], class_name: str, weights_file: Path) -> None:
+    """A checkpoint none of whose weights is the encoder's (saved by a wrapper under its own prefix,
+    "model.encoder.layer.0..."): every weight would be drawn at random, and its vectors or predictions
+    noise behind a warning. transformers loads it so; every command here would then answer without error."""
+    if any(key.removeprefix("bert.").startswith(("embeddings.", "encoder.")) for key in matched):
+        return
+    found = next((key for key in unused if "embeddings.word_embeddings" in key), None)
+    if found is None:
+        raise ValueError(f"{weights_file} holds none of {class_name}'s weights (it has {len(unused)} others, e.g. "
+                         f"{', '.join(summarise_keys(unused)[:3]) or 'none'}): it is not a BERT checkpoint; "
+                         "give a folder saved by save_pretrained")
+    prefix = found[:found.index("embeddings.word_embeddings")]
+    raise ValueError(f"{weights_file} holds BERT's weights under the prefix {prefix!r} (e.g. {found}), where BERT "
+                     "reads them without it: saved from a wrapper around the model; save the BERT module itself with "
+                     "save_pretrained, or rename the weights without the prefix")
+
+
 def weight_names(folder: Path) -> set[str]:
     """The names of the tensors a checkpoint folder stores, read without loading the tensors where possible."""
     from safetensors import SafetensorError, safe_open
@@ -324,11 +342,12 @@ def check_vocab_fits(folder: Path, config: BertConfig) -> None:
         )
 
 
-def summarise_keys(keys: list[str]) -> list[str]:
-    """Name the blocks (`classifier`, `pooler`) rather than list every weight of a fresh head."""
+def summarise_keys(keys: list[str], shown: int = 8) -> list[str]:
+    """Name the blocks (`classifier`, `pooler`) rather than list every weight of a fresh head; past `shown`
+    blocks, how many more (a warning of 100 names is read by no one)."""
     blocks = []
     for key in keys:
         block = key.rsplit(".", 1)[0]
         if block not in blocks:
             blocks.append(block)
-    return blocks
+    return blocks if len(blocks) <= shown else [*blocks[:shown], f"and {len(blocks) - shown} more"]
