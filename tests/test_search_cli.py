@@ -79,6 +79,9 @@ def test_bad_input_is_one_line(capsys, minilm_index, tmp_path, austen_files):
         (("search", tmp_path / "nowhere", "anything"), "does not exist", failed),
         (("search", minilm_index, "anything", "--top-k", "0"), "--top-k: must be at least 1, got 0", usage),
         (("index", "build", root / "emma.txt", "--output", tmp_path / "y", "--kind", "lsh"), "invalid choice: 'lsh'", usage),
+        # taken and never read before: a flat index has no effort to tune
+        (("index", "build", root / "emma.txt", "--output", tmp_path / "y", "--kind", "flat", "--tune-queries",
+          root / "more.txt"), "no effort to tune (leave out --tune-queries", usage),
     ]
     for argv, message, expected in cases:
         code, _, err = run(capsys, *argv)

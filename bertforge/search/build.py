@@ -182,6 +182,9 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
     read_file = output.with_name(output.name + ".passages.jsonl")
     corpus = index_input(source, read_file, text_field, id_field)
     total = checked_total(corpus.file)
+    if tune_queries is not None and kind == "flat":  # taken and never read, the user left thinking it tuned
+        raise UsageError("a flat index searches exactly; it has no effort to tune (leave out --tune-queries, or "
+                         "build an ivf or hnsw index)")
     if tune_queries is not None:  # read_passages would call it a corpus
         require_file(tune_queries, "tune-queries file")
     query_texts = [p.text for p in read_passages(tune_queries)] if tune_queries is not None else None
