@@ -21,12 +21,10 @@ from torch import Tensor, nn
 from ..atomic import published_folder
 from ..resources import resolve_model
 from .config import CONFIG_NAME, BertConfig
+from .weight_files import WEIGHTS_PYTORCH, WEIGHTS_SAFETENSORS, WEIGHTS_SAFETENSORS_INDEX
 
 logger = logging.getLogger("bertforge")
 
-WEIGHTS_SAFETENSORS = "model.safetensors"
-WEIGHTS_SAFETENSORS_INDEX = "model.safetensors.index.json"
-WEIGHTS_PYTORCH = "pytorch_model.bin"
 # Buffers that old checkpoints saved and we recompute.
 IGNORED_KEYS = ("embeddings.position_ids", "embeddings.token_type_ids")
 
@@ -157,7 +155,7 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
 # pytorch_model.bin, no ONNX or OpenVINO exports). A sentence-transformers repository keeps its pooling,
 # normalisation, prompts and length in modules.json and its module folders (1_Pooling/config.json): without
 # them a CLS-pooled, normalised model would be read as a plain, mean-pooled one.
-HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "vocab.txt",
+HUB_FILES = [CONFIG_NAME, "*.safetensors", WEIGHTS_SAFETENSORS_INDEX, "vocab.txt",
              "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
              "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "[0-9]_*/*.json",
              "[0-9]_*/vocab.txt"]

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .weight_files import WEIGHT_FILES
+
 MODULES_FILE = "modules.json"
 ST_CONFIG_FILE = "config_sentence_transformers.json"
 HF_CONFIG_FILE = "config.json"
@@ -59,8 +61,7 @@ MODULE_ROLES = {"Transformer": "transformer", "BERT": "transformer", "Pooling": 
 # tokenizer_config.json says this (transformers' VERY_LARGE_INTEGER) when it knows no limit.
 UNKNOWN_MAX_LENGTH = int(1e20)
 # The files that decide what a model computes: weights, configuration and vocabulary (`model_fingerprint`).
-FINGERPRINT_FILES = ("config.json", "model.safetensors.index.json", "pytorch_model.bin", "vocab.txt",
-                     "tokenizer.json")
+FINGERPRINT_FILES = ("config.json", *WEIGHT_FILES, "vocab.txt", "tokenizer.json")
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from safetensors.torch import load_file
 from ..errors import BertforgeError
 from ..input_files import fingerprints
 from ..models.folder import is_model_folder, model_fingerprint, read_model_folder
+from ..models.weight_files import WEIGHTS_SAFETENSORS
 from ..resources import resolve_model
 from ..settings import PATH_KIND
 from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_state
@@ -184,7 +185,7 @@ def restore(checkpoint: Path, model, optimizer, scheduler, batches, device, best
     state = load_trainer_state(checkpoint)
     if config is not None:
         check_resumable(state, config, inputs, checkpoint)
-    weights = load_file(str(checkpoint / "model" / "model.safetensors"), device=str(device))
+    weights = load_file(str(checkpoint / "model" / WEIGHTS_SAFETENSORS), device=str(device))
     model.load_state_dict(weights, strict=False)  # tied weights are not stored; they follow their twin
     if state.get("training_only") is not None:
         model.load_training_only_state_dict(state["training_only"])

@@ -35,6 +35,7 @@ from typing import Iterator
 
 from ..atomic import remove_stale_temporaries, write_text
 from ..errors import BertforgeError, UsageError
+from ..models.weight_files import WEIGHT_FILES
 from .checkpointing import STEP_PATTERN, list_checkpoints
 from .run_log import METRICS_FILE, read_records
 
@@ -49,7 +50,6 @@ RUN_FILES = (METRICS_FILE, "results.json", "scores.csv", "curves.png", "tensorbo
 INDEX_META, INDEX_FORMAT = "meta.json", "bertforge-index"
 ADAPT_MARKER = "adapt.json"
 CORPUS_TOKENS = "tokens.bin"
-CHECKPOINT_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
 @contextlib.contextmanager
@@ -134,7 +134,7 @@ def other_output(folder: Path) -> str | None:
         return f"an adapt output folder ({ADAPT_MARKER})"
     if (folder / CORPUS_TOKENS).is_file():
         return f"a prepared corpus ({CORPUS_TOKENS})"
-    if (folder / "config.json").is_file() and any((folder / name).exists() for name in CHECKPOINT_WEIGHTS):
+    if (folder / "config.json").is_file() and any((folder / name).exists() for name in WEIGHT_FILES):
         return "a model checkpoint (config.json and its weights)"  # a run keeps its models in subfolders (best/)
     try:
         meta = json.loads((folder / INDEX_META).read_text(encoding="utf-8"))
