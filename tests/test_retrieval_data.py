@@ -47,8 +47,11 @@ def test_retrieval_set_reading_and_its_errors(tmp_path):
     write(tmp_path / "qrels.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t0\n")
     loaded = read_retrieval_set(tmp_path / "queries.jsonl", tmp_path / "corpus.jsonl", tmp_path / "qrels.tsv")
     assert (loaded.query_ids, loaded.corpus, loaded.relevant) == (["q1"], ["Cats a cat", "dog"], {"q1": ["d1"]})
-    write(tmp_path / "bad-qrels.tsv", "q1\td9\t1\n")
-    with pytest.raises(ValueError, match="names document 'd9', which is not in"):
+    write(tmp_path / "some-missing.tsv", "q1\td9\t1\nq1\td1\t1\n")  # kept: d9 counts as never found (BEIR's sets)
+    kept = read_retrieval_set(tmp_path / "queries.jsonl", tmp_path / "corpus.jsonl", tmp_path / "some-missing.tsv")
+    assert kept.relevant == {"q1": ["d9", "d1"]}
+    write(tmp_path / "bad-qrels.tsv", "q1\td9\t1\n")  # none of its documents in the corpus: ids that do not match
+    with pytest.raises(ValueError, match="none of the documents it names is in .* \\(e.g. 'd9'\\)"):
         read_retrieval_set(tmp_path / "queries.jsonl", tmp_path / "corpus.jsonl", tmp_path / "bad-qrels.tsv")
     write(tmp_path / "bad-corpus.jsonl", '{"id": "d1", "text": "x"}\n')
     with pytest.raises(ValueError, match="bad-corpus.jsonl:1: a record needs its id under '_id'"):

@@ -54,8 +54,29 @@ def test_bad_inputs():
         retrieval_metrics(np.zeros((2, 3)), [[0], []])
     with pytest.raises(ValueError, match="one relevant set per query"):
         retrieval_metrics(np.zeros((2, 3)), [[0]])
-    with pytest.raises(ValueError, match="not in the corpus"):
-        relevant_indices(["q"], ["a", "b"], {"q": ["c"]})
+
+
+def test_a_querys_own_document_is_never_found_even_in_a_corpus_no_deeper_than_the_ranking():
+    """Pushed to -inf, the own document was still ranked (last) within a 4-document corpus's top 10 and counted as
+    found: recall@10 1.0 and nDCG@10 0.6509 where BEIR's ignore_identical_ids gives 0.5 and 0.3869; adapt's
+    recall@100 on 50 passages 1.0 for 0.0."""
+    scores = np.array([[0.9, 0.5, 0.2, 1.0]])  # document 3 is the query's own copy, and judged relevant
+    metrics = retrieval_metrics(scores, [[3, 1]], exclude=[3])
+    assert metrics["recall@10"] == 0.5 and metrics["mrr@10"] == 0.5
+    assert metrics["ndcg@10"] == pytest.approx((1 / math.log2(3)) / (1 + 1 / math.log2(3)))  # 0.3869
+    scores = np.random.default_rng(0).random((1, 50))
+    assert retrieval_metrics(scores, [[7]], exclude=[7], recall_at=(1, 10, 100))["recall@100"] == 0.0
+
+
+def test_a_relevant_document_missing_from_the_corpus_is_relevant_and_never_found(caplog):
+    """As pytrec_eval and sentence-transformers' evaluator count it (the whole set was refused before)."""
+    with caplog.at_level("WARNING", logger="bertforge"):
+        relevant = relevant_indices(["q1", "q2"], ["a", "b"], {"q1": ["a", "c"], "q2": ["c", "d"]})
+    assert relevant[0][0] == 0 and relevant[0][1] < -1 and relevant[1][0] == relevant[0][1] != relevant[1][1] < -1
+    assert "2 relevant document(s) in the qrels are not in the corpus (e.g. 'c')" in caplog.text
+    metrics = retrieval_metrics(np.array([[0.9, 0.1], [0.5, 0.4]]), relevant)
+    assert metrics["recall@10"] == pytest.approx((0.5 + 0.0) / 2)
+    assert metrics["ndcg@10"] == pytest.approx((1 / (1 + 1 / math.log2(3)) + 0.0) / 2)
 
 
 def test_spearman():

@@ -12,10 +12,13 @@ in id order; an audit's exact duplicates, 2026-11-27, moved nDCG@10 0.745 -> 0.8
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 from scipy import stats
+
+logger = logging.getLogger("bertforge")
 
 RECALL_AT = (1, 10)
 MRR_AT = 10
@@ -52,11 +55,13 @@ def retrieval_metrics(scores: np.ndarray, relevant: Sequence[Sequence[int]], *,
     if scores.ndim != 2 or len(relevant) != scores.shape[0]:
         raise ValueError(f"scores must be (queries, documents) with one relevant set per query; got scores "
                          f"{scores.shape} and {len(relevant)} relevant sets")
-    if exclude is not None:
-        for query, document in enumerate(exclude):
-            if document is not None:
-                scores[query, document] = -np.inf
-    return ranking_metrics(top_k(scores, max(*recall_at, MRR_AT, NDCG_AT)), relevant, recall_at=recall_at)
+    excluded = [(query, document) for query, document in enumerate(exclude or ()) if document is not None]
+    for query, document in excluded:
+        scores[query, document] = -np.inf
+    ranked = top_k(scores, max(*recall_at, MRR_AT, NDCG_AT))
+    for query, document in excluded:  # ranked last, yet within the depth of a corpus no larger than it: not found
+        ranked[query][ranked[query] == document] = -1
+    return ranking_metrics(ranked, relevant, recall_at=recall_at)
 
 
 def ranking_metrics(ranked: np.ndarray, relevant: Sequence[Sequence[int]], *,
@@ -87,18 +92,25 @@ def relevant_indices(query_ids: Sequence[str], corpus_ids: Sequence[str],
                      relevant: Mapping[str, Sequence[str]]) -> list[list[int]]:
     """qrels by id -> corpus positions per query, in query order.
 
-    Raises ValueError naming a query without relevant documents or a relevant id not in the corpus.
+    A relevant id the corpus lacks (BEIR's sets have a few) is relevant and never found, as pytrec_eval and
+    sentence-transformers' evaluator count it: a position of its own below -1, which no ranking holds; said
+    once in a warning, with how many. Raises ValueError naming a query without relevant documents.
     """
     position = {doc_id: index for index, doc_id in enumerate(corpus_ids)}
+    unfindable: dict[str, int] = {}
     indices = []
     for query_id in query_ids:
         documents = relevant.get(query_id, ())
-        missing = [doc_id for doc_id in documents if doc_id not in position]
-        if missing:
-            raise ValueError(f"query {query_id!r}: relevant document {missing[0]!r} is not in the corpus")
         if not documents:
             raise ValueError(f"query {query_id!r} has no relevant document in the qrels; drop it or add one")
-        indices.append([position[doc_id] for doc_id in documents])
+        for doc_id in documents:
+            if doc_id not in position:
+                unfindable.setdefault(doc_id, -2 - len(unfindable))
+        indices.append([position[doc_id] if doc_id in position else unfindable[doc_id] for doc_id in documents])
+    if unfindable:
+        example = next(iter(unfindable))
+        logger.warning("%d relevant document(s) in the qrels are not in the corpus (e.g. %r): counted as relevant "
+                       "and never found, as BEIR's evaluation counts them", len(unfindable), example)
     return indices
 
 
