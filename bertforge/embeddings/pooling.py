@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..models.folder import POOLING_JOIN
+from ..models.folder import POOLING_JOIN, POOLING_MODES
 
 
 def cls_pool(states: Tensor, attention_mask: Tensor) -> Tensor:
@@ -53,14 +53,17 @@ POOL_FUNCTIONS = {"cls": cls_pool, "mean": mean_pool, "max": max_pool, "mean_sqr
 
 
 def pooling_modes(pooling: str) -> tuple[str, ...]:
-    """"cls+mean" -> ("cls", "mean"); ValueError naming the valid modes for an unknown one."""
+    """"mean+cls" -> ("cls", "mean"): the modes in the order sentence-transformers concatenates them (its
+    Pooling's, whatever order they are named in), since a saved folder says only which modes it pools; in the
+    order named, a "mean+cls" model trained [mean | cls] and was read back [cls | mean] (its Matryoshka prefixes
+    another vector). ValueError naming the valid modes for an unknown one."""
     modes = tuple(pooling.split(POOLING_JOIN)) if isinstance(pooling, str) else (pooling,)
     unknown = [mode for mode in modes if mode not in POOL_FUNCTIONS]
     if unknown:
         common, others = ("cls", "mean", "max", "pooler"), tuple(m for m in POOL_FUNCTIONS if m not in ("cls", "mean", "max"))
         raise ValueError(f"pooling={pooling!r} is not one of {common}, sentence-transformers' {others}, "
                          f"nor modes joined by {POOLING_JOIN!r} (e.g. 'cls{POOLING_JOIN}mean')")
-    return modes
+    return tuple(sorted(modes, key=POOLING_MODES.index))
 
 
 def pool(states: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:

@@ -137,9 +137,10 @@ class BiEncoder(nn.Module):
         self.prompts, self.default_prompt_name = dict(prompts or {}), default_prompt_name
         self.do_lower_case = do_lower_case
         self.objective = objective or Objective()
-        too_wide = [d for d in self.objective.matryoshka_dims if d > bert.config.hidden_size]
+        width = bert.config.hidden_size * len(pooling_modes(pooling))  # "cls+mean" concatenates two
+        too_wide = [d for d in self.objective.matryoshka_dims if d > width]
         if too_wide:
-            raise ValueError(f"matryoshka_dims {too_wide} exceed the model's {bert.config.hidden_size} dimensions; "
+            raise ValueError(f"matryoshka_dims {too_wide} exceed the model's {width} dimensions; "
                              "use prefixes no longer than the vector")
 
     @property
