@@ -181,6 +181,18 @@ def test_mlm_only_instances_pack_sentences_without_a_label(corpus):
     assert "next_sentence_label" not in batch
 
 
+@pytest.mark.parametrize("length", [128, 256])
+def test_fifteen_percent_of_real_tokens_are_masked_at_any_sequence_length(corpus, length):
+    """A fixed cap of 20 predictions (create_pretraining_data's, sized for 128 tokens) masked 8% of 256-token
+    sequences and 4% of 512-token ones; the cap now follows the length unless the recipe sets one."""
+    assert PretrainingConfig(max_seq_length=512).max_predictions_per_seq == 77  # Google's run_pretraining: 80
+    dataset = PretrainingDataset(corpus, PretrainingConfig(max_seq_length=length), seed=0)
+    instances = [instance for _, instance in zip(range(200), dataset)]
+    real = sum(int((instance["input_ids"] != corpus.sep_token_id).sum()) - 1 for instance in instances)
+    masked = sum(int((instance["labels"] != -100).sum()) for instance in instances)
+    assert 0.14 < masked / real < 0.16
+
+
 def test_whole_word_masking_dataset_keeps_words_whole(corpus):
     dataset = PretrainingDataset(corpus, PretrainingConfig(whole_word=True), seed=7)
     continuation = np.array([token.startswith("##") for token in corpus.vocab_tokens])
