@@ -219,3 +219,26 @@ def test_bad_recipe_is_explained(tmp_path, corpus_files):
         PretrainRecipe.from_file(recipe, ["max_steps"])
     with pytest.raises(ValueError, match="precision"):
         PretrainRecipe.from_file(recipe, ["training.precision=fp16"])
+
+
+def test_a_vocabulary_beside_a_checkpoint_is_its_own_or_refused(cassette_dir, corpus_files, tmp_path, capsys):
+    """tokenizer.vocab beside model.init_from was dropped without a word (a 30,525-token vocabulary: the corpus read
+    with the checkpoint's 30,522); a checkpoint without vocabulary files refused the one given."""
+    from bertforge.cli.parser import main
+    from bertforge.tasks.pretraining.recipe import checkpoint_vocabulary
+
+    grown = tmp_path / "grown"
+    grown.mkdir()
+    vocab = (cassette_dir / "tokenizer.json").read_text(encoding="utf-8")
+    tokens = sorted((ids := json.loads(vocab)["model"]["vocab"]), key=ids.get) + ["kellynch", "uppercross"]
+    (grown / "vocab.txt").write_text("".join(token + "\n" for token in tokens), encoding="utf-8")
+    recipe = write_recipe(tmp_path, corpus_files, max_steps=1)
+    flags = ["--init-from", str(cassette_dir), f"tokenizer.vocab={grown}"]
+    assert main(["pretrain", "--config", str(recipe), *flags]) == 2
+    error = capsys.readouterr().err
+    assert "(30,524 tokens) is not the vocabulary of model.init_from" in error and len(error.splitlines()) == 1
+    bare = tmp_path / "weights-only"  # config and weights, no vocabulary: the recipe's is read
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (bare / name).write_bytes((cassette_dir / name).read_bytes())
+    assert checkpoint_vocabulary(str(bare), str(cassette_dir)).vocab_size == 30522

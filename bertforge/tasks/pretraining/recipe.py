@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from ...models.config import BertConfig
 from .dataset import PretrainingConfig, PretrainingDataset
 from ...atomic import published_folder, write_text
-from ...errors import BertforgeError
+from ...errors import BertforgeError, UsageError
 from ...input_files import changed_inputs, fingerprints
 from ...train.run_folder import claim_run_folder
 from .corpus import TEXT_RULE, DocumentBoundary, expand_paths
@@ -97,6 +97,8 @@ def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Top
     TRAINED_ON record) is the user's: a new run stops rather than replace it.
     """
     settings = recipe.tokenizer
+    if recipe.model.init_from and settings.vocab:
+        return checkpoint_vocabulary(recipe.model.init_from, settings.vocab)
     source = recipe.model.init_from or settings.vocab
     if source:
         return load_vocabulary(source)
@@ -124,6 +126,23 @@ def load_or_train_tokenizer(recipe: PretrainRecipe, run_dir: Path, topology: Top
                     {"settings": wanted, "source_files": fingerprints(files)}, indent=2) + "\n")
     barrier(topology)
     return BertTokenizer.from_pretrained(trained)
+
+
+def checkpoint_vocabulary(init_from: str, vocab: str) -> BertTokenizer:
+    """The vocabulary a continued run reads with when the recipe names one beside its checkpoint: the given one
+    where the checkpoint has none of its own or the same; another is refused, since the checkpoint's embedding
+    rows are its own vocabulary's ids (it was dropped without a word, and the corpus read with the checkpoint's)."""
+    given = load_vocabulary(vocab)
+    try:
+        own = load_vocabulary(init_from)
+    except ValueError:  # weights and config without vocabulary files: the recipe's is the one to read with
+        return given
+    if own.vocab != given.vocab:
+        raise UsageError(f"tokenizer.vocab {vocab} ({given.vocab_size:,} tokens) is not the vocabulary of "
+                         f"model.init_from {init_from} ({own.vocab_size:,}), whose embeddings are rows of its own; "
+                         "leave tokenizer.vocab out to continue with it (to add a corpus's pieces to it, "
+                         "`bertforge adapt --vocab new` grows the checkpoint first)")
+    return given
 
 
 def tokenized_corpus(paths: list[str], tokenizer: BertTokenizer, folder: Path, data: DataSettings,
