@@ -169,6 +169,17 @@ def test_multi_label_cells_split_on_the_separator():
     assert LabelSpace.infer(["a;b", "c"], "multi_label_classification", label_separator=";").labels == ["a", "b", "c"]
 
 
+def test_cells_joining_labels_make_a_multi_label_task_without_being_told(caplog):
+    """The README's "`a|b` in a cell": a CSV's "sunny|rainy" was a class of its own (a 4-class softmax where the
+    same data as JSON lists trained multi-label over 3), in finetune and baseline alike, without a word."""
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        space = LabelSpace.infer(["sunny|rainy", "sunny", "rainy", "snowy"])
+    assert (space.problem_type, space.labels) == ("multi_label_classification", ["rainy", "snowy", "sunny"])
+    assert "1 cells join labels with '|', so the task is multi-label" in caplog.text
+    assert LabelSpace.infer(["a|b", "c"], "single_label_classification").labels == ["a|b", "c"]  # when told
+    assert LabelSpace.infer(["neg", "pos"]).problem_type == "single_label_classification"
+
+
 def test_regression_values_must_be_numbers():
     space = LabelSpace.infer(["0.5", "4", 3], problem_type="regression")
     assert space.num_labels == 1 and space.id2label == {0: "LABEL_0"}

@@ -2,6 +2,7 @@
 Face's `problem_type` names), and labels to tensors; from training labels or a fine-tuned model's config."""
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,6 +11,8 @@ import numpy as np
 import torch
 
 from .reader import _MAX_LISTED, PROBLEM_TYPES
+
+logger = logging.getLogger("bertforge")
 
 
 def output_function(problem_type: str | None, num_labels: int) -> str:
@@ -74,8 +77,8 @@ class LabelSpace:
     def infer(cls, raw_labels: Sequence, problem_type: str | None = None, label_separator: str = "|") -> LabelSpace:
         """The label space of training labels (raw values as `read_rows` returns them).
 
-        problem_type None means multi-label when any raw label is a list, else single-label;
-        regression is never guessed. Raises ValueError for an unknown problem_type, a regression
+        problem_type None means multi-label when any raw label is a list or a cell joins labels with
+        label_separator ("sunny|rainy"), else single-label; regression is never guessed. Raises ValueError for an unknown problem_type, a regression
         value that is not a finite number, no labels, or a single-label column with one class.
         """
         if problem_type is not None and problem_type not in PROBLEM_TYPES:
@@ -84,8 +87,7 @@ class LabelSpace:
         if not raw_labels:
             raise ValueError("no labels to infer a label space from; check the label column")
         if problem_type is None:
-            is_multi = any(isinstance(value, list) for value in raw_labels)
-            problem_type = "multi_label_classification" if is_multi else "single_label_classification"
+            problem_type = guessed_problem_type(raw_labels, label_separator)
         space = cls(problem_type, [], label_separator)
         if problem_type == "regression":
             for value in raw_labels:
@@ -174,6 +176,19 @@ def _as_name(value) -> str:
         raise ValueError(f"label {value!r} is a {type(value).__name__}; a single-label task needs one value per "
                          "row (for several labels per row use problem_type='multi_label_classification')")
     return value.strip() if isinstance(value, str) else str(value)
+
+
+def guessed_problem_type(raw_labels: list, separator: str) -> str:
+    """Multi-label for JSON lists or cells joining labels with `separator` (said in a warning: a CSV's "a|b" was
+    trained as a class of its own, the README's promise broken), else single-label."""
+    if any(isinstance(value, list) for value in raw_labels):
+        return "multi_label_classification"
+    joined = sum(isinstance(value, str) and separator in value for value in raw_labels)
+    if not joined:
+        return "single_label_classification"
+    logger.warning("labels: %d cells join labels with %r, so the task is multi-label; if %r is part of a label's "
+                   "name, set data.problem_type=single_label_classification", joined, separator, separator)
+    return "multi_label_classification"
 
 
 def _as_float(value, row: int | None = None) -> float:
