@@ -242,3 +242,20 @@ def test_a_vocabulary_beside_a_checkpoint_is_its_own_or_refused(cassette_dir, co
     for name in ("config.json", "model.safetensors"):
         (bare / name).write_bytes((cassette_dir / name).read_bytes())
     assert checkpoint_vocabulary(str(bare), str(cassette_dir)).vocab_size == 30522
+
+
+def test_a_checkpoint_of_one_token_type_with_sentence_pairs_is_refused_in_one_line(corpus_files, tmp_path, capsys):
+    """type_vocab_size 1 (RoBERTa-like BERTs) and NSP's second segment: an IndexError 25 frames deep at step 1."""
+    from bertforge import BertConfig, BertForMaskedLM, BertTokenizer
+    from bertforge.cli.parser import main
+
+    config = BertConfig(vocab_size=1500, type_vocab_size=1, **TINY_MODEL)
+    BertForMaskedLM(config).save_pretrained(tmp_path / "one-type",
+                                            tokenizer=BertTokenizer.from_pretrained(corpus_files / "vocab"))
+    recipe = write_recipe(tmp_path, corpus_files, max_steps=1)
+    assert main(["pretrain", "--config", str(recipe), "--init-from", str(tmp_path / "one-type")]) == 2
+    error = capsys.readouterr().err
+    last = error.strip().splitlines()[-1]
+    assert "has one token type" in last and "data.instances.nsp=false" in last and "Traceback" not in error
+    assert main(["pretrain", "--config", str(recipe), "--init-from", str(tmp_path / "one-type"), "--overwrite",
+                 "data.instances.nsp=false"]) == 0

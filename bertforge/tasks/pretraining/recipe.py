@@ -209,6 +209,10 @@ def build_model(recipe: PretrainRecipe, tokenizer: BertTokenizer) -> BertForPreT
                                         max_position_embeddings=max(512, recipe.data.instances.max_seq_length),
                                         **recipe.model.overrides)
         model = BertForPreTraining(config)
+    if recipe.data.instances.nsp and model.config.type_vocab_size < 2:  # it failed at the first step, in 25 frames
+        raise UsageError(f"{recipe.model.init_from or 'the model'} has one token type (type_vocab_size "
+                         f"{model.config.type_vocab_size}), and next-sentence prediction needs two for its sentence "
+                         "pairs; continue without it: data.instances.nsp=false")
     if not recipe.data.instances.nsp:
         # Without sentence pairs no loss reaches the NSP head or the pooler it reads: frozen, they stay as they are,
         # as they did untrained, and DistributedDataParallel (which waits for every trainable weight's gradient)
