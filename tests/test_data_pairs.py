@@ -244,26 +244,27 @@ def test_property_pairs_fit_and_follow_the_rules(documents, max_seq_length, shor
 @settings(max_examples=60, deadline=None)
 @given(documents=st.lists(st.lists(st.integers(1, 90), min_size=1, max_size=12), min_size=1, max_size=3),
        max_seq_length=st.integers(5, 70), seed=st.integers(0, 2 ** 16))
-def test_property_mlm_only_packs_whole_sentences(documents, max_seq_length, seed):
+def test_property_mlm_only_packs_whole_sentences_and_reads_every_token_once(documents, max_seq_length, seed):
+    """A sentence longer than a sequence is read in consecutive windows (cut to one window at random ends, the
+    rest of a text without full stops was never trained on: 4,433 of 9,866 tokens kept, group_texts keeps all)."""
     corpus = random_documents(documents, seed)
     for document in range(corpus.num_documents):
         pairs = make_sentence_pairs(corpus, document, np.random.default_rng(seed), max_seq_length,
                                     short_seq_prob=0.0, nsp=False)
-        lengths, next_start = corpus.sentence_lengths(document), 0
+        lengths, read = corpus.sentence_lengths(document), []
         for pair in pairs:
             a = pair.plan.a
-            assert pair.plan.b is None and pair.next_sentence_label is None
-            assert a.start == next_start and len(pair.input_ids) <= max_seq_length
+            assert pair.plan.b is None and pair.next_sentence_label is None and len(pair.input_ids) <= max_seq_length
             assert pair.input_ids[0] == CLS and pair.input_ids[-1] == SEP and not pair.token_type_ids.any()
             full = corpus.tokens(document, a.start, a.end)
             assert pair.input_ids[1:-1].tolist() == full[a.trim_front:len(full) - a.trim_back].tolist()
+            read.extend(pair.input_ids[1:-1].tolist())
             packed = lengths[a.start:a.end].sum()
             if a.end - a.start > 1 or packed <= max_seq_length - 2:
                 assert a.trim_front == a.trim_back == 0 and packed <= max_seq_length - 2  # whole sentences
-            if a.end < len(lengths):  # the next sentence would not have fitted
+            if a.end < len(lengths) and not a.trim_front and not a.trim_back:  # the next would not have fitted
                 assert packed + lengths[a.end] > max_seq_length - 2
-            next_start = a.end
-        assert next_start == len(lengths)
+        assert read == corpus.tokens(document).tolist()  # every token once, in order
 
 
 def longest_instance(corpus, document, rng, short_seq_prob):

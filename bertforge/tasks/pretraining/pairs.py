@@ -168,9 +168,12 @@ def _plan_packed(document_index: int, lengths: np.ndarray, rng: np.random.Genera
         # Whole sentences while they fit the target; always at least one.
         fitting = int(np.searchsorted(ends, ends[start] + target_length, side="right")) - 1
         end = max(start + 1, fitting)
-        excess = int(ends[end] - ends[start]) - capacity
-        front = int(rng.binomial(excess, 0.5)) if excess > 0 else 0  # one long sentence: cut both ends at random
-        plans.append(PairPlan(Segment(document_index, start, end, front, max(excess, 0) - front), None, None))
+        length = int(ends[end] - ends[start])
+        # One sentence longer than a sequence (a text without full stops) is read in consecutive windows, as
+        # transformers' group_texts reads a stream: cut at both ends to one window, the rest was never trained on
+        for window_start in range(0, length, capacity) if length > capacity else (0,):
+            window_end = min(window_start + capacity, length)
+            plans.append(PairPlan(Segment(document_index, start, end, window_start, length - window_end), None, None))
         start = end
     return plans
 
