@@ -204,6 +204,10 @@ def test_label_space_round_trips_through_the_model_config():
     assert LabelSpace.from_config(BertConfig(id2label={1: "b", 0: "a"})).labels == ["a", "b"]
     with pytest.raises(ValueError, match="no id2label"):
         LabelSpace.from_config(BertConfig())
+    # a transformers regression of three values: predict wrote the first alone, as if it were the model's answer
+    three = BertConfig(id2label={0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}, problem_type="regression")
+    with pytest.raises(ValueError, match="a regression of 3 values .* reads regression models of one value"):
+        LabelSpace.from_config(three)
 
 
 # ---------------------------------------------------------------- windows

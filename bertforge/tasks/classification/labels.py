@@ -114,7 +114,7 @@ class LabelSpace:
         pipeline and sentence-transformers' CrossEncoder do (`output_function`). A sequence classifier whose config
         names no labels has transformers' default two, LABEL_0 and LABEL_1 (transformers 5 writes id2label only when
         it differs from them). Raises ValueError when the config has no id2label and is not a sequence classifier's,
-        or its ids are not 0..n-1.
+        its ids are not 0..n-1, or it is a regression of several values.
         """
         id2label = config.id2label
         if not id2label and any(name.endswith("ForSequenceClassification") for name in config.architectures or ()):
@@ -125,6 +125,10 @@ class LabelSpace:
         if sorted(id2label) != list(range(len(id2label))):
             raise ValueError(f"config id2label has ids {sorted(id2label)}; they must be 0..{len(id2label) - 1}")
         problem_type = config.problem_type or ("regression" if len(id2label) == 1 else "single_label_classification")
+        if problem_type == "regression" and len(id2label) > 1:  # its first value alone was written, without a word
+            raise ValueError(f"the model is a regression of {len(id2label)} values ({', '.join(id2label.values())}); "
+                             "bertforge reads regression models of one value: run it with transformers, or "
+                             "fine-tune one model per value")
         labels = [] if problem_type == "regression" else [id2label[index] for index in range(len(id2label))]
         return cls(problem_type, labels, output=output_function(config.problem_type, len(id2label)))
 
