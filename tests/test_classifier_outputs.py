@@ -150,3 +150,32 @@ def test_a_long_text_is_read_in_windows_alike_by_predict_and_the_server(combine,
         np.testing.assert_allclose(by_label(predicted[1]), pair_scores, atol=1e-5)
         truncated = client.post("/classify", json={"inputs": long_text, "truncate": True}).json()
         np.testing.assert_allclose(by_label(truncated), cut, atol=1e-5)
+
+
+@pytest.mark.parametrize("head", ["ner", "qa"])
+def test_a_checkpoint_of_few_positions_from_elsewhere_is_read_within_them(head, minilm_dir, tmp_path, capsys):
+    """NER and QA folders without task.json were read at the standard 128 / 384 tokens: a model of 64 positions
+    (a tiny or distilled one, saved by transformers) refused every input, and predict has no option to shorten."""
+    import bertforge
+    from bertforge.tasks.finetune import prediction_task
+
+    folder = tmp_path / head
+    tokenizer = bertforge.BertTokenizer.from_pretrained(minilm_dir)
+    shape = dict(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                 intermediate_size=37, max_position_embeddings=64)
+    if head == "ner":
+        config = bertforge.BertConfig(**shape, id2label={0: "O", 1: "B-X", 2: "I-X"})
+        bertforge.BertForTokenClassification(config).save_pretrained(folder, tokenizer=tokenizer)
+        source, output = tmp_path / "in.conll", tmp_path / "out.conll"
+        source.write_text("\n".join(["the quick brown fox jumps over the lazy dog"] * 20).replace(" ", "\n") + "\n")
+    else:
+        bertforge.BertForQuestionAnswering(bertforge.BertConfig(**shape)).save_pretrained(folder, tokenizer=tokenizer)
+        source, output = tmp_path / "in.json", tmp_path / "out.json"
+        context = "the quick brown fox jumps over the lazy dog " * 30 + "Paris is the capital."
+        answer = {"text": "Paris", "answer_start": context.index("Paris")}
+        question = {"id": "q1", "question": "What is the capital?", "answers": [answer]}
+        source.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{"context": context, "qas": [question]}]}]}))
+    task, _ = prediction_task(folder)
+    assert task.settings.max_length == 64
+    assert main(["predict", "--model", str(folder), "--input", str(source), "--output", str(output)]) == 0
+    assert output.exists() and "error" not in capsys.readouterr().err

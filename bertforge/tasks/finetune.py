@@ -142,9 +142,24 @@ def prediction_task(folder, pair: bool = False, tokenizer=None):
         settings = TaskSettings(max_length=read.max_seq_length,
                                 text_columns=["text", "text_pair"] if pair else ["text"])
     else:
-        settings = TaskSettings()
+        settings = fitted_to_positions(name, config.max_position_embeddings)
     tokenizer = tokenizer or load_tokenizer(read)  # as the run that trained it read its folder
     return load_task(name, settings, tokenizer, config), read
+
+
+def fitted_to_positions(name: str, positions: int):
+    """The standard settings of a task (NER, QA) for a checkpoint fine-tuned elsewhere, its lengths within the
+    checkpoint's position table: the standard 128 / 384 refused every input of a model of 64 positions (a tiny or
+    distilled one), and `predict` has no option to shorten them. A QA window keeps SQuAD's proportions."""
+    from . import STANDARD_MAX_LENGTH, TaskSettings
+
+    standard = TaskSettings()
+    length = min(STANDARD_MAX_LENGTH[name], positions)
+    if name != "qa" or length == STANDARD_MAX_LENGTH[name]:
+        return TaskSettings(max_length=length)
+    share = length / STANDARD_MAX_LENGTH[name]  # 384 tokens: questions of 64, windows 128 apart
+    return TaskSettings(max_length=length, max_query_length=max(1, int(standard.max_query_length * share)),
+                        doc_stride=max(1, int(standard.doc_stride * share)))
 
 
 def readable_card_data(card: dict) -> dict:
