@@ -174,8 +174,13 @@ def test_a_checkpoint_of_few_positions_from_elsewhere_is_read_within_them(head, 
         context = "the quick brown fox jumps over the lazy dog " * 30 + "Paris is the capital."
         answer = {"text": "Paris", "answer_start": context.index("Paris")}
         question = {"id": "q1", "question": "What is the capital?", "answers": [answer]}
-        source.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{"context": context, "qas": [question]}]}]}))
+        paragraph = {"context": context, "qas": [question]}
+        source.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [paragraph]}]}))
     task, _ = prediction_task(folder)
     assert task.settings.max_length == 64
     assert main(["predict", "--model", str(folder), "--input", str(source), "--output", str(output)]) == 0
     assert output.exists() and "error" not in capsys.readouterr().err
+    if head == "qa":  # SQuAD's {id: answer} object was written into a .jsonl file, which JSON Lines readers refuse
+        lines = tmp_path / "a.jsonl"
+        assert main(["predict", "--model", str(folder), "--input", str(source), "--output", str(lines)]) == 2
+        assert "use a .json file name" in capsys.readouterr().err and not lines.exists()

@@ -57,7 +57,11 @@ class QuestionAnsweringTask:
     def predict_file(self, model, input_path: str, output_path: str, batch_size: int = 64,
                      device=torch.device("cpu")) -> int:
         """Answer every question of a SQuAD-format file; writes {id: answer} JSON (the official
-        prediction format) and, beside it, the n-best spans with probabilities."""
+        prediction format) and, beside it, the n-best spans with probabilities. Raises UsageError for an output
+        name other than .json (a .jsonl one held one JSON object, not JSON Lines)."""
+        if Path(output_path).suffix != ".json":
+            raise UsageError(f"cannot write question-answering predictions to {output_path}: they are SQuAD's "
+                             "{id: answer} JSON object; use a .json file name")
         examples = read_squad(input_path, training=False)
         features = qa_features(self.tokenizer, examples, self.max_length, self.doc_stride,
                                self.settings.max_query_length, training=False)
