@@ -181,8 +181,8 @@ def test_a_checkpoint_of_few_positions_from_elsewhere_is_read_within_them(head, 
     if head == "ner":  # a table read as CoNLL tagged each of its lines as one word ("text,label" a word), exit 0
         table = tmp_path / "rows.csv"
         table.write_text("text\nthe quick brown fox\n")
-        assert main(["predict", "--model", str(folder), "--input", str(table), "--output", str(output)]) == 2
-        assert "an NER model reads CoNLL files" in capsys.readouterr().err and not output.exists()
+        assert main(["predict", "--model", str(folder), "--input", str(table), "--output", str(output)]) == 1
+        assert "it is named as a table (.csv)" in capsys.readouterr().err and not output.exists()
     assert main(["predict", "--model", str(folder), "--input", str(source), "--output", str(output)]) == 0
     assert output.exists() and "error" not in capsys.readouterr().err
     if head == "qa":  # SQuAD's {id: answer} object was written into a .jsonl file, which JSON Lines readers refuse

@@ -48,18 +48,26 @@ class TaggedSentence:
                              "tags; give one tag per word (or tags=None for unlabelled input)")
 
 
+TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl")
+
+
 def read_conll(path: str | os.PathLike, problems: list[str] | None = None) -> list[TaggedSentence]:
     """Read a CoNLL-style file into sentences (format in the module docstring).
 
     A malformed line (empty token or tag, a missing tag in a labelled file, extra columns in an
     unlabelled one) is skipped with a message "path:line: what; what to do" appended to
     `problems` when a list is given, and one summary warning is logged; reading goes on.
-    Raises ValueError when the file does not exist, is not UTF-8, holds no sentence, or has more
-    malformed token lines than good ones (it is not CoNLL: a CSV, say). `check_entity_tags` tells
+    Raises ValueError when the file does not exist, is named as a table (.csv, .tsv, .jsonl: a one-column
+    table read as CoNLL is a word a line, tagged and written without a word), is not UTF-8, holds no sentence,
+    or has more malformed token lines than good ones (it is not CoNLL: a CSV, say). `check_entity_tags` tells
     a labelled CoNLL file from plain text, which reads as a token and a "tag" per line.
     """
     path = Path(path)
     require_file(path, "CoNLL file")
+    if path.suffix.lower() in TABLE_SUFFIXES:
+        raise ValueError(f"{path} does not look like CoNLL: it is named as a table ({path.suffix}), and NER reads "
+                         "CoNLL files (a word a line, a blank line between sentences); convert it, or give the "
+                         ".conll / .txt file")
     problems = [] if problems is None else problems
     already_reported = len(problems)
     sentences, words, tags, first_line = [], [], [], 0

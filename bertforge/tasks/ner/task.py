@@ -15,7 +15,6 @@ from ..metrics import ner_metrics
 from .schemes import scored_as_bilou
 from .. import STANDARD_MAX_LENGTH, Rows, TaskSettings
 from ..records import write_records
-from ...errors import UsageError
 
 logger = logging.getLogger("bertforge")
 
@@ -70,12 +69,8 @@ class NerTask:
                      device=torch.device("cpu")) -> int:
         """Tag every word of a CoNLL file (its tag column, if any, is ignored).
 
-        Writes CoNLL (word, tag) to a .conll/.txt output, else one record per sentence. Raises UsageError for an
-        input named as a table (.csv, .tsv, .jsonl): read as CoNLL, each of its lines was tagged as one word.
+        Writes CoNLL (word, tag) to a .conll/.txt output, else one record per sentence.
         """
-        if Path(input_path).suffix.lower() in (".csv", ".tsv", ".jsonl"):
-            raise UsageError(f"{input_path} is named as a table, and an NER model reads CoNLL files (a word a line, "
-                             "a blank line between sentences); convert it, or give the .conll / .txt file")
         sentences = read_conll(input_path)
         check_entity_tags(sentences, input_path)
         tags = self.predict_tags(model, encode_for_tagging(self.tokenizer, sentences, None, self.max_length),
