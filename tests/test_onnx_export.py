@@ -109,6 +109,22 @@ def test_export_refuses_a_folder_in_use_and_an_unknown_pooling(capsys, tmp_path,
     assert (tmp_path / "busy" / "keep.txt").read_text() == "mine"
     assert main(["export", "onnx", str(cassette_dir), str(tmp_path / "new"), "--pooling", "sum"]) == 2
     assert "argument --pooling: invalid choice: 'sum'" in capsys.readouterr().err
+    # a masked LM has no pooler: the command line's mistake, exit 2 as the others (it was 1)
+    assert main(["export", "onnx", str(cassette_dir), str(tmp_path / "new"), "--pooling", "pooler"]) == 2
+    assert "has no pooler" in capsys.readouterr().err and not (tmp_path / "new").exists()
+
+
+def test_a_model_of_few_positions_is_exported_and_checked_within_them(tmp_path, cassette_dir, capsys):
+    """A table of 16 positions failed the export 40 frames deep: the check texts (21 tokens) were not cut to it."""
+    from bertforge import BertConfig
+
+    config = BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16)
+    BertModel(config).save_pretrained(tmp_path / "short", tokenizer=BertTokenizer.from_pretrained(cassette_dir))
+    assert main(["export", "onnx", str(tmp_path / "short"), str(tmp_path / "onnx")]) == 0
+    assert "ONNX Runtime matches PyTorch" in capsys.readouterr().out
+    outputs, encoded = run_onnx(tmp_path / "onnx", ["Hello there."])
+    assert outputs["last_hidden_state"].shape == (1, encoded["input_ids"].shape[1], 16)
 
 
 @pytest.mark.slow
