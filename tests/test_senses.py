@@ -42,6 +42,17 @@ def test_batched_vectors_equal_word_vector_one_sentence_at_a_time(embedder, part
         np.testing.assert_allclose(vector, embedder.word_vector(occurrence.sentence, "party", nth), atol=2e-5)
 
 
+def test_a_folders_prompt_is_read_before_each_sentence_as_word_vector_reads_it(minilm_dir, party_sentences):
+    """Under a default prompt ("query: ") word_vector read the sentence after it and senses without it: the same
+    occurrence had two vectors (cosine 0.983)."""
+    prompted = Embedder.from_pretrained(minilm_dir, batch_size=4, prompt="query: ")
+    occurrences = find_occurrences(party_sentences[:6], "party")
+    vectors, kept = occurrence_vectors(prompted, occurrences)
+    expected = [prompted.span_vectors(occurrences[i].sentence, [(occurrences[i].start, occurrences[i].end)])[0]
+                for i in kept]
+    np.testing.assert_allclose(vectors, np.stack(expected), atol=2e-5)
+
+
 def test_occurrences_past_max_length_are_left_out(minilm_dir):
     short = Embedder.from_pretrained(minilm_dir, max_length=8)
     occurrences = find_occurrences(["the party was long ago", "one two three four five six seven party"], "party")

@@ -52,18 +52,24 @@ class Senses:
 def occurrence_vectors(embedder, occurrences: list[Occurrence]) -> tuple[np.ndarray, list[int]]:
     """(vectors (kept, dim) float32, kept indices): each occurrence's word vector, batched.
 
-    An occurrence that the model's max_length cuts off (even partly) is left out, as
-    `Embedder.word_vector` refuses it; `kept` says which ones have a vector.
+    Each sentence is read after the Embedder's prompt, as `Embedder.word_vector` reads it. An occurrence that
+    the model's max_length cuts off (even partly) is left out, as `Embedder.word_vector` refuses it; `kept` says
+    which ones have a vector.
     """
     order = sorted(range(len(occurrences)), key=lambda i: len(occurrences[i].sentence))  # less padding
     vectors = {}
     show = len(occurrences) > 8 * embedder.batch_size
     for first in tqdm(range(0, len(order), embedder.batch_size), desc="word vectors", disable=not show):
         batch = [occurrences[i] for i in order[first:first + embedder.batch_size]]
-        encoded = embedder.tokenize([occurrence.sentence for occurrence in batch], offsets=True)
+        # read after the folder's prompt, as `Embedder.word_vector` reads a word (without it, the same occurrence
+        # had another vector here: cosine 0.983 under a "query: " prompt)
+        texts = embedder.prompted([occurrence.sentence for occurrence in batch])
+        encoded = embedder.tokenize(texts, offsets=True)
         states = embedder.layer_states(embedder.forward(encoded))  # (batch, seq, dim)
         for row, occurrence in enumerate(batch):
-            pieces = word_pieces(encoded["offset_mapping"][row].tolist(), occurrence.start, occurrence.end)
+            shift = len(texts[row]) - len(occurrence.sentence)  # the prompt's characters before the sentence
+            pieces = word_pieces(encoded["offset_mapping"][row].tolist(), occurrence.start + shift,
+                                 occurrence.end + shift)
             if pieces is not None:
                 vectors[order[first + row]] = states[row, pieces].mean(dim=0).cpu().numpy()
     kept = sorted(vectors)
