@@ -180,6 +180,19 @@ def test_cells_joining_labels_make_a_multi_label_task_without_being_told(caplog)
     assert LabelSpace.infer(["neg", "pos"]).problem_type == "single_label_classification"
 
 
+def test_classes_that_look_like_a_numeric_target_are_said_to(caplog):
+    """Fractions as labels trained as one class each (154 of them on an STS-like column) without a word."""
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        space = LabelSpace.infer(["0.5", "3.25", "4.0", "0.5"])
+    assert space.problem_type == "single_label_classification" and len(space.labels) == 3  # never guessed
+    assert "3 distinct numbers such as '0.5', each trained as a class" in caplog.text
+    assert "data.problem_type=regression" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        LabelSpace.infer(["0", "1", "2", "1"])  # star ratings, integer classes: nothing to say
+    assert "distinct numbers" not in caplog.text
+
+
 def test_regression_values_must_be_numbers():
     space = LabelSpace.infer(["0.5", "4", 3], problem_type="regression")
     assert space.num_labels == 1 and space.id2label == {0: "LABEL_0"}
