@@ -8,6 +8,7 @@ import functools
 import gzip
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -709,15 +710,27 @@ def test_vocab_new_appends_the_corpus_pieces_each_the_mean_of_its_old_pieces(cas
     ("empty", "no text found"),
     ("one passage", "adapt needs at least"),
     ("no sentences", "sentence boundaries"),
+    # passages of two sentences train but give no held-out query ("need at least one array to stack"); one query
+    # went to the test split and left dev empty (a KeyError 'dev' traceback)
+    ("two sentences each", "gives 0 held-out query(ies), and adapt needs 2 at least"),
+    ("one query", "gives 1 held-out query(ies), and adapt needs 2 at least"),
 ])
 def test_unusable_corpora_are_one_line(tmp_path, capsys, case, expected):
+    words, draw = "the river ran past the old mill where farmers brought grain every autumn".split(), random.Random(2)
+
+    def sentences(count: int, length: int) -> str:
+        return " ".join(" ".join(draw.choice(words) for _ in range(length)).capitalize() + "." for _ in range(count))
+
+    two = [sentences(2, 22) for _ in range(40)]  # passages of two sentences: nothing to cut a query out of
     texts = {"empty": "\n\n", "one passage": prose(1)[0],  # a product list: one phrase per record, no full stop
              "no sentences": "".join(json.dumps({"text": f"blue widget size {i} pack of ten"}) + "\n"
-                                     for i in range(30))}
+                                     for i in range(30)),
+             "two sentences each": "\n\n".join(two), "one query": "\n\n".join(two + [sentences(3, 15)])}
     path = tmp_path / ("corpus.jsonl" if case == "no sentences" else "corpus.txt")
     path.write_text(texts[case], encoding="utf-8")
     code, _, err = run(capsys, "adapt", path, "--output", tmp_path / "out")
     assert code != 0 and expected in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()  # refused before the output folder was claimed
 
 
 @pytest.mark.parametrize("options, expected", [

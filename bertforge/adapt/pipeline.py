@@ -33,7 +33,7 @@ from ..engine.devices import select_device
 from ..train.distributed import Topology, barrier, process_group
 from ..search.documents import MAX_WORDS, Corpus, corpus_summary, no_text_found, read_corpus
 from .evaluation import HYBRID_METRIC, Evaluator, read_beir_folder
-from .ict import HeldOut, held_out_queries, training_passages
+from .ict import MIN_QUERY_WORDS, MIN_SENTENCES, HeldOut, held_out_queries, training_passages
 from .budget import StageTime, mlm_seconds, read_budget, training_seconds
 from .methods import MethodSettings, train_method
 from .mlm import mlm_source, run_mlm_stage
@@ -203,15 +203,16 @@ def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
     corpus = read_corpus(options.corpus, text_column=options.text_column, max_words=MAX_WORDS,
                          id_column=options.id_column)
     check_corpus(corpus, options)
+    rng = np.random.default_rng(options.seed)
+    held_out = held_out_queries(corpus.passages, query_count(options.preset, len(corpus.passages)), rng,
+                                max_scored=scored_passages(options.preset))
+    check_held_out(held_out, options)  # before the output folder is claimed: a refused corpus leaves nothing there
     output = Path(options.output)
     if topology.is_main:
         claim_output(output, {"command": "adapt", "corpus": [str(Path(p).resolve()) for p in options.corpus],
                               "base": str(options.base), "preset": options.preset})
     tokenizer = load_tokenizer(base)
     vocabulary = print_corpus(corpus, tokenizer)
-    rng = np.random.default_rng(options.seed)
-    held_out = held_out_queries(corpus.passages, query_count(options.preset, len(corpus.passages)), rng,
-                                max_scored=scored_passages(options.preset))
     beir = read_beir_folder(options.eval) if options.eval else None
     # BM25 scores every stage (the baseline, each stage's fused dev pick, mined negatives): a new analyzer reruns them
     # A sampled corpus's sample is part of what every row was scored on (a whole corpus's key stays as it was)
@@ -234,6 +235,18 @@ def check_corpus(corpus: Corpus, options: AdaptOptions) -> None:
     if not training_passages(corpus.passages):
         raise UsageError(f"no passage in {where} has two sentences: adapt cuts sentences out of passages, so it "
                          "needs prose with sentence boundaries (full stops), not one phrase per passage")
+
+
+def check_held_out(held_out: HeldOut, options: AdaptOptions) -> None:
+    """One line when the corpus gives too few held-out queries to pick a model by and report it (none: "need at least
+    one array to stack"; one: a KeyError 'dev' traceback)."""
+    if all(held_out.queries.values()):
+        return
+    count = sum(len(queries) for queries in held_out.queries.values())
+    raise UsageError(f"{' '.join(options.corpus)} gives {count} held-out query(ies), and adapt needs 2 at least (one "
+                     f"to pick the model, one to report it): a query is a sentence of {MIN_QUERY_WORDS} words or more "
+                     f"cut out of a passage of {MIN_SENTENCES} sentences or more; give longer passages (prose with full "
+                     "stops) or more text")
 
 
 def print_corpus(corpus: Corpus, tokenizer) -> Fragmentation:
