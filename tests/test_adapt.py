@@ -644,6 +644,42 @@ def test_a_second_run_reuses_every_stage(adapted, corpus_folder, cassette_dir, c
     assert time.time() - started < 30
 
 
+def test_an_eval_set_added_or_changed_later_scores_the_cached_stages_on_it(adapted, cassette_dir, tmp_path, capsys):
+    """Training does not read --eval, so a run cached without it kept its stages unscored on a set added later (the
+    final model had no --eval numbers in the report or card), and a set changed at the same path kept stale ones."""
+    import shutil
+
+    output = shutil.copytree(adapted, tmp_path / "copy")
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    documents = prose(12, seed=5)
+    (beir / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": text}) + "\n"
+                                               for i, text in enumerate(documents)))
+
+    def ask(count):
+        (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": documents[i].split(". ")[1]})
+                                                    + "\n" for i in range(count)))
+        (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n"
+                                                 + "".join(f"q{i}\td{i}\t1\n" for i in range(count)))
+        code, out, _ = run(capsys, "adapt", corpus_folder_of(adapted), "--output", output, "--base", cassette_dir,
+                           "--device", "cpu", "--eval", beir)
+        assert code == 0 and "stage ict: scoring its model on the evaluation sets given now" in out
+        return json.loads((output / "report.json").read_text())
+
+    for count in (6, 3):  # added, then cut down at the same path
+        report = ask(count)
+        systems = {system["name"]: system for system in report["systems"]}
+        assert all("beir" in systems[name]["metrics"] for name in ("bm25", "base", "mlm", "ict"))
+        assert systems["ict"]["eval_key"] == systems["base"]["eval_key"] is not None
+        assert "beir" in systems[report["final"]]["metrics"]  # the model card's and report's final row
+    assert "--eval" in (output / "model" / "README.md").read_text()
+
+
+def corpus_folder_of(adapted: Path) -> Path:
+    """The corpus a finished adapt run read (its adapt.json records it)."""
+    return Path(json.loads((adapted / "adapt.json").read_text())["corpus"][0])
+
+
 @pytest.mark.slow
 def test_a_changed_corpus_reruns_the_stages_and_drops_the_stale_ones(adapted, cassette_dir, tmp_path, capsys):
     output = tmp_path / "copy"

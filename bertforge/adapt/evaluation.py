@@ -8,6 +8,8 @@ index serves.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from pathlib import Path
 
@@ -52,6 +54,15 @@ def read_beir_folder(folder: str | Path) -> RetrievalSet:
     return read_retrieval_set(folder / "queries.jsonl", folder / "corpus.jsonl", beir_qrels(folder))
 
 
+def beir_digest(beir: RetrievalSet | None) -> str | None:
+    """The BEIR set's content as a short digest (None without one): a stage scored on it is scored again when its
+    files change, whatever their path (the path alone kept a cut-down set's stale numbers)."""
+    if beir is None:
+        return None
+    content = json.dumps([beir.query_ids, beir.queries, beir.corpus_ids, beir.corpus, beir.relevant], sort_keys=True)
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()[:12]
+
+
 class Evaluator:
     """Scores a model (or BM25) on the held-out ICT queries and, when given, a BEIR set."""
 
@@ -59,6 +70,7 @@ class Evaluator:
                  lexical: Scorer | None = None):
         self.held_out, self.tokenizer, self.beir, self.batch_size = held_out, tokenizer, beir, batch_size
         self.lexical = lexical or remembered(bm25_scores)  # BM25: the baseline row and every hybrid's other half
+        self.beir_key = beir_digest(beir)  # what every record scored on the BEIR set says it was scored on
 
     def with_tokenizer(self, tokenizer) -> "Evaluator":
         """The same queries, scoring models that read text with `tokenizer` (a stage that grew the vocabulary)."""
@@ -86,7 +98,7 @@ class Evaluator:
         held_out = ict_metrics(dense, self.held_out)  # embeds the held-out queries and passages, remembered
         held_out_seconds = time.perf_counter() - started
         return {"metrics": self.everything(dense, held_out), "hybrid": self.hybrid(dense),
-                "held_out_seconds": held_out_seconds}
+                "held_out_seconds": held_out_seconds, "eval_key": self.beir_key}
 
     def hybrid(self, dense: Scorer) -> dict:
         """{"dense_weight", "metrics"}: `dense` fused with BM25 at its best weight on the dev queries, scored on

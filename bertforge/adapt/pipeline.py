@@ -113,7 +113,7 @@ def run_adapt(options: AdaptOptions) -> dict:
 def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
     started = time.time()
     run = open_run(options, topology)
-    baseline = Stage.of(run.output, "baseline", run.corpus_key, run.base_key, options.eval)
+    baseline = Stage.of(run.output, "baseline", run.corpus_key, run.base_key, run.evaluator.beir_key)
     systems = finished(run, baseline, lambda: baseline.finish({"systems": baseline_systems(run)}))
     systems = systems["systems"] if systems else []
     stages, key, init = [], stage_key(run.corpus_key, run.base_key), run.base_folder
@@ -125,8 +125,8 @@ def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
         settings = mlm_settings(options.preset, options.vocab, options.seed, options.vocab_size)
         stage = Stage.of(run.output, "mlm", key, model_fingerprint(run.mlm_source)[:12], settings, *minutes)
         stages.append(stage)
-        systems.append(finished(run, stage, lambda: run_mlm_stage(run, stage, settings, mlm_seconds(
-            run, systems, planned[0][1], started))))
+        systems.append(scored_on_this_eval(run, stage, finished(run, stage, lambda: run_mlm_stage(
+            run, stage, settings, mlm_seconds(run, systems, planned[0][1], started)))))
         key, init = stage.key, stage.model
         run = replace(run, evaluator=run.evaluator.with_tokenizer(load_tokenizer(read_model_folder(init))))
     generated, queries_record = None, None
@@ -144,9 +144,9 @@ def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
         # Keyed by the metric picking its best checkpoint too: one killed while that was ndcg@10 cannot resume by it
         stage = Stage.of(run.output, name, key, settings, HYBRID_METRIC, *minutes)
         stages.append(stage)
-        systems.append(finished(run, stage, lambda: run_stage(
+        systems.append(scored_on_this_eval(run, stage, finished(run, stage, lambda: run_stage(
             run, stage, settings, init, training_seconds(run, systems, settings, started, len(planned) - position),
-            generated)))
+            generated))))
         key, init = stage.key, stage.model
     if not topology.is_main:
         return {}
@@ -188,6 +188,19 @@ def finished(run: Run, stage: Stage, make: Callable[[], dict | None]) -> dict | 
     record = stage.done or make()
     barrier(run.topology)
     return record if run.topology.is_main else None
+
+
+def scored_on_this_eval(run: Run, stage: Stage, record: dict | None) -> dict | None:
+    """A finished stage's record, scored again when it was scored on another --eval set or none: training does not
+    read the set (the stage's key leaves it out), so a stage cached before --eval was added, or before the set's
+    files changed, kept no or stale numbers for it in the report and the model card. None stays None (other ranks)."""
+    if record is None or record.get("eval_key") == run.evaluator.beir_key:
+        return record
+    folder = read_model_folder(stage.model)
+    print(f"stage {stage.name}: scoring its model on the evaluation sets given now", flush=True)
+    evaluator = run.evaluator.with_tokenizer(load_tokenizer(folder))
+    scored = evaluator.encoder(BiEncoder.from_pretrained(folder).to(run.device))
+    return stage.finish({**{k: v for k, v in record.items() if k != "eval_key"}, **scored})
 
 
 def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
