@@ -24,7 +24,7 @@ import torch
 import bertforge.search
 from bertforge import BertForMaskedLM
 from bertforge.adapt.budget import budgeted_steps
-from bertforge.search.documents import Passage, PassageStore, passage_text, read_corpus, split_long
+from bertforge.search.documents import Passage, PassageStore, TokenLimit, passage_text, read_corpus, split_long
 from bertforge.adapt.evaluation import HYBRID_METRIC
 from bertforge.adapt.domain_vocabulary import corpus_pieces, grow_checkpoint, old_pieces, vocabulary_change
 from bertforge.adapt.ict import IctCollator, held_out_queries, ict_pair, training_passages
@@ -171,6 +171,26 @@ def test_long_passages_split_on_sentence_boundaries_into_even_parts():
     assert [s for piece in pieces for s in piece.sentences] == sentences  # nothing lost, order kept
     assert len(pieces) == 3 and all(12 <= piece.words <= 30 for piece in pieces)
     assert [piece.id for piece in pieces] == ["p#0", "p#1", "p#2"]  # what `index weight --tune` judges as "p"
+
+
+def test_passages_longer_than_the_model_reads_are_split_to_fit_it(minilm_dir, tmp_path):
+    """Technical text runs to many pieces a word: 258 of Python's docs' 1,453 passages of at most 150 words were over
+    MiniLM's 256 tokens (up to 882), read cut in training, scoring and the index. Now every part fits, with its
+    title; a sentence longer than the model reads (a code listing) goes in runs of whole words; nothing is lost."""
+    tokenizer = BertTokenizer.from_pretrained(minilm_dir)
+    limit = TokenLimit(tokenizer, 64)
+    code = "os.path.join(a, b) " * 30  # one "sentence" of ~300 pieces
+    sentences = ["The ``__init__.py`` file marks a directory as a regular package."] * 6 + [code.strip()]
+    passage = Passage("faq.html:3", sentences, title="Packages and modules")
+    pieces = limit.split(passage)
+    assert not limit.fits(passage) and len(pieces) > 3 and all(map(limit.fits, pieces))
+    assert " ".join(piece.text for piece in pieces) == passage.text and {p.title for p in pieces} == {passage.title}
+    assert [piece.id for piece in pieces] == [f"faq.html:3#{i}" for i in range(len(pieces))]
+    assert max(len(tokenizer(passage_text(piece))["input_ids"]) for piece in pieces) <= 64
+    (tmp_path / "faq.txt").write_text(" ".join(sentences[:6]) + "\n\nShort one. Two.\n")
+    read = read_corpus([tmp_path / "faq.txt"], max_tokens=limit)
+    assert read.split == 1 and read.passages[len(read.passages) - 1].text == "Short one. Two."  # that one whole
+    assert all(limit.fits(read.passages[i]) for i in range(len(read.passages)))
 
 
 def test_fragmentation_counts_pieces_per_word_and_lists_the_most_split(cassette_dir):

@@ -31,7 +31,7 @@ from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
 from ..train.distributed import Topology, barrier, process_group
-from ..search.documents import MAX_WORDS, Corpus, corpus_summary, no_text_found, read_corpus
+from ..search.documents import MAX_WORDS, Corpus, TokenLimit, corpus_summary, no_text_found, read_corpus
 from .evaluation import HYBRID_METRIC, Evaluator, read_beir_folder
 from .ict import MIN_QUERY_WORDS, MIN_SENTENCES, HeldOut, held_out_queries, training_passages
 from .budget import StageTime, mlm_seconds, read_budget, training_seconds
@@ -213,8 +213,10 @@ def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
     mlm = mlm_source(options.mlm, base, options.vocab, options.vocab_size)
     if options.query_generator is not None:
         check_generator(options.query_generator)
+    tokenizer = load_tokenizer(base)
+    max_seq_length = min(base.max_seq_length, read_model_folder(mlm).max_seq_length) if mlm else base.max_seq_length
     corpus = read_corpus(options.corpus, text_column=options.text_column, max_words=MAX_WORDS,
-                         id_column=options.id_column)
+                         id_column=options.id_column, max_tokens=TokenLimit(tokenizer, max_seq_length))
     check_corpus(corpus, options)
     rng = np.random.default_rng(options.seed)
     held_out = held_out_queries(corpus.passages, query_count(options.preset, len(corpus.passages)), rng,
@@ -224,7 +226,6 @@ def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
     if topology.is_main:
         claim_output(output, {"command": "adapt", "corpus": [str(Path(p).resolve()) for p in options.corpus],
                               "base": str(options.base), "preset": options.preset})
-    tokenizer = load_tokenizer(base)
     vocabulary = print_corpus(corpus, tokenizer)
     beir = read_beir_folder(options.eval) if options.eval else None
     # BM25 scores every stage (the baseline, each stage's fused dev pick, mined negatives): a new analyzer reruns them
@@ -233,8 +234,7 @@ def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
     corpus_key = stage_key(corpus.passages.digest, options.seed, options.preset, BM25_ANALYZER, *sample)
     return Run(options, output, corpus, held_out, Evaluator(held_out, tokenizer, beir), tokenizer, base_folder,
                select_device(options.device), corpus_key, model_fingerprint(base_folder)[:12], vocabulary,
-               min(base.max_seq_length, read_model_folder(mlm).max_seq_length) if mlm else base.max_seq_length,
-               base.architecture, base.pooling, mlm, topology)
+               max_seq_length, base.architecture, base.pooling, mlm, topology)
 
 
 def check_corpus(corpus: Corpus, options: AdaptOptions) -> None:
