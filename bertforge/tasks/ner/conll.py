@@ -51,6 +51,14 @@ class TaggedSentence:
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl")
 
 
+def check_not_a_table(path: Path) -> None:
+    """A one-column table read as CoNLL is a word a line, tagged and written without a word: refused by its name."""
+    if path.suffix.lower() in TABLE_SUFFIXES:
+        raise ValueError(f"{path} does not look like CoNLL: it is named as a table ({path.suffix}), and NER reads "
+                         "CoNLL files (a word a line, a blank line between sentences); convert it, or give the "
+                         ".conll / .txt file")
+
+
 def read_conll(path: str | os.PathLike, problems: list[str] | None = None) -> list[TaggedSentence]:
     """Read a CoNLL-style file into sentences (format in the module docstring).
 
@@ -64,10 +72,7 @@ def read_conll(path: str | os.PathLike, problems: list[str] | None = None) -> li
     """
     path = Path(path)
     require_file(path, "CoNLL file")
-    if path.suffix.lower() in TABLE_SUFFIXES:
-        raise ValueError(f"{path} does not look like CoNLL: it is named as a table ({path.suffix}), and NER reads "
-                         "CoNLL files (a word a line, a blank line between sentences); convert it, or give the "
-                         ".conll / .txt file")
+    check_not_a_table(path)
     problems = [] if problems is None else problems
     already_reported = len(problems)
     sentences, words, tags, first_line = [], [], [], 0
