@@ -31,7 +31,8 @@ from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
 from ..train.distributed import Topology, barrier, process_group
-from ..search.documents import MAX_WORDS, Corpus, TokenLimit, corpus_summary, no_text_found, read_corpus
+from ..search.documents import MAX_WORDS, Corpus, corpus_summary, no_text_found, read_corpus
+from ..search.token_limit import TokenLimit
 from .evaluation import HYBRID_METRIC, Evaluator, read_beir_folder
 from .ict import MIN_QUERY_WORDS, MIN_SENTENCES, HeldOut, held_out_queries, training_passages
 from .budget import StageTime, mlm_seconds, read_budget, training_seconds

@@ -35,6 +35,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..atomic import replaced_file
 from ..input_files import (DELIMITERS, JSONL_SUFFIX, corpus_record, jsonl_objects, not_utf8, text_suffix, titled,
@@ -43,6 +44,9 @@ from ..markup import HTML_SUFFIXES, MARKUP_SUFFIXES, text_blocks
 from ..tasks.classification.reader import read_rows, table_columns
 from ..tasks.pretraining.corpus import expand_paths, folder_files, split_sentences
 from .corpus import UniqueIds, part_id
+
+if TYPE_CHECKING:  # token_limit.py reads Passage from here
+    from .token_limit import TokenLimit
 
 TEXT_SUFFIXES = (".txt", ".text", "")
 READABLE = (*TEXT_SUFFIXES, *MARKUP_SUFFIXES, JSONL_SUFFIX, *DELIMITERS)  # what a folder stands for
@@ -355,56 +359,6 @@ def split_long(passage: Passage, max_words: int) -> list[Passage]:
         position += words
     pieces = [piece for piece in pieces if piece]
     return [Passage(part_id(passage.id, i), sentences, passage.title) for i, sentences in enumerate(pieces)]
-
-
-@dataclass(frozen=True)
-class TokenLimit:
-    """A model's length in word pieces, [CLS] and [SEP] included: what a passage must fit to be read whole. Technical
-    text runs to many pieces a word (Python's docs: 258 of 1,453 passages of at most 150 words were over MiniLM's
-    256 tokens, up to 882), and the model reads only the first max_length of them."""
-
-    tokenizer: object
-    max_length: int
-
-    def pieces(self, texts: list[str]) -> list[int]:
-        return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
-
-    def fits(self, passage: Passage) -> bool:
-        return sum(self.pieces([passage.title, *passage.sentences])) + 2 <= self.max_length
-
-    def split(self, passage: Passage) -> list[Passage]:
-        """Consecutive runs of whole sentences, each within the limit with the title before it; a sentence longer
-        than that (a code listing, a table: text the sentence splitter finds no end in) in runs of whole words."""
-        title, *lengths = self.pieces([passage.title, *passage.sentences])
-        room = max(1, self.max_length - 2 - title)
-        parts: list[list[str]] = [[]]
-        used = 0
-        for sentence, length in self.fitting(passage.sentences, lengths, room):
-            if parts[-1] and used + length > room:
-                parts.append([])
-                used = 0
-            parts[-1].append(sentence)
-            used += length
-        if len(parts) == 1:
-            return [passage]
-        return [Passage(part_id(passage.id, i), sentences, passage.title) for i, sentences in enumerate(parts)]
-
-    def fitting(self, sentences: list[str], lengths: list[int], room: int) -> Iterator[tuple[str, int]]:
-        """(sentence, pieces) for each sentence, one longer than `room` as runs of its words that fit it."""
-        for sentence, length in zip(sentences, lengths):
-            if length <= room:
-                yield sentence, length
-                continue
-            run: list[str] = []
-            used = 0
-            for word, pieces in zip(words := sentence.split(), self.pieces(words)):
-                if run and used + pieces > room:
-                    yield " ".join(run), used
-                    run, used = [], 0
-                run.append(word)
-                used += pieces
-            if run:
-                yield " ".join(run), used
 
 
 def corpus_summary(corpus: Corpus, command: str = "adapt", text_option: str = "--text-column") -> list[str]:
