@@ -81,6 +81,12 @@ def test_too_few_occurrences_is_a_clear_error(embedder):
         cluster_senses(np.eye(5, dtype=np.float32), max_senses=1)
 
 
+def test_a_sample_too_small_for_senses_is_a_usage_error(embedder, party_sentences):
+    """--max-occurrences 3 always failed, saying the word occurs 3 times (it occurs 21 times: 3 was the sample)."""
+    with pytest.raises(ValueError, match="--max-occurrences 3: senses need at least 4 occurrences"):
+        word_senses(embedder, party_sentences, "party", max_occurrences=3)
+
+
 def test_largest_sense_is_numbered_first():
     rng = np.random.default_rng(0)
     small, large = rng.normal([5, 0, 0], 0.1, (4, 3)), rng.normal([0, 5, 0], 0.1, (12, 3))

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from ..atomic import replaced_file
 from ..errors import UsageError
+from ..errors import UsageError
 from ..validation import checked
 from .similarity import l2_normalized
 from .words import Occurrence, find_occurrences, word_pattern, word_pieces
@@ -121,6 +122,9 @@ def word_senses(embedder, sentences: Iterable[str], word: str, max_senses: int =
     a seeded sample beyond that); umap as in `project`. Raises ValueError for a bad word or too few
     occurrences (naming `source`, where the sentences came from)."""
     pattern_check = word_pattern(word)  # a bad word fails before the corpus is read
+    if max_occurrences < MIN_OCCURRENCES:  # a sample that small always failed, naming its size as the word's count
+        raise UsageError(f"--max-occurrences {max_occurrences}: senses need at least {MIN_OCCURRENCES} occurrences; "
+                         f"give {MIN_OCCURRENCES} or more")
     occurrences = find_occurrences(sentences, word)
     if len(occurrences) > max_occurrences:
         chosen = np.sort(np.random.default_rng(seed).choice(len(occurrences), max_occurrences, replace=False))
