@@ -20,7 +20,6 @@ from tqdm.auto import tqdm
 
 from ..atomic import replaced_file
 from ..errors import UsageError
-from ..errors import UsageError
 from ..validation import checked
 from .similarity import l2_normalized
 from .words import Occurrence, find_occurrences, word_pattern, word_pieces
