@@ -35,5 +35,8 @@ if __name__ == "__main__":
     sys.path.insert(0, str(root))
     from bertforge.resources import demo_data
 
-    export(Path(sys.argv[1]) if len(sys.argv) > 1 else demo_data("drug-reviews").parent,
-           Path(sys.argv[2]) if len(sys.argv) > 2 else root / "runs" / "drug-reviews")
+    try:  # a fresh clone without the demo data: the one line saying how to fetch it, not a traceback
+        source = Path(sys.argv[1]) if len(sys.argv) > 1 else demo_data("drug-reviews").parent
+    except ValueError as error:
+        sys.exit(f"export_drug_reviews: {error}")
+    export(source, Path(sys.argv[2]) if len(sys.argv) > 2 else root / "runs" / "drug-reviews")

@@ -81,6 +81,22 @@ def test_report_writes_table_4_and_curves(trained, tmp_path, capsys):
         assert (tmp_path / name).stat().st_size > 0
 
 
+def test_report_leaves_out_other_commands_runs_and_names_a_foreign_file(trained, tmp_path, capsys):
+    """runs/ held the README's sbert run too: the report stopped with "results[2] lacks ['model', 'task', ...]"."""
+    import shutil
+
+    runs = tmp_path / "runs"
+    shutil.copytree(trained / "bow", runs / "bow")
+    (runs / "sbert-drug-reviews").mkdir()
+    (runs / "sbert-drug-reviews" / "results.json").write_text(json.dumps({"dev": {"ndcg@10": 0.3}}))
+    assert main(["readmission", "report", str(runs), "--output", str(tmp_path / "report")]) == 0
+    assert "| bow |" in (tmp_path / "report" / "table4.md").read_text()
+    capsys.readouterr()
+    assert main(["readmission", "report", str(runs / "sbert-drug-reviews"), "--output", str(tmp_path / "r2")]) == 1
+    error = capsys.readouterr().err
+    assert "sbert-drug-reviews/results.json is not a readmission run's results" in error and len(error.splitlines()) == 1
+
+
 def test_admission_score_is_clinicalberts_combination_of_its_chunks(tmp_path):
     chunks = Chunks(texts=["a", "b", "c", "d"], labels=np.array([1, 1, 1, 0]), admissions=np.array([7, 7, 7, 9]))
     scored = score_admissions(chunks, np.array([0.9, 0.2, 0.1, 0.3]), c=2.0)

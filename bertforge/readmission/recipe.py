@@ -282,16 +282,34 @@ def admission_risk(model, tokenizer: BertTokenizer, notes: list[str], c: float =
 
 # ---------------------------------------------------------------- Table 4
 
+def readmission_results(runs: list[Path]) -> tuple[list[Path], list[dict]]:
+    """The readmission runs' results.json files under `runs` and what they hold. A folder searched holds other
+    commands' runs too (the README's `sbert train` writes runs/sbert-drug-reviews): theirs are left out, where one
+    stopped the report with "results[2] lacks ['model', 'task', ...]", naming no file; a run folder named itself
+    must be a readmission run. Raises ValueError naming the file, or when none is found."""
+    found, results = [], []
+    for run in runs:
+        named = (run / "results.json").exists()
+        for path in sorted([run / "results.json"] if named else run.rglob("results.json")):
+            result = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(result, dict) and {"model", "task", "seed"} <= result.keys() and path not in found:
+                found.append(path)
+                results.append(result)
+            elif named:
+                raise ValueError(f"{path} is not a readmission run's results (no model, task and seed); give the "
+                                 "folders `bertforge readmission train` wrote, or the folder that holds them")
+    if not found:
+        raise ValueError(f"no readmission results.json under {', '.join(map(str, runs))}; run `bertforge "
+                         "readmission train` first")
+    return found, results
+
+
 def write_report(runs: list[Path], output: Path) -> str:
     """Table 4 from every results.json under `runs` (markdown + CSV), and per task the ROC and PR
     curves of each model's first seed; returns the markdown."""
     from .report import TASK_TITLES, plot_curves, table4, table4_csv
 
-    found = sorted({path for run in runs for path in ([run / "results.json"] if (run / "results.json").exists()
-                                                      else run.rglob("results.json"))})
-    if not found:
-        raise ValueError(f"no results.json under {', '.join(map(str, runs))}; run `bertforge readmission train` first")
-    results = [json.loads(path.read_text(encoding="utf-8")) for path in found]
+    found, results = readmission_results(runs)
     output.mkdir(parents=True, exist_ok=True)
     markdown = table4(results)
     write_text(output / "table4.md", markdown + "\n")
