@@ -94,7 +94,8 @@ def test_report_leaves_out_other_commands_runs_and_names_a_foreign_file(trained,
     capsys.readouterr()
     assert main(["readmission", "report", str(runs / "sbert-drug-reviews"), "--output", str(tmp_path / "r2")]) == 1
     error = capsys.readouterr().err
-    assert "sbert-drug-reviews/results.json is not a readmission run's results" in error and len(error.splitlines()) == 1
+    assert "sbert-drug-reviews/results.json is not a readmission run's results" in error
+    assert len(error.splitlines()) == 1
 
 
 def test_admission_score_is_clinicalberts_combination_of_its_chunks(tmp_path):
