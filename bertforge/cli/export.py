@@ -14,6 +14,8 @@ def onnx(model: str, output: str, pooling: Pooling | None = None, normalize: boo
         pooling: also output sentence_embedding pooled this way: mean, cls, max, pooler, ... (default: a sentence-transformers folder's own, else none)
         normalize: L2-normalise sentence_embedding (default: as a sentence-transformers folder does, else no)
     """
+    from pathlib import Path
+
     from ..export.onnx_export import export_onnx
     from ..models.folder import read_model_folder
     from .commands import say_overrides
@@ -22,4 +24,4 @@ def onnx(model: str, output: str, pooling: Pooling | None = None, normalize: boo
     if folder.sentence_transformers:
         say_overrides(folder, {"pooling": pooling, "normalize": normalize})
     difference = export_onnx(folder, output, pooling=pooling, normalize=normalize)
-    print(f"wrote {output}/model.onnx; ONNX Runtime matches PyTorch within {difference:.1e}")
+    print(f"wrote {Path(output) / 'model.onnx'}; ONNX Runtime matches PyTorch within {difference:.1e}")
