@@ -299,7 +299,7 @@ def readmission_results(runs: list[Path]) -> tuple[list[Path], list[dict]]:
                 raise ValueError(f"{path} is not a readmission run's results (no model, task and seed); give the "
                                  "folders `bertforge readmission train` wrote, or the folder that holds them")
     if not found:
-        raise ValueError(f"no readmission results.json under {', '.join(map(str, runs))}; run `bertforge "
+        raise ValueError(f"no results.json under {', '.join(map(str, runs))} (of a readmission run); run `bertforge "
                          "readmission train` first")
     return found, results
 
