@@ -255,7 +255,22 @@ def test_a_checkpoint_of_one_token_type_with_sentence_pairs_is_refused_in_one_li
     recipe = write_recipe(tmp_path, corpus_files, max_steps=1)
     assert main(["pretrain", "--config", str(recipe), "--init-from", str(tmp_path / "one-type")]) == 2
     error = capsys.readouterr().err
-    last = error.strip().splitlines()[-1]
-    assert "has one token type" in last and "data.instances.nsp=false" in last and "Traceback" not in error
+    assert "has one token type" in error and "data.instances.nsp=false" in error and len(error.splitlines()) == 1
+    assert not (tmp_path / "run" / "data").exists()  # said before a corpus was prepared
     assert main(["pretrain", "--config", str(recipe), "--init-from", str(tmp_path / "one-type"), "--overwrite",
                  "data.instances.nsp=false"]) == 0
+
+
+def test_a_sequence_past_the_checkpoints_positions_is_refused_before_any_corpus_is_prepared(cassette_dir,
+                                                                                          corpus_files, tmp_path,
+                                                                                          capsys):
+    """max_seq_length 1024 on a 512-position checkpoint was refused after both corpora were prepared and the model
+    loaded."""
+    from bertforge.cli.parser import main
+
+    recipe = write_recipe(tmp_path, corpus_files, max_steps=1)
+    assert main(["pretrain", "--config", str(recipe), "--init-from", str(cassette_dir), "tokenizer.vocab=null",
+                 "model.overrides={}", "data.instances.max_seq_length=1024", "data.instances.nsp=false"]) == 2
+    error = capsys.readouterr().err
+    assert "data.instances.max_seq_length" in error and "512" in error and len(error.splitlines()) == 1
+    assert not (tmp_path / "run" / "data").exists()

@@ -201,6 +201,25 @@ def stale_cache(folder: Path, change: str, resume: bool, recorded: bool) -> str 
     return change
 
 
+def check_checkpoint_fits(recipe: PretrainRecipe) -> None:
+    """One line, before a vocabulary is trained or a corpus prepared, for a checkpoint the instances do not fit: a
+    max_seq_length past its position table (said after both corpora were prepared and the model loaded), or sentence
+    pairs for a model of one token type (an IndexError 25 frames deep at the first step)."""
+    if not recipe.model.init_from:
+        return  # a new model is made to fit (its position table at least max_seq_length)
+    from ...models.folder import read_model_folder
+    from ...resources import resolve_model
+
+    folder = read_model_folder(resolve_model(recipe.model.init_from)).transformer
+    values = {**json.loads((folder / "config.json").read_text(encoding="utf-8")), **recipe.model.overrides}
+    config = BertConfig.from_dict(values)
+    config.checked_max_length(recipe.data.instances.max_seq_length, name="data.instances.max_seq_length")
+    if recipe.data.instances.nsp and config.type_vocab_size < 2:
+        raise UsageError(f"{recipe.model.init_from} has one token type (type_vocab_size {config.type_vocab_size}), "
+                         "and next-sentence prediction needs two for its sentence pairs; continue without it: "
+                         "data.instances.nsp=false")
+
+
 def build_model(recipe: PretrainRecipe, tokenizer: BertTokenizer) -> BertForPreTraining:
     if recipe.model.init_from:
         model = BertForPreTraining.from_pretrained(recipe.model.init_from, **recipe.model.overrides)
@@ -209,10 +228,6 @@ def build_model(recipe: PretrainRecipe, tokenizer: BertTokenizer) -> BertForPreT
                                         max_position_embeddings=max(512, recipe.data.instances.max_seq_length),
                                         **recipe.model.overrides)
         model = BertForPreTraining(config)
-    if recipe.data.instances.nsp and model.config.type_vocab_size < 2:  # it failed at the first step, in 25 frames
-        raise UsageError(f"{recipe.model.init_from or 'the model'} has one token type (type_vocab_size "
-                         f"{model.config.type_vocab_size}), and next-sentence prediction needs two for its sentence "
-                         "pairs; continue without it: data.instances.nsp=false")
     if not recipe.data.instances.nsp:
         # Without sentence pairs no loss reaches the NSP head or the pooler it reads: frozen, they stay as they are,
         # as they did untrained, and DistributedDataParallel (which waits for every trainable weight's gradient)
@@ -316,6 +331,7 @@ def run_pretraining(recipe: PretrainRecipe, resume: bool = False, overwrite: boo
 
 def pretrain_in(run_dir: Path, recipe: PretrainRecipe, resume: bool, topology: Topology,
                 device: torch.device) -> list[dict]:
+    check_checkpoint_fits(recipe)
     tokenizer = load_or_train_tokenizer(recipe, run_dir, topology, resume)
     train_corpus = tokenized_corpus(recipe.data.train, tokenizer, run_dir / "data" / "train", recipe.data, topology,
                                     resume)
