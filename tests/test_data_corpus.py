@@ -78,6 +78,10 @@ def test_chapter_documents_start_at_heading_paragraphs(tmp_path):
     # Front matter is its own document; empty ones (between VOLUME I and CHAPTER I) are skipped.
     assert documents == [["Title page."], ["It is a truth.", "Universally acknowledged."],
                          ["A chapter heading inside a sentence: see chapter IV."], ["Last one."]]
+    # A number word is a chapter's number; any other word is text ("Part company." started a new document, dropped)
+    book = "Chapter the First\n\nThey met.\n\nPart company.\n\nBook now.\n\nChapter Twenty-One\n\nThe end.\n"
+    documents = list(read_documents(write(tmp_path / "b.txt", book), document_boundary="chapter"))
+    assert documents == [["They met.", "Part company.", "Book now."], ["The end."]]
 
 
 def test_folder_means_its_txt_and_jsonl_files_in_name_order(tmp_path):

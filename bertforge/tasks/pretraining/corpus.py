@@ -36,12 +36,21 @@ DocumentBoundary = Literal["blank_line", "file", "chapter"]
 DOCUMENT_BOUNDARIES = get_args(DocumentBoundary)
 JSONL_SUFFIXES = (JSONL_SUFFIX,)
 _WHITESPACE = re.compile(r"\s+")
-_HEADING = re.compile(r"(chapter|volume|book|part)\s+([ivxlcdm]+|\d+|[a-z]+)\.?", re.IGNORECASE)
+# A chapter's number: roman or arabic numerals, or a number word ("Chapter Twenty-One", "Book the First"). Any word
+# there took "Part company." and "Book now." for headings: dropped, and a new document started at them.
+_UNITS = "one|two|three|four|five|six|seven|eight|nine"
+_ORDINAL_UNITS = "first|second|third|fourth|fifth|sixth|seventh|eighth|ninth"
+_NUMBER_WORD = (rf"(?:(?:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)(?:[- ](?:{_UNITS}|{_ORDINAL_UNITS}))?"
+                r"|twentieth|thirtieth|fortieth|fiftieth|ten|eleven|twelve|(?:thir|four|fif|six|seven|eigh|nine)teen"
+                rf"|tenth|eleventh|twelfth|(?:thir|four|fif|six|seven|eigh|nine)teenth|{_UNITS}|{_ORDINAL_UNITS}"
+                r"|last|final)")
+_HEADING = re.compile(rf"(chapter|volume|book|part)\s+(?:the\s+)?([ivxlcdm]+|\d+|{_NUMBER_WORD})\.?", re.IGNORECASE)
 
 # How files are read into documents, recorded with the caches made from them (prepared corpora, trained
 # vocabularies) so one read another way is made again: 2 since 2026-11-27 (a record's title, a table's text
-# column, HTML entities decoded in text files and tables); a cache recording none was read by rule 1.
-TEXT_RULE = 2
+# column, HTML entities decoded in text files and tables), 3 since 2026-11-28 (chapter headings are numbered:
+# "Part company." is text); a cache recording none was read by rule 1.
+TEXT_RULE = 3
 
 
 def split_sentences(text: str) -> list[str]:
