@@ -76,8 +76,11 @@ class PretrainingDataset(IterableDataset):
         if world_size > corpus.num_documents:
             raise ValueError(f"world_size={world_size} exceeds the corpus's {corpus.num_documents} documents, so "
                              "some ranks would get none; prepare more (smaller) documents or use fewer ranks")
-        if self.config.nsp and corpus.num_documents < 2:
-            raise ValueError("next sentence prediction needs at least 2 documents; add documents or set nsp=False")
+        if self.config.nsp and corpus.num_documents < 2:  # which corpus: the held-out set is the usual one
+            sources = getattr(corpus, "meta", {}).get("sources")
+            read = f" ({', '.join(map(str, sources))} read as {corpus.num_documents})" if sources else ""
+            raise ValueError(f"next sentence prediction needs at least 2 documents{read}; add documents or set "
+                             "nsp=False")
         self.rank, self.world_size = rank, world_size
         self._epoch, self._consumed = 0, 0
         self._lengths = {}  # epoch -> instances per rank, cached because counting plans every document
