@@ -31,10 +31,11 @@ from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
 from ..train.distributed import Topology, barrier, process_group
-from ..search.documents import MAX_WORDS, Corpus, corpus_summary, no_text_found, read_corpus
+from ..search.documents import MAX_WORDS, Corpus, corpus_summary, read_corpus
 from ..search.token_limit import TokenLimit
 from .evaluation import HYBRID_METRIC, Evaluator, read_beir_folder
-from .ict import MIN_QUERY_WORDS, MIN_SENTENCES, HeldOut, held_out_queries, training_passages
+from .corpus_checks import check_corpus, check_held_out
+from .ict import HeldOut, held_out_queries, training_passages
 from .budget import StageTime, mlm_seconds, read_budget, training_seconds
 from .methods import MethodSettings, train_method
 from .mlm import mlm_source, run_mlm_stage
@@ -48,7 +49,6 @@ from .vocabulary import Fragmentation, fragmentation, fragmentation_table
 
 logger = logging.getLogger("bertforge")
 RESUME = "run the same command again to continue: adapt picks up its stages where they stopped"
-MIN_PASSAGES = 20  # fewer and the held-out queries are a handful: the numbers would be noise
 
 
 @dataclass
@@ -201,7 +201,7 @@ def scored_on_this_eval(run: Run, stage: Stage, record: dict | None) -> dict | N
     print(f"stage {stage.name}: scoring its model on the evaluation sets given now", flush=True)
     evaluator = run.evaluator.with_tokenizer(load_tokenizer(folder))
     scored = evaluator.encoder(BiEncoder.from_pretrained(folder).to(run.device))
-    return stage.finish({**{k: v for k, v in record.items() if k != "eval_key"}, **scored})
+    return stage.finish({**record, **scored})  # its eval_key among them
 
 
 def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
@@ -218,11 +218,11 @@ def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
     max_seq_length = min(base.max_seq_length, read_model_folder(mlm).max_seq_length) if mlm else base.max_seq_length
     corpus = read_corpus(options.corpus, text_column=options.text_column, max_words=MAX_WORDS,
                          id_column=options.id_column, max_tokens=TokenLimit(tokenizer, max_seq_length))
-    check_corpus(corpus, options)
+    check_corpus(corpus, " ".join(options.corpus))
     rng = np.random.default_rng(options.seed)
     held_out = held_out_queries(corpus.passages, query_count(options.preset, len(corpus.passages)), rng,
                                 max_scored=scored_passages(options.preset))
-    check_held_out(held_out, options)  # before the output folder is claimed: a refused corpus leaves nothing there
+    check_held_out(held_out, " ".join(options.corpus))  # before the output folder is claimed: nothing left there
     output = Path(options.output)
     if topology.is_main:
         claim_output(output, {"command": "adapt", "corpus": [str(Path(p).resolve()) for p in options.corpus],
@@ -236,31 +236,6 @@ def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
     return Run(options, output, corpus, held_out, Evaluator(held_out, tokenizer, beir), tokenizer, base_folder,
                select_device(options.device), corpus_key, model_fingerprint(base_folder)[:12], vocabulary,
                max_seq_length, base.architecture, base.pooling, mlm, topology)
-
-
-def check_corpus(corpus: Corpus, options: AdaptOptions) -> None:
-    """One line saying what to do when the corpus cannot be adapted to."""
-    where = " ".join(options.corpus)
-    if not corpus.passages:
-        raise UsageError(no_text_found(where))
-    if len(corpus.passages) < MIN_PASSAGES:
-        raise UsageError(f"{where} holds {len(corpus.passages)} passage(s); adapt needs at least {MIN_PASSAGES} "
-                         "(separate passages with blank lines, or give more text)")
-    if not training_passages(corpus.passages):
-        raise UsageError(f"no passage in {where} has two sentences: adapt cuts sentences out of passages, so it "
-                         "needs prose with sentence boundaries (full stops), not one phrase per passage")
-
-
-def check_held_out(held_out: HeldOut, options: AdaptOptions) -> None:
-    """One line when the corpus gives too few held-out queries to pick a model by and report it (none: "need at least
-    one array to stack"; one: a KeyError 'dev' traceback)."""
-    if all(held_out.queries.values()):
-        return
-    count = sum(len(queries) for queries in held_out.queries.values())
-    raise UsageError(f"{' '.join(options.corpus)} gives {count} held-out query(ies), and adapt needs 2 at least (one "
-                     f"to pick the model, one to report it): a query is a sentence of {MIN_QUERY_WORDS} words or more "
-                     f"cut out of a passage of {MIN_SENTENCES} sentences or more; give longer passages (prose with full "
-                     "stops) or more text")
 
 
 def print_corpus(corpus: Corpus, tokenizer) -> Fragmentation:
