@@ -2,7 +2,7 @@
 max_tokens): the words-based split alone left technical passages longer than the model reads."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from .corpus import part_id
@@ -29,14 +29,8 @@ class TokenLimit:
         than that (a code listing, a table: text the sentence splitter finds no end in) in runs of whole words."""
         title, *lengths = self.pieces([passage.title, *passage.sentences])
         room = max(1, self.max_length - 2 - title)
-        parts: list[list[str]] = [[]]
-        used = 0
-        for sentence, length in self.fitting(passage.sentences, lengths, room):
-            if parts[-1] and used + length > room:
-                parts.append([])
-                used = 0
-            parts[-1].append(sentence)
-            used += length
+        fitting = self.fitting(passage.sentences, lengths, room)
+        parts = [[sentence for sentence, _ in run] for run in runs_within(fitting, room)]
         if len(parts) == 1:
             return [passage]
         return [Passage(part_id(passage.id, i), sentences, passage.title) for i, sentences in enumerate(parts)]
@@ -47,13 +41,20 @@ class TokenLimit:
             if length <= room:
                 yield sentence, length
                 continue
-            run: list[str] = []
+            words = sentence.split()
+            for run in runs_within(zip(words, self.pieces(words)), room):
+                yield " ".join(word for word, _ in run), sum(pieces for _, pieces in run)
+
+
+def runs_within(items: Iterable[tuple[str, int]], room: int) -> list[list[tuple[str, int]]]:
+    """(text, pieces) items in consecutive runs, each as long as fits in `room` pieces (an item longer than that
+    is a run of its own): how a passage's sentences, and a long sentence's words, are packed."""
+    runs: list[list[tuple[str, int]]] = [[]]
+    used = 0
+    for text, pieces in items:
+        if runs[-1] and used + pieces > room:
+            runs.append([])
             used = 0
-            for word, pieces in zip(words := sentence.split(), self.pieces(words)):
-                if run and used + pieces > room:
-                    yield " ".join(run), used
-                    run, used = [], 0
-                run.append(word)
-                used += pieces
-            if run:
-                yield " ".join(run), used
+        runs[-1].append((text, pieces))
+        used += pieces
+    return runs
