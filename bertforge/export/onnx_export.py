@@ -135,10 +135,10 @@ def export_onnx(folder: str | os.PathLike | ModelFolder, output: str | os.PathLi
         raise UsageError(f"this model ({read.architecture}) has no pooler; choose --pooling mean, cls or max")
     tokenizer = load_tokenizer(read)
     graph = ExportedEncoder(model, pooling, bool(normalize), head, head_outputs)
-    example = check_batch(tokenizer, CHECK_TEXTS, model.config.max_position_embeddings)
+    positions = model.config.max_position_embeddings
+    example = check_batch(tokenizer, CHECK_TEXTS, positions)
     with published_folder(output, existing="refuse") as staging:  # an empty folder, checked above
         onnx_file = staging / "model.onnx"
-        positions = model.config.max_position_embeddings
         batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=positions)
         with warnings.catch_warnings(), quiet_logger("torch.onnx"), torch.no_grad():
             warnings.simplefilter("ignore")  # the exporter's notes on its own internals (e.g. no torchvision)
@@ -146,7 +146,7 @@ def export_onnx(folder: str | os.PathLike | ModelFolder, output: str | os.PathLi
                               input_names=list(INPUT_NAMES), output_names=graph.output_names(),
                               dynamic_shapes={name: {0: batch, 1: sequence} for name in INPUT_NAMES},
                               opset_version=OPSET, external_data=False, verbose=False)
-        difference = check_with_onnxruntime(onnx_file, graph, tokenizer, positions)
+        difference = check_with_onnxruntime(onnx_file, graph, tokenizer)
         model.config.to_json_file(staging / "config.json")
         # A runtime truncates where the tokenizer's config says: the folder's max_seq_length (256 for MiniLM,
         # not the 512 positions), as `embed` and sentence-transformers do.
@@ -184,13 +184,12 @@ def check_batch(tokenizer: BertTokenizer, texts: list[str], positions: int):
     return tokenizer(texts, padding=True, truncation=True, max_length=positions, return_tensors="pt")
 
 
-def check_with_onnxruntime(onnx_file: Path, graph: ExportedEncoder, tokenizer: BertTokenizer,
-                           positions: int = 512) -> float:
+def check_with_onnxruntime(onnx_file: Path, graph: ExportedEncoder, tokenizer: BertTokenizer) -> float:
     """Max |ONNX Runtime - PyTorch| over every output on a batch of another shape than the example's."""
     import onnxruntime
 
     texts = CHECK_TEXTS[::-1] + ["One more, of a length of its own, for a new batch shape."]
-    encoded = check_batch(tokenizer, texts, positions)
+    encoded = check_batch(tokenizer, texts, graph.bert.config.max_position_embeddings)
     session = onnxruntime.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
     actual = session.run(None, {name: encoded[name].numpy() for name in INPUT_NAMES})
     with torch.no_grad():

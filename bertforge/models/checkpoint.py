@@ -250,11 +250,16 @@ def match_keys(state_dict: dict[str, Tensor], model: BertPreTrainedModel) -> tup
     return matched, unused
 
 
+def is_encoder_key(key: str) -> bool:
+    """A weight of BERT's encoder body (embeddings and layers), under a head's "bert." or at the top."""
+    return key.removeprefix("bert.").startswith(("embeddings.", "encoder."))
+
+
 def check_unused(unused: list[str], config: BertConfig, class_name: str, weights_file: Path) -> None:
     """Weights the model has no place for: an encoder part is a config that does not fit (an error,
     e.g. fewer layers than the weights hold, which would silently drop layers); a head the model
     does not have (loading a pretraining checkpoint as a BertModel) is normal and only said."""
-    encoder = [key for key in unused if key.removeprefix("bert.").startswith(("embeddings.", "encoder."))]
+    encoder = [key for key in unused if is_encoder_key(key)]
     if encoder:
         layers = sorted({int(key.split("encoder.layer.")[1].split(".")[0]) for key in encoder if "encoder.layer." in key})
         span = f"layer {layers[0]}" if layers and layers[0] == layers[-1] else f"layers {layers[0]}-{layers[-1]}" if layers else ""
@@ -273,7 +278,7 @@ def check_encoder_found(matched: dict, unused: list[str], class_name: str, weigh
     """A checkpoint none of whose weights is the encoder's (saved by a wrapper under its own prefix,
     "model.encoder.layer.0..."): every weight would be drawn at random, and its vectors or predictions
     noise behind a warning. transformers loads it so; every command here would then answer without error."""
-    if any(key.removeprefix("bert.").startswith(("embeddings.", "encoder.")) for key in matched):
+    if any(map(is_encoder_key, matched)):
         return
     found = next((key for key in unused if "embeddings.word_embeddings" in key), None)
     if found is None:

@@ -78,8 +78,9 @@ class LabelSpace:
         """The label space of training labels (raw values as `read_rows` returns them).
 
         problem_type None means multi-label when any raw label is a list or a cell joins labels with
-        label_separator ("sunny|rainy"), else single-label; regression is never guessed. Raises ValueError for an unknown problem_type, a regression
-        value that is not a finite number, no labels, or a single-label column with one class.
+        label_separator ("sunny|rainy"), else single-label; regression is never guessed. Raises ValueError for an
+        unknown problem_type, a regression value that is not a finite number, no labels, or a single-label column
+        with one class.
         """
         if problem_type is not None and problem_type not in PROBLEM_TYPES:
             raise ValueError(f"unknown problem_type {problem_type!r}; use one of {PROBLEM_TYPES}")

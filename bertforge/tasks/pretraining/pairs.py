@@ -171,7 +171,7 @@ def _plan_packed(document_index: int, lengths: np.ndarray, rng: np.random.Genera
         length = int(ends[end] - ends[start])
         # One sentence longer than a sequence (a text without full stops) is read in consecutive windows, as
         # transformers' group_texts reads a stream: cut at both ends to one window, the rest was never trained on
-        for window_start in range(0, length, capacity) if length > capacity else (0,):
+        for window_start in range(0, max(length, 1), capacity):
             window_end = min(window_start + capacity, length)
             plans.append(PairPlan(Segment(document_index, start, end, window_start, length - window_end), None, None))
         start = end

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from ...models.config import BertConfig
+from ...models.config import CONFIG_NAME, BertConfig
 from .dataset import PretrainingConfig, PretrainingDataset
 from ...atomic import published_folder, write_text
 from ...errors import BertforgeError, UsageError
@@ -207,12 +207,13 @@ def check_checkpoint_fits(recipe: PretrainRecipe) -> None:
     pairs for a model of one token type (an IndexError 25 frames deep at the first step)."""
     if not recipe.model.init_from:
         return  # a new model is made to fit (its position table at least max_seq_length)
+    from ...models.checkpoint import config_with_overrides
     from ...models.folder import read_model_folder
     from ...resources import resolve_model
 
     folder = read_model_folder(resolve_model(recipe.model.init_from)).transformer
-    values = {**json.loads((folder / "config.json").read_text(encoding="utf-8")), **recipe.model.overrides}
-    config = BertConfig.from_dict(values)
+    # the config build_model's from_pretrained makes: the checkpoint's, with the recipe's overrides
+    config = config_with_overrides(BertConfig.from_json_file(folder / CONFIG_NAME), dict(recipe.model.overrides))
     config.checked_max_length(recipe.data.instances.max_seq_length, name="data.instances.max_seq_length")
     if recipe.data.instances.nsp and config.type_vocab_size < 2:
         raise UsageError(f"{recipe.model.init_from} has one token type (type_vocab_size {config.type_vocab_size}), "
