@@ -8,8 +8,6 @@ index serves.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from ..tasks.retrieval.hybrid import WEIGHTS, best_weight, hybrid_scorer, rememb
 from ..tasks.retrieval.metrics import retrieval_metrics
 from ..tasks.retrieval.reader import RetrievalSet, beir_qrels, read_retrieval_set
 from .ict import HeldOut
+from .stages import stage_key
 
 RECALL_AT = (1, 10, 100)
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
@@ -59,8 +58,7 @@ def beir_digest(beir: RetrievalSet | None) -> str | None:
     files change, whatever their path (the path alone kept a cut-down set's stale numbers)."""
     if beir is None:
         return None
-    content = json.dumps([beir.query_ids, beir.queries, beir.corpus_ids, beir.corpus, beir.relevant], sort_keys=True)
-    return hashlib.sha256(content.encode("utf-8")).hexdigest()[:12]
+    return stage_key(beir.query_ids, beir.queries, beir.corpus_ids, beir.corpus, beir.relevant)
 
 
 class Evaluator:
