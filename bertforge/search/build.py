@@ -9,23 +9,26 @@ themselves are never held in memory for a build: the texts are copied from the c
 the index folder in a second pass, and the vectors are read back from the chunk files.
 
 A folder, pages (HTML, Markdown, reStructuredText) or a CSV / TSV table are read as adapt reads them
-(search/documents.py: a passage per blank-line block or row, markup gone, duplicates dropped, ~150 words at most)
-and their passages written to `OUTPUT.passages.jsonl` first, which the build then reads as above; a rerun that
-finds the same passages there keeps the file, and so the chunks made from it.
+(search/documents.py: a passage per blank-line block or row, markup gone, duplicates dropped, ~150 words at most,
+split to fit the index model's length in word pieces as adapt fits its base's: `TokenLimit.of_embedder`) and their
+passages written to `OUTPUT.passages.jsonl` first, which the build then reads as above; a rerun that finds the same
+passages there keeps the file, and so the chunks made from it. A text or JSONL file's passages are taken as given.
 """
 from __future__ import annotations
 
 import filecmp
+import functools
 import json
 import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..embeddings.embed import Embedder
 from ..atomic import replaced_file, write_array
 from ..errors import UsageError
 from ..input_files import require_file
@@ -37,6 +40,7 @@ from .encoder import open_model
 from .folder import refuse_existing_output, write_new_folder
 from .hybrid import check_dense_weight
 from .index import Index, gather_rows, measure_recall
+from .token_limit import TokenLimit
 
 logger = logging.getLogger(__name__)
 
@@ -110,14 +114,17 @@ class IndexInput:
 
 
 def index_input(corpus: str | Path, work_file: Path, text_field: str, id_field: str | None,
-                index: Index | None = None) -> IndexInput:
+                embedder: Callable[[], Embedder], index: Index | None = None) -> IndexInput:
     """The corpus itself (a text file, a line a passage, or JSONL), or, for a folder, pages or a table, its passages
     as JSONL in `work_file` (the module's doc), without exact duplicates: of one another, and of the passages of
-    `index` (added to), as one build of the folders together drops them."""
+    `index` (added to), as one build of the folders together drops them. embedder: the Embedder that embeds the
+    passages, called only for a folder, pages or a table (it may load the model), whose passages are split to fit it;
+    a streamed file is checked without it, before the model loads."""
     source = Path(corpus)
     if source.exists() and reads_as_documents(source):
         known = indexed_digests(index) if index is not None else None
-        passages = passages_file(source, work_file, text_column=text_field, id_column=id_field, known=known)
+        passages = passages_file(source, work_file, TokenLimit.of_embedder(embedder()), text_column=text_field,
+                                 id_column=id_field, known=known)
         return IndexInput(passages, "text", "id", str(source),
                           f"its passages are named after their files (FILE:BLOCK) unless its records give ids under "
                           f"{repr(id_field) if id_field else 'id or _id'}: is it, or a file of the same name, in the "
@@ -125,12 +132,14 @@ def index_input(corpus: str | Path, work_file: Path, text_field: str, id_field: 
     return IndexInput(check_corpus_file(source), text_field, id_field, str(source))
 
 
-def passages_file(source: Path, target: Path, text_column: str = "text", text_option: str = "--text-field",
-                  id_column: str | None = None, known: set[bytes] | None = None) -> Path:
-    """The passages of a folder, pages or a table (`read_corpus`), written to `target` as an index's JSONL. A
-    `target` that already holds them is left as it was, its time too: an interrupted build's chunks, made from
-    it, are kept. Prints what was read and left out; raises ValueError when no text is found."""
-    corpus = read_corpus([source], text_column=text_column, id_column=id_column, known=known)
+def passages_file(source: Path, target: Path, limit: TokenLimit, text_column: str = "text",
+                  text_option: str = "--text-field", id_column: str | None = None,
+                  known: set[bytes] | None = None) -> Path:
+    """The passages of a folder, pages or a table (`read_corpus`), each fitting `limit` (the index model's), written
+    to `target` as an index's JSONL. A `target` that already holds them is left as it was, its time too: an
+    interrupted build's chunks, made from it, are kept. Prints what was read and left out; raises ValueError when no
+    text is found."""
+    corpus = read_corpus([source], text_column=text_column, id_column=id_column, known=known, max_tokens=limit)
     print("\n".join(corpus_summary(corpus, "index build", text_option)), flush=True)
     if not corpus.passages and known and corpus.duplicates:
         raise ValueError(f"every passage of {source} is in the index already ({corpus.duplicates:,} exact duplicates "
@@ -160,6 +169,20 @@ def checked_total(corpus: Path) -> int:
     return total
 
 
+def tune_query_texts(tune_queries: str | Path | None, kind: str) -> list[str] | None:
+    """The texts of `build_index`'s tune-queries file (None without one), read before the corpus and the model."""
+    if tune_queries is None:
+        return None
+    if kind == "flat":  # taken and never read, the user left thinking it tuned
+        raise UsageError("a flat index searches exactly; it has no effort to tune (leave out --tune-queries, or "
+                         "build an ivf or hnsw index)")
+    require_file(tune_queries, "tune-queries file")  # read_passages would call it a corpus
+    query_texts = [p.text for p in read_passages(tune_queries)]
+    if not query_texts:
+        raise ValueError(f"tune-queries file {tune_queries} holds no text; give one query per line")
+    return query_texts
+
+
 def build_index(corpus: str | Path, output: str | Path, model: str | Path = "minilm", *, kind: str = "auto",
                 chunk_size: int = CHUNK_SIZE, pooling: str | None = None, normalize: bool = True,
                 batch_size: int = 32, text_field: str = "text", id_field: str | None = None, seed: int = 0,
@@ -179,19 +202,15 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
     if kind not in ann.KINDS:
         raise UsageError(f"index kind {kind!r} is not one of {ann.KINDS}")
     dense_weight = check_dense_weight(dense_weight)
+    query_texts = tune_query_texts(tune_queries, kind)
     read_file = output.with_name(output.name + ".passages.jsonl")
-    corpus = index_input(source, read_file, text_field, id_field)
+    # opened once, when first asked for: by index_input for a folder (its passages are split to fit the model), else
+    # after a streamed file's checks, so a mistake in it is said before the model loads
+    opened = functools.cache(lambda: open_model(model, pooling=pooling, normalize=normalize, batch_size=batch_size,
+                                                progress=False, device=device))
+    corpus = index_input(source, read_file, text_field, id_field, lambda: opened()[1])
     total = checked_total(corpus.file)
-    if tune_queries is not None and kind == "flat":  # taken and never read, the user left thinking it tuned
-        raise UsageError("a flat index searches exactly; it has no effort to tune (leave out --tune-queries, or "
-                         "build an ivf or hnsw index)")
-    if tune_queries is not None:  # read_passages would call it a corpus
-        require_file(tune_queries, "tune-queries file")
-    query_texts = [p.text for p in read_passages(tune_queries)] if tune_queries is not None else None
-    if query_texts is not None and not query_texts:
-        raise ValueError(f"tune-queries file {tune_queries} holds no text; give one query per line")
-    spec, embedder = open_model(model, pooling=pooling, normalize=normalize, batch_size=batch_size, progress=False,
-                                device=device)
+    spec, embedder = opened()
     chunks = ChunkFiles(output.with_name(output.name + ".partial"),
                         corpus_job(corpus.file, spec, chunk_size, corpus.text_field, corpus.id_field), chunk_size)
     reused = chunks.embed(corpus.passages(), embedder, total, UniqueIds(), corpus.name, corpus.advice)
@@ -228,7 +247,8 @@ def add_corpus(folder: str | Path, corpus: str | Path, model: str | Path | None 
     folder = Path(folder)
     index = Index.load(folder, model=model, device=device)
     read_file = folder.with_name(folder.name + ".adding.passages.jsonl")
-    corpus = index_input(corpus, read_file, text_field, id_field, index)
+    # the index's own model: a folder's passages are split to fit it, its new vectors must be the index's
+    corpus = index_input(corpus, read_file, text_field, id_field, lambda: index.embedder, index)
     total = checked_total(corpus.file)
     embedder = index.embedder
     embedder.progress, embedder.batch_size = False, batch_size

@@ -16,7 +16,8 @@ A folder stands for the files of these kinds under it; others (a site's images, 
 counted and named, not read, as are its tables without the text column (a data table beside the text) and a
 Sphinx build's `_sources` copies of its pages' sources; hidden files and folders (.git) are left alone.
 Whitespace and HTML entities are normalised, exact duplicates are dropped (after normalisation), and a passage
-over `max_words` is split on sentence boundaries into passages of about that many words.
+over `max_words` is split on sentence boundaries into passages of about that many words; with `max_tokens` (adapt's
+base, the index's model for `index build`) one longer than the model's length in word pieces is split to fit it.
 
 The passages are not held in memory: they are spooled to a temporary file as they are read (`PassageStore`)
 and read back by position, so a corpus larger than memory streams through (the full preset's big corpora).

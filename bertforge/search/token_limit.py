@@ -1,5 +1,6 @@
-"""A model's length in word pieces as a limit passages are split to fit (adapt's corpus reading, `read_corpus`'s
-max_tokens): the words-based split alone left technical passages longer than the model reads."""
+"""A model's length in word pieces as a limit passages are split to fit (`read_corpus`'s max_tokens: adapt's corpus,
+and the folder, pages or table `index build` and `index add` read, `of_embedder`): the words-based split alone left
+technical passages longer than the model reads."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
@@ -17,6 +18,15 @@ class TokenLimit:
 
     tokenizer: object
     max_length: int
+
+    @classmethod
+    def of_embedder(cls, embedder) -> "TokenLimit":
+        """What a passage must fit for `embedder` (an index's: it embeds every passage) to read it whole: its
+        max_length, less the pieces of the prompt it puts before every text (`Embedder.prompted`), which the model
+        reads first. A prompt ends where the tokenizer cuts anyway (sentence-transformers' "passage: "), so its pieces
+        and the text's add up."""
+        prompt = sum(cls(embedder.tokenizer, embedder.max_length).pieces([embedder.prompt])) if embedder.prompt else 0
+        return cls(embedder.tokenizer, embedder.max_length - prompt)
 
     def pieces(self, texts: list[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
