@@ -665,10 +665,14 @@ def test_a_second_run_reuses_every_stage(adapted, corpus_folder, cassette_dir, c
     assert time.time() - started < 30
 
 
-def test_an_eval_set_added_or_changed_later_scores_the_cached_stages_on_it(adapted, cassette_dir, tmp_path, capsys):
+def test_an_eval_set_added_or_changed_later_scores_the_cached_stages_on_it(adapted, cassette_dir, tmp_path, capsys,
+                                                                          monkeypatch):
     """Training does not read --eval, so a run cached without it kept its stages unscored on a set added later (the
-    final model had no --eval numbers in the report or card), and a set changed at the same path kept stale ones."""
+    final model had no --eval numbers in the report or card), and a set changed at the same path kept stale ones; so
+    did a set scored by an older rule (the fusion's normalisation with the query's own document in it)."""
     import shutil
+
+    from bertforge.adapt import evaluation
 
     output = shutil.copytree(adapted, tmp_path / "copy")
     beir = tmp_path / "beir"
@@ -687,7 +691,9 @@ def test_an_eval_set_added_or_changed_later_scores_the_cached_stages_on_it(adapt
         assert code == 0 and "stage ict: scoring its model on the evaluation sets given now" in out
         return json.loads((output / "report.json").read_text())
 
-    for count in (6, 3):  # added, then cut down at the same path
+    for count, rule in ((6, evaluation.BEIR_SCORING_RULE), (3, evaluation.BEIR_SCORING_RULE),
+                        (3, evaluation.BEIR_SCORING_RULE + 1)):  # added, cut down at the same path, scored anew
+        monkeypatch.setattr(evaluation, "BEIR_SCORING_RULE", rule)
         report = ask(count)
         systems = {system["name"]: system for system in report["systems"]}
         assert all("beir" in systems[name]["metrics"] for name in ("bm25", "base", "mlm", "ict"))

@@ -2,7 +2,9 @@
 import numpy as np
 import pytest
 
+from bertforge.tasks.retrieval.evaluation import evaluate_retrieval
 from bertforge.tasks.retrieval.hybrid import WEIGHTS, best_weight, fuse, hybrid_scorer, min_max, remembered
+from bertforge.tasks.retrieval.reader import RetrievalSet
 
 
 def test_min_max_scales_each_row_to_unit_range_and_flat_rows_to_zero():
@@ -55,3 +57,37 @@ def test_hybrid_scorer_fuses_two_scorers_and_remembered_scores_once():
     np.testing.assert_allclose(first, fuse(dense(["cat"], documents), lexical(["cat"], documents), 0.5))
     assert again.shape == (1, 3)
     assert calls == [3, 3]  # the two scorer calls plus the check's own: the cached one ran once
+
+
+def test_min_max_leaves_a_minus_infinity_column_out_of_the_range():
+    scores = np.array([[1.0, -np.inf, 3.0, 2.0], [-np.inf, -np.inf, -np.inf, -np.inf]])
+    np.testing.assert_allclose(min_max(scores), [[0.0, -np.inf, 1.0, 0.5], [-np.inf] * 4])
+
+
+# One query, q1, that is also corpus document q1 (a review-to-review set): its own cosine 1.0 and the top BM25 score.
+OWN_IDS = ["q1", "d2", "d3", "d4"]
+OWN_DENSE = np.array([[1.0, 0.6, 0.5, 0.1]])
+OWN_LEXICAL = np.array([[20.0, 1.0, 3.0, 0.0]])
+
+
+def test_a_querys_own_document_is_left_out_before_fusing_not_after():
+    """As the maxima of both sides the own document squashed BM25's side (d3's 3 became 0.15, not 1): fused over
+    every document d2 beat d3; over the documents actually ranked (BEIR leaves q1 out) d3 wins, 0.9 to 0.667."""
+    retrieval_set = RetrievalSet(["q1"], ["a review"], OWN_IDS, ["q1's review", "b", "c", "d"], {"q1": ["d2"]})
+    scorer = hybrid_scorer(lambda queries, documents: OWN_DENSE, lambda queries, documents: OWN_LEXICAL, 0.5)
+    # d2, the relevant one, second behind d3 (by hand): 1 / log2(3). Fused with q1 in the range it was first: 1.0
+    assert evaluate_retrieval(scorer, retrieval_set)["ndcg@10"] == pytest.approx(1 / np.log2(3))
+    fused = fuse(OWN_DENSE, OWN_LEXICAL, 0.5, exclude=[0])
+    assert fused[0, 0] == -np.inf
+    np.testing.assert_allclose(fused[:, 1:], fuse(OWN_DENSE[:, 1:], OWN_LEXICAL[:, 1:], 0.5), rtol=1e-6)
+    np.testing.assert_allclose(fused[0, 1:], [0.5 + 0.5 / 3, 0.4 + 0.5, 0.0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 1.0])
+def test_leaving_out_changes_no_other_column_when_nothing_is_left_out_and_no_input(weight):
+    dense, lexical = OWN_DENSE.copy(), OWN_LEXICAL.copy()
+    np.testing.assert_array_equal(fuse(dense, lexical, weight, exclude=[None]), fuse(dense, lexical, weight))
+    fused = fuse(dense, lexical, weight, exclude=[0])
+    assert fused[0, 0] == -np.inf and np.isfinite(fused[0, 1:]).all()  # no 0 * -inf left at weight 0 or 1
+    np.testing.assert_array_equal(dense, OWN_DENSE)  # a remembered scorer's matrix is used again at the next weight
+    np.testing.assert_array_equal(lexical, OWN_LEXICAL)

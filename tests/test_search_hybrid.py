@@ -150,6 +150,24 @@ def test_a_large_index_fuses_over_the_dense_and_bm25_pool(index, embedder, sente
                                                           index.search(QUERIES, top_k=30, dense_weight=0.7)]
 
 
+def test_a_pooled_ranking_leaves_the_excluded_rows_out_before_fusing(index, embedder, sentences, monkeypatch):
+    """`index weight --tune` ranks a passage's own text with its own row excluded: in the pool of a large index,
+    fused over the pool's other rows (the own row, in both top-Ks, set both maxima) and never ranked above them."""
+    monkeypatch.setattr(hybrid, "EXACT_HYBRID_UP_TO", 0)
+    monkeypatch.setattr(hybrid, "POOL_SIZE", 100)
+    query, own = sentences[5], 5
+    dense, lexical = encoder_scorer(embedder)([query], sentences)[0], bm25_scores([query], sentences)[0]
+    bm25_best = [row for row in np.argsort(-lexical)[:100] if lexical[row] > 0]
+    pool = np.union1d(np.argsort(-dense)[:100], bm25_best)
+    others = pool[pool != own]
+    assert len(others) == len(pool) - 1 and len(pool) < len(sentences)  # the own row was pooled; a pool, not all
+    fused = fuse(dense[others][None], lexical[others][None], 0.4)[0]
+    best = np.argsort(-fused, kind="stable")[:100]  # top_k up to POOL_SIZE: the pool does not grow
+    ranked = index.rank(index.query_vectors([query]), [query], 100, 0.4, exclude=[np.array([own])])
+    assert ranked.rows[0].tolist() == others[best].tolist()
+    np.testing.assert_allclose(ranked.scores[0], fused[best], atol=1e-5)
+
+
 NEW_TEXT = "The zyzzogeton quokka sat in the garden at Hartfield."
 
 
@@ -333,6 +351,22 @@ def hand_ndcg(hits, query_id, relevant):
     return ndcg_of_ids([hit.id for hit in hits if hit.id != query_id][:10], relevant)
 
 
+def searched_without_own(index, texts, weight, own_ids):
+    """Per query, the index's hits at `weight` with the query's own passage (id own, or every part own#k) left out
+    before fusing, as BEIR leaves it out: `fuse` of the hits' cosines and BM25 scores over the other rows alone (an
+    exact flat index scores every row), ties in row order. At weight 1 (no normalisation) the search's own order."""
+    ranked = []
+    for hits, own in zip(index.search(texts, top_k=len(index), dense_weight=weight), own_ids):
+        kept = [hit for hit in hits if hit.id.rsplit("#", 1)[0] != own]
+        if weight < 1.0:
+            kept.sort(key=lambda hit: hit.row)
+            fused = fuse(np.array([[hit.dense_score for hit in kept]]), np.array([[hit.lexical_score for hit in kept]]),
+                         weight)[0]
+            kept = [kept[column] for column in np.argsort(-fused, kind="stable")]
+        ranked.append(kept)
+    return ranked
+
+
 def ndcg_of_ids(ranked, relevant):
     """nDCG@10 of a ranking of ids, best first (binary relevance)."""
     gain = sum(1 / math.log2(rank + 2) for rank, passage in enumerate(ranked) if passage in relevant)
@@ -355,7 +389,7 @@ def test_index_weight_tune_keeps_the_weight_whose_search_ranks_judged_queries_be
     judged = [q for q in queries if q not in ("q-lost", "q-unjudged")]
     expected = {}
     for weight in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
-        hits = reference.search([queries[q] for q in judged], top_k=11, dense_weight=weight)
+        hits = searched_without_own(reference, [queries[q] for q in judged], weight, judged)
         expected[weight] = float(np.mean([hand_ndcg(h, q, relevant[q]) for q, h in zip(judged, hits)]))
     best = max(expected, key=lambda weight: (expected[weight], weight))
     assert 0.0 < best < 1.0 and expected[best] > max(expected[0.0], expected[1.0])  # the test can tell
@@ -461,7 +495,7 @@ def test_index_weight_tune_counts_a_hit_on_a_part_as_a_hit_on_its_passage(capsys
     beir = write_beir(tmp_path / "judged", queries, [(q, d) for q, ids in relevant.items() for d in ids])
     expected, parts_together = {}, False
     for weight in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
-        hits = reference.search(list(queries.values()), top_k=36, dense_weight=weight)
+        hits = searched_without_own(reference, list(queries.values()), weight, list(queries))
         ranked = [ranked_documents_by_hand(h, q) for q, h in zip(queries, hits)]
         expected[weight] = float(np.mean([ndcg_of_ids(r, relevant[q]) for q, r in zip(queries, ranked)]))
         top_ids = [[hit.id.rsplit("#", 1)[0] for hit in h[:10]] for h in hits]

@@ -70,39 +70,44 @@ def pool_size(top_k: int, count: int) -> int:
 
 
 def hybrid_top_k(faiss_index: faiss.Index, kind: str, searcher: faiss.Index, bm25, vectors: np.ndarray,
-                 texts: Sequence[str], top_k: int, dense_weight: float) -> Ranked:
+                 texts: Sequence[str], top_k: int, dense_weight: float, exclude: Sequence | None = None) -> Ranked:
     """The top_k rows of each query by fused score (see the module doc for which rows are scored).
 
     vectors: the queries' vectors (queries, dim), texts: the same queries' texts; bm25: a
     bm25_index over the index's passages in row order; searcher: the index to search (ann.gpu_replica's or
-    faiss_index itself).
+    faiss_index itself). exclude[q]: rows (an array, or None) query q never ranks, `fuse`'s exclude: score
+    -inf, set no bound of the normalisation (`index weight --tune` leaves out a query's own passage, as BEIR).
     """
     count = int(faiss_index.ntotal)
     k = min(top_k, count)
+    exclude = exclude if exclude is not None else [None] * len(vectors)
     if kind == "flat" and count <= EXACT_HYBRID_UP_TO:
         stored, block = ann.flat_vectors(faiss_index), max(1, EXACT_BLOCK_SCORES // count)
         per_block = [fused_top_k(vectors[start:start + block] @ stored.T,
-                                 bm25_query_scores(bm25, texts[start:start + block]), dense_weight, k)
+                                 bm25_query_scores(bm25, texts[start:start + block]), dense_weight, k,
+                                 exclude[start:start + block])
                      for start in range(0, len(vectors), block)]
         return Ranked(*(np.concatenate(part) for part in zip(*per_block)))
     size = pool_size(top_k, count)
     _, dense_rows = searcher.search(vectors, size)
     per_query = [pooled_top_k(faiss_index, kind, vector, bm25_query_scores(bm25, [text])[0], rows, size, k,
-                              dense_weight)
-                 for vector, text, rows in zip(vectors, texts, dense_rows)]
+                              dense_weight, left)
+                 for vector, text, rows, left in zip(vectors, texts, dense_rows, exclude)]
     return Ranked(*(np.concatenate(part) for part in zip(*per_query)))
 
 
 def pooled_top_k(faiss_index: faiss.Index, kind: str, vector: np.ndarray, lexical: np.ndarray, dense_rows: np.ndarray,
-                 size: int, k: int, dense_weight: float) -> Ranked:
+                 size: int, k: int, dense_weight: float, exclude: np.ndarray | None = None) -> Ranked:
     """One query's top k over its pool: its dense rows (FAISS's top `size`) and BM25's top `size` rows.
 
     lexical: (rows,) the query's BM25 score of every row. Rows of BM25 score 0 join only as dense rows.
+    exclude: rows never ranked (hybrid_top_k), or None.
     """
     lexical_rows = np.argpartition(-lexical, size - 1)[:size] if size < len(lexical) else np.arange(len(lexical))
     pool = np.union1d(dense_rows[dense_rows >= 0], lexical_rows[lexical[lexical_rows] > 0])
     dense = ann.stored_vectors(faiss_index, kind, pool) @ vector
-    ranked = fused_top_k(dense[None], lexical[pool][None], dense_weight, k)
+    left = None if exclude is None else [np.flatnonzero(np.isin(pool, exclude))]  # by column of the pool
+    ranked = fused_top_k(dense[None], lexical[pool][None], dense_weight, k, left)
     ranked = ranked._replace(rows=pool[ranked.rows])
     missing = k - len(pool)  # an ivf search short of `size` rows, and few rows sharing a word with the query
     if missing > 0:  # rows -1, as FAISS pads
@@ -111,8 +116,9 @@ def pooled_top_k(faiss_index: faiss.Index, kind: str, vector: np.ndarray, lexica
     return ranked
 
 
-def fused_top_k(dense: np.ndarray, lexical: np.ndarray, dense_weight: float, k: int) -> Ranked:
-    """The top k columns of `fuse(dense, lexical, dense_weight)`, (queries, candidates) in, per query."""
-    fused = fuse(dense, lexical, dense_weight)
+def fused_top_k(dense: np.ndarray, lexical: np.ndarray, dense_weight: float, k: int,
+                exclude: Sequence | None = None) -> Ranked:
+    """The top k columns of `fuse(dense, lexical, dense_weight, exclude)`, (queries, candidates) in, per query."""
+    fused = fuse(dense, lexical, dense_weight, exclude)
     columns = top_k(fused, k)
     return Ranked(columns, *(np.take_along_axis(part, columns, 1) for part in (fused, dense, lexical)))

@@ -278,13 +278,16 @@ class Index:
         results = self.hits(self.rank(self.query_vectors(queries), queries, top_k, weight))
         return results[0] if single else results
 
-    def rank(self, vectors: np.ndarray, texts: Sequence[str], top_k: int, dense_weight: float) -> Ranked:
+    def rank(self, vectors: np.ndarray, texts: Sequence[str], top_k: int, dense_weight: float,
+             exclude: Sequence | None = None) -> Ranked:
         """The top_k rows of each query, as `search` ranks them: vectors (queries, dim) of the queries, texts their
         texts (for BM25; unused at weight 1). Inputs are trusted: `search` checks them; a caller that ranks the
-        same queries at several weights (weights.py) embeds them once."""
+        same queries at several weights (weights.py) embeds them once. exclude[q]: rows (an array, or None) query
+        q never ranks: below weight 1 they set no bound of the fusion's normalisation (hybrid_top_k) and come
+        last; the caller drops them from the rows, at weight 1 too."""
         if dense_weight < 1.0:
             return hybrid_top_k(self.faiss_index, self.kind, self.searcher(), self.bm25(), vectors, texts, top_k,
-                                dense_weight)
+                                dense_weight, exclude)
         scores, rows = self.searcher().search(vectors, min(top_k, len(self)))
         # Equal scores in corpus order, as `tasks.retrieval.metrics.top_k` and the hybrid ranking break ties
         # (FAISS put the later row first): the same duplicate passage ranked the same way at every weight.

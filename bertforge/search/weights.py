@@ -91,9 +91,11 @@ def weight_ndcg(index: Index, judged: JudgedQueries) -> dict[float, float]:
     vectors = index.query_vectors(judged.texts)  # once, for every weight
     # Deep enough for 11 documents (one spare: a query's own is dropped) even if each has as many parts as the most.
     depth = (NDCG_AT + 1) * int(np.bincount(judged.row_documents).max())
+    # A query's own passage (every part) out of the fusion's normalisation too, or it sets both maxima (fuse's doc)
+    own_rows = [None if own is None else np.flatnonzero(judged.row_documents == own) for own in judged.own_documents]
     scores = {}
     for weight in WEIGHTS:
-        rows = index.rank(vectors, judged.texts, depth, weight).rows
+        rows = index.rank(vectors, judged.texts, depth, weight, own_rows).rows
         ranked = np.full((len(rows), NDCG_AT), -1, dtype=np.int64)  # -1: past a ranking shorter than 10
         for query, (query_rows, own_document) in enumerate(zip(rows, judged.own_documents)):
             documents = ranked_documents(query_rows, judged.row_documents, own_document)[:NDCG_AT]

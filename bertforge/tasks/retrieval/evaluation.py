@@ -59,11 +59,15 @@ def evaluate_retrieval(scorer: Scorer, retrieval_set: RetrievalSet,
                        recall_at: Sequence[int] = RECALL_AT) -> dict[str, float]:
     """recall@k (k in recall_at: 1 and 10 by default), mrr@10, ndcg@10 over the set's queries.
 
-    A query that is also in the corpus (same id) never retrieves itself, as in BEIR.
+    A query that is also in the corpus (same id) never retrieves itself, as in BEIR. A scorer that normalises each
+    query's scores over the documents (`hybrid.hybrid_scorer`: its `takes_exclude`) is given those documents to
+    leave out first, so the ranking is the one over the documents ranked (BEIR drops the id only after scoring,
+    which changes nothing for a scorer that scores each document alone).
     """
-    scores = scorer(retrieval_set.queries, retrieval_set.corpus)
     position = {doc_id: index for index, doc_id in enumerate(retrieval_set.corpus_ids)}
     exclude = [position.get(query_id) for query_id in retrieval_set.query_ids]
+    excluding = {"exclude": exclude} if getattr(scorer, "takes_exclude", False) else {}
+    scores = scorer(retrieval_set.queries, retrieval_set.corpus, **excluding)
     relevant = relevant_indices(retrieval_set.query_ids, retrieval_set.corpus_ids, retrieval_set.relevant)
     return retrieval_metrics(scores, relevant, exclude=exclude, recall_at=recall_at)
 

@@ -9,6 +9,7 @@ ranking never depends on luck (sentence-transformers breaks them by corpus id: t
 in id order; an audit's exact duplicates, 2026-11-27, moved nDCG@10 0.745 -> 0.802 between the two).
 `evaluation.evaluate_retrieval` leaves out a document with the query's own id, as BEIR does
 (`ignore_identical_ids`) and sentence-transformers does not: review-to-review sets hold each query.
+`left_out` is that rule; a fused scorer applies it before it normalises (hybrid.fuse).
 """
 from __future__ import annotations
 
@@ -55,13 +56,24 @@ def retrieval_metrics(scores: np.ndarray, relevant: Sequence[Sequence[int]], *,
     if scores.ndim != 2 or len(relevant) != scores.shape[0]:
         raise ValueError(f"scores must be (queries, documents) with one relevant set per query; got scores "
                          f"{scores.shape} and {len(relevant)} relevant sets")
-    excluded = [(query, document) for query, document in enumerate(exclude or ()) if document is not None]
-    for query, document in excluded:
-        scores[query, document] = -np.inf
-    ranked = top_k(scores, max(*recall_at, MRR_AT, NDCG_AT))
-    for query, document in excluded:  # ranked last, yet within the depth of a corpus no larger than it: not found
-        ranked[query][ranked[query] == document] = -1
+    ranked = top_k(left_out(scores, exclude), max(*recall_at, MRR_AT, NDCG_AT))
+    for query, document in enumerate(exclude or ()):  # ranked last, yet within the depth of a small corpus: not found
+        if document is not None:
+            ranked[query][np.isin(ranked[query], document)] = -1
     return ranking_metrics(ranked, relevant, recall_at=recall_at)
+
+
+def left_out(scores: np.ndarray, exclude: Sequence | None) -> np.ndarray:
+    """scores (queries, documents) with exclude[q]'s document(s) set to -inf in row q, in place, and returned.
+
+    exclude[q]: a document index (or several) never ranked for query q, or None; exclude None: none. The one rule
+    for a query's own document: `retrieval_metrics` ranks it last and drops it, `hybrid.fuse` sets no bound of its
+    normalisation by it (the query's own copy, cosine ~1 and the top BM25 score, squashed every other document).
+    """
+    for query, document in enumerate(exclude or ()):
+        if document is not None:
+            scores[query, document] = -np.inf
+    return scores
 
 
 def ranking_metrics(ranked: np.ndarray, relevant: Sequence[Sequence[int]], *,
