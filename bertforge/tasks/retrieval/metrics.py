@@ -17,7 +17,6 @@ import logging
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from scipy import stats
 
 logger = logging.getLogger("bertforge")
 
@@ -132,4 +131,6 @@ def spearman(predicted: Sequence[float] | np.ndarray, gold: Sequence[float] | np
     if predicted.shape != gold.shape or predicted.ndim != 1 or len(gold) < 2:
         raise ValueError(f"spearman needs two equal-length 1-D arrays of at least 2 values; got {predicted.shape} "
                          f"and {gold.shape}")
+    from scipy import stats  # here: scipy.stats takes 0.75 s to import, and every retrieval metric but this is numpy
+
     return float(stats.spearmanr(predicted, gold).statistic)
