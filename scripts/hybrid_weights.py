@@ -14,13 +14,15 @@ import argparse
 import numpy as np
 import torch
 
-from bertforge.search.documents import MAX_WORDS, read_corpus
+from bertforge.adapt.corpus_checks import read_adapt_corpus
 from bertforge.adapt.evaluation import Evaluator, read_beir_folder
 from bertforge.adapt.ict import held_out_queries
 from bertforge.adapt.presets import query_count, scored_passages
+from bertforge.models.folder import read_model_folder
 from bertforge.resources import resolve_model
 from bertforge.tasks.retrieval.bi_encoder import BiEncoder
 from bertforge.tasks.retrieval.hybrid import WEIGHTS, hybrid_scorer, remembered
+from bertforge.tokenization.folder import load_tokenizer
 from bertforge.tokenization.tokenizer import BertTokenizer
 
 
@@ -36,7 +38,9 @@ def corpus_arguments(description: str) -> argparse.ArgumentParser:
 
 def held_out_evaluator(args: argparse.Namespace) -> Evaluator:
     """adapt's Evaluator for args.corpus (its quick preset's held-out ICT queries) and args.eval; prints their sizes."""
-    corpus = read_corpus(args.corpus, text_column=args.text_column, max_words=MAX_WORDS)
+    base = read_model_folder(resolve_model("minilm"))  # adapt's default base: its length splits the passages
+    corpus = read_adapt_corpus(args.corpus, load_tokenizer(base), base.max_seq_length,
+                               args.text_column)
     held_out = held_out_queries(corpus.passages, query_count("quick", len(corpus.passages)),
                                 np.random.default_rng(args.seed), max_scored=scored_passages("quick"))
     print(f"{len(corpus.passages):,} passages, queries {({k: len(v) for k, v in held_out.queries.items()})}")

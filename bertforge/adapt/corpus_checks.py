@@ -1,12 +1,24 @@
-"""What a corpus must give adapt to be adapted to: enough passages, passages of sentences, and held-out queries
-to pick a model by and report it. Each failure is one line saying what to do, before the output folder is claimed."""
+"""How adapt reads a corpus, and what the corpus must give to be adapted to: enough passages, passages of sentences,
+and held-out queries to pick a model by and report it. Each failure is one line saying what to do, before the output
+folder is claimed."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..errors import UsageError
-from ..search.documents import Corpus, no_text_found
+from ..search.documents import MAX_WORDS, Corpus, no_text_found, read_corpus
+from ..search.token_limit import TokenLimit
 from .ict import MIN_QUERY_WORDS, MIN_SENTENCES, HeldOut, training_passages
 
 MIN_PASSAGES = 20  # fewer and the held-out queries are a handful: the numbers would be noise
+
+
+def read_adapt_corpus(paths: Sequence[str], tokenizer, max_length: int, text_column: str = "text",
+                      id_column: str | None = None) -> Corpus:
+    """The passages adapt trains, scores and indexes: split over MAX_WORDS words, and to fit the base's `max_length`
+    in word pieces (its `tokenizer`); the scripts that draw adapt's held-out queries read the corpus here too."""
+    return read_corpus(paths, text_column=text_column, max_words=MAX_WORDS, id_column=id_column,
+                       max_tokens=TokenLimit(tokenizer, max_length))
 
 
 def check_corpus(corpus: Corpus, where: str) -> None:

@@ -31,10 +31,9 @@ from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
 from ..train.distributed import Topology, barrier, process_group
-from ..search.documents import MAX_WORDS, Corpus, corpus_summary, read_corpus
-from ..search.token_limit import TokenLimit
+from ..search.documents import Corpus, corpus_summary
 from .evaluation import HYBRID_METRIC, Evaluator, read_beir_folder
-from .corpus_checks import check_corpus, check_held_out
+from .corpus_checks import check_corpus, check_held_out, read_adapt_corpus
 from .ict import HeldOut, held_out_queries, training_passages
 from .budget import StageTime, mlm_seconds, read_budget, training_seconds
 from .methods import MethodSettings, train_method
@@ -216,8 +215,7 @@ def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
         check_generator(options.query_generator)
     tokenizer = load_tokenizer(base)
     max_seq_length = min(base.max_seq_length, read_model_folder(mlm).max_seq_length) if mlm else base.max_seq_length
-    corpus = read_corpus(options.corpus, text_column=options.text_column, max_words=MAX_WORDS,
-                         id_column=options.id_column, max_tokens=TokenLimit(tokenizer, max_seq_length))
+    corpus = read_adapt_corpus(options.corpus, tokenizer, max_seq_length, options.text_column, options.id_column)
     check_corpus(corpus, " ".join(options.corpus))
     rng = np.random.default_rng(options.seed)
     held_out = held_out_queries(corpus.passages, query_count(options.preset, len(corpus.passages)), rng,
