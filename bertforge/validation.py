@@ -82,7 +82,7 @@ BOUNDS: dict[str, Bound] = {
     # rates and amounts
     "epochs": Bound(0, above=True), "learning_rate": Bound(0, 1, above=True), "weight_decay": Bound(0, 1),
     "warmup": Bound(0, meaning="a fraction of max_steps below 1, else a number of steps"),
-    "max_grad_norm": Bound(0, above=True), "c": Bound(0, above=True), "combine_c": Bound(0, above=True),
+    "max_grad_norm": Bound(0, meaning="0: no clipping"), "c": Bound(0, above=True), "combine_c": Bound(0, above=True),
     "scale": Bound(0, above=True, meaning="1 / temperature"), "distillation": Bound(0, meaning="0: no teacher term"),
     "distill_documents": Bound(0, meaning="0: the teacher's pair rankings only"),
     "short_seq_prob": PROBABILITY, "mlm_probability": Bound(0, 1, above=True),

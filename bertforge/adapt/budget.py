@@ -155,7 +155,9 @@ def epoch_steps(run: RecipeRun, batches: ShuffledBatches, epochs: float) -> int:
 
 def kept_steps(kept: dict, run: RecipeRun, batches: ShuffledBatches) -> int:
     """The steps a BUDGET_FILE says the stage trains. One written before steps were kept holds the epochs chosen,
-    which that stage's schedule turned into steps by `epoch_steps`: a killed stage resumes with that schedule."""
+    which that stage's schedule turned into steps by `epoch_steps`: a killed stage resumes with that schedule (a
+    fraction of a step rounded up since 2026-11-28, as transformers' Trainer: one step more than it began with, at
+    most, its rate from the stretched schedule: `train.optim.rates_of_schedule`)."""
     return kept["steps"] if "steps" in kept else epoch_steps(run, batches, kept["epochs"])
 
 

@@ -39,6 +39,7 @@ from ..tokenization.tokenizer import BertTokenizer
 from ..train.checkpointing import latest_checkpoint, list_checkpoints
 from ..train.config import TrainConfig
 from ..train.distributed import Topology, barrier
+from ..train.optim import steps_for_epochs
 from .budget import budgeted_steps, read_budget
 from .domain_vocabulary import corpus_pieces, grow_checkpoint, vocabulary_change
 
@@ -71,8 +72,9 @@ class MlmSettings:
 
     def steps_for(self, instances: int) -> int:
         """The steps `epochs` of an epoch of `instances` (a process's) train, within [min_steps, max_steps]. An
-        epoch is the loader's batches, its last one short (recipe.EndlessBatches): ceil(instances / batch_size)."""
-        steps = max(self.min_steps, round(self.epochs * math.ceil(instances / self.batch_size)))
+        epoch is the loader's batches, its last one short (recipe.EndlessBatches): ceil(instances / batch_size); a
+        fraction of epochs rounds up, by the loop's rule (`train.optim.steps_for_epochs`)."""
+        steps = max(self.min_steps, steps_for_epochs(self.epochs, math.ceil(instances / self.batch_size)))
         return steps if self.max_steps is None else min(self.max_steps, steps)
 
 

@@ -5,6 +5,7 @@ train's, through `ReadmissionRun`): building the command line's parser imports t
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -14,6 +15,10 @@ from ..validation import check_value
 Precision = Literal["auto", "fp32", "bf16"]  # auto: bf16 on a GPU, fp32 on CPU; bf16: autocast, on CPU and CUDA
 Device = Literal["auto", "cuda", "cpu"]  # auto: the GPU when there is one; cpu under torchrun: gloo on the CPU
 SCHEDULES = ("linear", "constant")  # optim.learning_rate_schedule builds each
+# A best_metric ending in one of these is better lower (greater_is_better left unset). transformers' Trainer infers
+# it from "loss" alone; mse and mae are added because regression fine-tuning reports them (tasks.metrics), and a
+# best model by mse that kept the highest error would be Trainer's default's trap again.
+LOWER_IS_BETTER = ("loss", "mse", "mae")
 
 
 @dataclass
@@ -25,13 +30,14 @@ class TrainConfig:
         max_steps: optimizer steps to train (0 where a recipe counts epochs instead)
         learning_rate: the peak learning rate (AdamW)
         weight_decay: AdamW's decoupled weight decay (not on biases and LayerNorm)
-        warmup: a fraction of max_steps (below 1, rounded down) or a number of steps; step n of the warm-up runs at
-            n / warmup of the peak, so the first step learns (transformers' and Google's schedules run it at 0).
+        warmup: a fraction of max_steps (below 1, rounded up as transformers' Trainer: 0.1 of 9 steps is 1) or a
+            number of steps; step n of the warm-up runs at n / warmup of the peak, so the first step learns
+            (transformers' and Google's schedules run it at 0).
             The `lr` logged at a step is the next step's rate, as transformers' Trainer logs it
         schedule: after warm-up: linear (decay to 0 at max_steps, BERT's) or constant
         grad_accumulation: micro-batches per optimizer step (in a recipe counted in epochs, an epoch's last step
             takes only the micro-batches left in it: an epoch is one pass over the data)
-        max_grad_norm: gradients are clipped to this norm
+        max_grad_norm: gradients are clipped to this norm; 0: no clipping (transformers' Trainer's rule)
         precision: auto (bf16 autocast on a GPU for models of BERT-base width and up and on a CPU with AMX, else
             fp32), fp32 or bf16
         device: auto (the GPU when there is one), cuda or cpu
@@ -50,7 +56,8 @@ class TrainConfig:
         plot: draw curves.png at the end
         eval_at_start: evaluate before the first step (the starting point)
         best_metric: an evaluation key: keep the best model in output_dir/best
-        greater_is_better: a higher best_metric is better
+        greater_is_better: a higher best_metric is better; unset: false for a best_metric ending in loss, mse or mae
+            (pretraining's mlm_loss, regression's errors; transformers' Trainer infers it from loss alone), else true
         early_stopping_patience: evaluations without a new best before stopping (0: never)
     """
 
@@ -75,7 +82,7 @@ class TrainConfig:
     plot: bool = True
     eval_at_start: bool = True
     best_metric: str = ""
-    greater_is_better: bool = True
+    greater_is_better: bool | None = None
     early_stopping_patience: int = 0
 
     def __post_init__(self) -> None:
@@ -84,12 +91,21 @@ class TrainConfig:
                              "(fp16 needs loss scaling, not supported)")
         if self.device not in get_args(Device):
             raise ValueError(f"device={self.device!r}: use auto, cuda or cpu")
-        for name in ("max_steps", "grad_accumulation"):  # for callers that skip settings.build, which checks all
-            check_value(name, getattr(self, name), "training.")  # (max_grad_norm=inf, no clipping, is the API's)
+        for name in ("max_steps", "grad_accumulation", "max_grad_norm"):  # for callers that skip settings.build
+            if getattr(self, name) != math.inf:  # (max_grad_norm=inf, no clipping as 0, is the Python API's too)
+                check_value(name, getattr(self, name), "training.")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule={self.schedule!r}: use one of {', '.join(SCHEDULES)}")
         if self.early_stopping_patience and not self.best_metric:
             raise ValueError("early_stopping_patience needs best_metric: the metric whose improvement it waits for")
+
+
+def higher_is_better(best_metric: str, greater_is_better: bool | None) -> bool:
+    """greater_is_better, or when unset, what best_metric's name says (`LOWER_IS_BETTER`). Inferred where it is used,
+    not in the settings: a best_metric filled in later (`epoch_schedule`: the task's) is judged by its own name."""
+    if greater_is_better is not None:
+        return greater_is_better
+    return not best_metric.endswith(LOWER_IS_BETTER)
 
 
 @dataclass

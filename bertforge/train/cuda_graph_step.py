@@ -24,6 +24,7 @@ import torch
 
 from .config import TrainConfig
 from .distributed import Topology
+from .optim import clip_gradients
 
 logger = logging.getLogger("bertforge")
 
@@ -98,7 +99,7 @@ class GraphedStep:
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.bf16, cache_enabled=False):
                     output = self.model(**self.inputs, **self.forward_kwargs)
                 output.loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+                clip_gradients(self.model.parameters(), self.max_grad_norm)  # 0: captures no clipping
                 self.optimizer.step()
         except RuntimeError as error:  # a model that waits on the device or branches on a value cannot be captured
             logger.warning("the training step could not be captured as a CUDA graph (%s); training on with eager "

@@ -27,12 +27,12 @@ from ..engine.devices import cpu_has_amx, to_device
 from ..validation import STEPS_TO_RUN, check_bound
 from .best import BestModel, best_model_folder
 from .checkpointing import save_checkpoint
-from .config import TrainConfig
+from .config import TrainConfig, higher_is_better
 from .cuda_graph_step import GraphedStep, graphs_apply
 from .distributed import Topology, all_reduce_sum, average_gradients, barrier, broadcast_parameters
 from .interrupt import StopRequests
 from .memory import TRIM_EVERY, release_freed_memory
-from .optim import build_optimizer, learning_rate_schedule, warmup_steps_from
+from .optim import build_optimizer, clip_gradients, learning_rate_schedule, warmup_steps_from
 from .prefetch import Prefetcher
 from .resume import resume_from_newest_good
 from .running_metrics import RunningMetrics, Statistics, fmt
@@ -201,7 +201,8 @@ def best_model_tracker(config: TrainConfig) -> BestModel | None:
     """The tracker of config.best_metric; None without one: the last model is the one that ships."""
     if not config.best_metric:
         return None
-    return BestModel(config.best_metric, config.greater_is_better, config.early_stopping_patience)
+    greater_is_better = higher_is_better(config.best_metric, config.greater_is_better)  # unset: by the name
+    return BestModel(config.best_metric, greater_is_better, config.early_stopping_patience)
 
 
 def tidy_after_step(step: int, compiled_at: int | None, started: float, progress) -> None:
@@ -233,8 +234,8 @@ def optimizer_and_schedule(model: torch.nn.Module, config: TrainConfig, device: 
 
 
 def optimizer_step(model: torch.nn.Module, optimizer, scheduler, max_grad_norm: float) -> None:
-    """Clip the gradients, step the optimizer and the schedule, and drop the gradients."""
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    """Clip the gradients (max_grad_norm 0: not), step the optimizer and the schedule, and drop the gradients."""
+    clip_gradients(model.parameters(), max_grad_norm)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)

@@ -10,12 +10,13 @@ data file went on from the old file's position, silently.
 
 What may change on resume (MAY_CHANGE_ON_RESUME, a setting of that name wherever it is in the recipe):
 how far the run goes (max_steps, epochs, early_stopping_patience; an extended run stretches its schedule to
-the new length, and max_steps may not fall below the checkpoint's step), when it logs, evaluates and saves
-(log_every, eval_every, save_every, keep_last, eval_at_start, eval_batch_size, eval_batches), where and how
-fast it runs (device, precision, compile, cuda_graphs, masked_only_head; the command line's --threads is no
-setting), and output_dir, tensorboard, plot. Everything else shapes the run: the data files, the model and
-task settings, the batch size, the optimiser and schedule (learning_rate, weight_decay, warmup, schedule,
-grad_accumulation, max_grad_norm), the seed and the best-model metric.
+the new length, its first step resumed included, and max_steps may not fall below the checkpoint's step), when
+it logs, evaluates and saves (log_every, eval_every, save_every, keep_last, eval_at_start, eval_batch_size,
+eval_batches), where and how fast it runs (device, precision, compile, cuda_graphs, masked_only_head; the command
+line's --threads is no setting), and output_dir, tensorboard, plot. Everything else shapes the run: the data
+files, the model and task settings, the batch size, the optimiser and schedule (learning_rate, weight_decay,
+warmup, schedule, grad_accumulation, max_grad_norm), the seed, the best-model metric and its direction
+(greater_is_better, compared as the direction it judges by: `by_direction`).
 
 `setting_changes` is also the rule by which pretraining checks its vocabulary and prepared-corpus caches.
 """
@@ -38,7 +39,8 @@ from ..models.weight_files import WEIGHTS_SAFETENSORS
 from ..resources import resolve_model
 from ..settings import PATH_KIND
 from .checkpointing import latest_checkpoint, list_checkpoints, load_trainer_state
-from .config import TrainConfig
+from .config import TrainConfig, higher_is_better
+from .optim import rates_of_schedule
 
 logger = logging.getLogger("bertforge")
 
@@ -142,8 +144,11 @@ def short(value: Any, width: int = 60) -> str:
 def check_resumable(state: dict, config: TrainConfig, inputs: dict | None, checkpoint: Path) -> None:
     """Raise BertforgeError, one line naming what changed, unless `config` and `inputs` (None: not recorded by
     this caller) are those the checkpoint's run was made with, but for MAY_CHANGE_ON_RESUME."""
-    now = json.loads(json.dumps(asdict(config)))
-    changes = setting_changes(state.get("config") or {}, now, "training.", MAY_CHANGE_ON_RESUME)
+    now, recorded = json.loads(json.dumps(asdict(config))), state.get("config") or {}
+    changes = setting_changes(by_direction(recorded), by_direction(now), "training.", MAY_CHANGE_ON_RESUME)
+    old_default = recorded.get("greater_is_better") is True and config.greater_is_better is None
+    changes = [change + (INFERRED_DIRECTION.format(config.best_metric) if old_default and change.startswith(DIRECTION)
+                         else "") for change in changes]
     if inputs is not None and state.get("inputs") is not None:
         changes += setting_changes(state["inputs"], inputs, "", MAY_CHANGE_ON_RESUME)
     elif inputs:
@@ -156,6 +161,36 @@ def check_resumable(state: dict, config: TrainConfig, inputs: dict | None, check
         raise BertforgeError(f"cannot resume from {checkpoint}: {'; '.join(changes[:3])}{more} since the run "
                              f"started; its checkpoints belong to the settings it started with: set them back, "
                              f"{START_OVER}")
+
+
+DIRECTION = "training.greater_is_better "
+INFERRED_DIRECTION = (" (left unset, it now follows best_metric's name: lower is better for {!r}; the run started "
+                      "when unset meant true: set training.greater_is_better true to go on as it started)")
+
+
+def by_direction(settings: dict) -> dict:
+    """A TrainConfig's record with greater_is_better as the direction best_metric is judged by (`higher_is_better`),
+    and without it when there is no best_metric (it judges nothing then). Its default was true before it became
+    unset (inferred from the metric's name): a run started with true for 'accuracy' resumes with it unset."""
+    settled = {key: value for key, value in settings.items() if key != "greater_is_better"}
+    if settings.get("best_metric") and "greater_is_better" in settings:
+        settled["greater_is_better"] = higher_is_better(settings["best_metric"], settings["greater_is_better"])
+    return settled
+
+
+def follow_this_runs_schedule(scheduler, state: dict, config: TrainConfig | None) -> None:
+    """The next step's learning rate by this run's schedule (`optim.rates_of_schedule`), where the restored optimizer
+    holds the checkpoint's. They differ where the run was extended on resume, or where the steps of a fractional
+    warm-up or of epochs come out otherwise (an older bertforge rounded them down; now up, as transformers' Trainer):
+    said in a warning, since the run then goes on by a schedule other than the one it started with."""
+    restored = scheduler.optimizer.param_groups[0]["lr"]
+    rates_of_schedule(scheduler)
+    now = scheduler.optimizer.param_groups[0]["lr"]
+    if now != restored:
+        recorded = (state.get("config") or {}).get("max_steps", "?")
+        logger.warning("step %d runs at learning rate %.3g by this run's schedule (max_steps %s; the checkpoint's run "
+                       "had %s), where the checkpoint's schedule gave %.3g", state["step"] + 1, now,
+                       config.max_steps if config else "?", recorded, restored)
 
 
 def resume_from_newest_good(run_dir: Path, model, optimizer, scheduler, batches, device, best, topology,
@@ -191,6 +226,7 @@ def restore(checkpoint: Path, model, optimizer, scheduler, batches, device, best
         model.load_training_only_state_dict(state["training_only"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
+    follow_this_runs_schedule(scheduler, state, config)
     batches.load_state_dict(state["data"])
     if best is not None and state.get("best"):
         best.load_state_dict(state["best"])
