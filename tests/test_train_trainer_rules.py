@@ -228,3 +228,14 @@ def test_a_run_extended_on_resume_takes_the_stretched_schedules_rate_from_its_fi
     assert resumed[0] == pytest.approx(6e-4)
     assert "step 7 runs at learning rate 0.0006 by this run's schedule (max_steps 12; the checkpoint's run had 6)" \
         in caplog.text
+
+
+def test_a_resume_keeps_its_own_early_stopping_patience():
+    """resume.py lets early_stopping_patience change on resume; the checkpoint's BestModel state overrode it."""
+    from bertforge.train.best import BestModel
+
+    saved = BestModel("accuracy", patience=2, value=0.8, step=10, evaluations_since_best=2)
+    resumed = BestModel("accuracy", patience=5)
+    resumed.load_state_dict(saved.state_dict())
+    assert (resumed.patience, resumed.value, resumed.step, resumed.evaluations_since_best) == (5, 0.8, 10, 2)
+    assert not resumed.should_stop  # two evaluations without a better one: the checkpoint's patience would stop here

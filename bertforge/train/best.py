@@ -51,8 +51,11 @@ class BestModel:
         return asdict(self)
 
     def load_state_dict(self, state: dict) -> None:
+        """The progress a checkpoint kept (the best score, its step, the evaluations since). `patience` stays this
+        run's: a resume may change early_stopping_patience (resume.py allows it), and the checkpoint's overrode it."""
         for key, value in state.items():
-            setattr(self, key, value)
+            if key != "patience":
+                setattr(self, key, value)
 
 
 def best_model_folder(run_dir: str | Path) -> Path:
