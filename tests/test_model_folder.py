@@ -226,6 +226,40 @@ def test_an_older_folder_written_by_hand_is_read_as_sentence_transformers_reads_
     assert_same_vectors(embed(str(folder), texts), expected)
 
 
+def test_several_modes_concatenate_in_the_order_sentence_transformers_gives_each_format(tiny_bert, tmp_path):
+    """ST 6 concatenates a `pooling_mode` list in its own order and the older booleans in its fixed one (cls, max,
+    mean, ...). A folder ST 6 saved with ["mean", "cls"] was read [cls | mean] (cosine 0.44 to ST's vectors)."""
+    from bertforge.embeddings.embed import Embedder
+
+    st = sentence_transformers()
+    transformer = st.models.Transformer(str(tiny_bert), max_seq_length=MAX_SEQ_LENGTH)
+    listed = tmp_path / "listed"
+    modules = [transformer, st.models.Pooling(32, ["mean", "cls"])]
+    st.SentenceTransformer(modules=modules, device="cpu").save(str(listed))
+    assert json.loads((listed / "1_Pooling" / "config.json").read_text())["pooling_mode"] == ["mean", "cls"]
+    booleans = legacy_folder(tiny_bert, tmp_path / "booleans", {"pooling_mode_mean_tokens": True,
+                                                                "pooling_mode_cls_token": True})
+    for folder, pooling in ((listed, "mean+cls"), (booleans, "cls+mean")):
+        expected = st.SentenceTransformer(str(folder), device="cpu").encode(TEXTS)
+        embedder = Embedder.from_pretrained(folder)
+        assert embedder.pooling == pooling
+        np.testing.assert_allclose(embedder.encode(TEXTS), expected, atol=1e-5)
+
+
+def test_the_pooling_config_written_is_read_back_in_the_order_named(tmp_path):
+    """Booleans where ST reads them in the order named (one mode, or ST's fixed order), which every release reads;
+    a 6.x list otherwise, the booleans being read back in the fixed order."""
+    from bertforge.models.folder import pooling_config, read_pooling
+
+    for pooling in ("mean", "cls+mean", "mean+cls", "max+mean+cls", "lasttoken+cls", "mean+mean"):
+        config = pooling_config(pooling, 32)
+        assert ("pooling_mode" in config) == (pooling in ("mean+cls", "max+mean+cls", "lasttoken+cls", "mean+mean"))
+        write_json(tmp_path / pooling / "config.json", config)
+        assert read_pooling(tmp_path / pooling / "config.json")["mode"] == pooling
+    with pytest.raises(ValueError, match="median"):
+        pooling_config("mean+median", 32)
+
+
 def test_cli_embed_follows_the_folder_and_says_when_an_option_overrides_it(st_folders, tmp_path):
     from cli_run import run_cli
 

@@ -31,21 +31,31 @@ def test_sentence_transformers_loads_our_folder(tmp_path, minilm_dir, pooling, n
     np.testing.assert_allclose(embed(str(folder), TEXTS), theirs.encode(TEXTS), atol=1e-5)
 
 
-def test_modes_named_in_any_order_train_the_vector_sentence_transformers_reads_back(tmp_path, minilm_dir):
-    """"mean+cls" trained [mean | cls] while its saved folder, which says only which modes it pools, is read
-    [cls | mean] by sentence-transformers and bertforge alike: the full vectors' cosines agreed, every Matryoshka
-    prefix was another vector (a 384 prefix's cosine 0.755 in training, 0.817 read back). And prefixes are checked
-    against the pooled width (768 for two modes), not the hidden size."""
+@pytest.mark.parametrize("pooling, written", [("mean+cls", {"pooling_mode": ["mean", "cls"]}),
+                                              ("cls+mean", {"pooling_mode_cls_token": True,
+                                                            "pooling_mode_mean_tokens": True})])
+def test_modes_train_and_are_saved_in_the_order_named_as_sentence_transformers_reads_them(tmp_path, minilm_dir,
+                                                                                        pooling, written):
+    """"mean+cls" trains [mean | cls], as ST 6's Pooling(pooling_mode=["mean", "cls"]): the folder says so with
+    a 6.x list, since the pooling_mode_* booleans, all that was written, are read back in ST's fixed order
+    [cls | mean] (every Matryoshka prefix another vector). Modes in the fixed order keep the booleans, which
+    every release reads. Prefixes are checked against the pooled width (768 for two modes), not the hidden size."""
+    from bertforge.embeddings.embed import Embedder
     from bertforge.tasks.retrieval.bi_encoder import Objective
     from bertforge.tasks.retrieval.evaluation import encoder_embedder
 
     tokenizer = BertTokenizer.from_pretrained(minilm_dir)
-    model = BiEncoder.from_pretrained(minilm_dir, pooling="mean+cls", objective=Objective(matryoshka_dims=[768, 384]))
+    model = BiEncoder.from_pretrained(minilm_dir, pooling=pooling, objective=Objective(matryoshka_dims=[768, 384]))
     trained = encoder_embedder(model.eval(), tokenizer).encode(TEXTS)
     folder = model.save_pretrained(tmp_path / "encoder", tokenizer=tokenizer)
+    config = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    assert {key: value for key, value in config.items() if key.startswith("pooling_mode") and value} == written
     read_back = sentence_transformers.SentenceTransformer(str(folder), device="cpu").encode(TEXTS)
     np.testing.assert_allclose(trained, read_back, atol=1e-5)
-    assert read_model_folder(folder).pooling == "cls+mean"
+    assert read_model_folder(folder).pooling == pooling
+    prefix = trained[:, :384] / np.linalg.norm(trained[:, :384], axis=1, keepdims=True)  # the folder normalises
+    first = Embedder.from_pretrained(folder, pooling=pooling.split("+")[0], normalize=True).encode(TEXTS)
+    np.testing.assert_allclose(prefix, first, atol=1e-5)  # the 384 prefix is the first mode named
 
 
 def test_we_load_sentence_transformers_folders(tmp_path, minilm_dir, reference):

@@ -98,6 +98,33 @@ def test_an_index_built_before_tokenizer_settings_were_recorded_still_loads(mini
     assert Index.load(old, model=minilm_dir, device="cpu").search(TEXTS[1], top_k=1)[0].row == 1
 
 
+def test_an_index_of_several_modes_keeps_the_order_its_vectors_were_made_in(minilm_dir, tmp_path):
+    """"mean+cls" concatenates [mean | cls] now (format 3, written only then); before, in ST's fixed order
+    [cls | mean] whatever the order named: an index of format 2 saying "mean+cls" embeds its queries so still,
+    and rows added to it or a copy of it keep that meaning."""
+    Index.build(TEXTS, minilm_dir, kind="flat", pooling="mean+cls", progress=False, device="cpu").save(tmp_path / "new")
+    meta = json.loads((tmp_path / "new" / "meta.json").read_text())
+    assert (meta["format_version"], meta["vectors"]["pooling"]) == (3, "mean+cls")
+    in_order = Embedder.from_pretrained(minilm_dir, pooling="mean+cls", normalize=True, device="cpu").encode(TEXTS)
+    np.testing.assert_allclose(Index.load(tmp_path / "new", device="cpu").query_vectors(TEXTS), in_order, atol=1e-5)
+
+    old = tmp_path / "old"
+    old.mkdir()
+    for entry in (tmp_path / "new").iterdir():
+        (old / entry.name).write_bytes(entry.read_bytes())
+    (old / "meta.json").write_text(json.dumps({**meta, "format_version": 2}))
+    fixed = Embedder.from_pretrained(minilm_dir, pooling="cls+mean", normalize=True, device="cpu").encode(TEXTS)
+    loaded = Index.load(old, device="cpu")
+    assert loaded.spec.pooling == "cls+mean"
+    np.testing.assert_allclose(loaded.query_vectors(TEXTS), fixed, atol=1e-5)
+    loaded.add(["Dogs bark."])
+    loaded.save()
+    Index.load(old, device="cpu").save(tmp_path / "copy")
+    for folder in (old, tmp_path / "copy"):
+        meta = json.loads((folder / "meta.json").read_text())
+        assert (meta["format_version"], meta["vectors"]["pooling"]) == (2, "cls+mean")
+
+
 # --- 2. the device: "auto" as embed picks it ------------------------------------------------------
 
 

@@ -83,7 +83,8 @@ class Embedder:
     pooling: "mean" (over real tokens, as sentence-transformers; the default), "max" (over real
         tokens), "cls" (the [CLS] vector), "pooler" (the model's pooler_output; last layer only),
         sentence-transformers' "mean_sqrt_len_tokens", "weightedmean", "lasttoken", or several
-        modes joined by "+" ("cls+mean": their vectors concatenated).
+        modes joined by "+", their vectors concatenated in the order named: "mean+cls" is [mean | cls], as
+        sentence-transformers 6's Pooling(pooling_mode=["mean", "cls"]) (`pooling.pooling_modes`).
     normalize: L2-normalise sentence vectors (then a dot product is the cosine); default no.
     prompt: text put before every text it reads (encode, token and word vectors): a folder's default prompt; "".
     batch_size: the most texts in one forward pass.

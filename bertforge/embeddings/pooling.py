@@ -3,14 +3,15 @@
 Each function takes (batch, seq, dim) token states and the (batch, seq) 1/0 attention mask
 (padding on the right) and returns (batch, dim); padded positions never count. The modes are
 sentence-transformers' Pooling modes, written as its `_forward_padded` computes them, so a
-folder's vectors match its own; "cls+mean" (modes joined by "+") concatenates, as ST does.
+folder's vectors match its own; "mean+cls" (modes joined by "+") concatenates their vectors in the order
+named, as ST 6's `Pooling(pooling_mode=["mean", "cls"])` does (`pooling_modes`).
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from ..models.folder import POOLING_JOIN, POOLING_MODES
+from ..models.folder import POOLING_JOIN
 
 
 def cls_pool(states: Tensor, attention_mask: Tensor) -> Tensor:
@@ -53,17 +54,19 @@ POOL_FUNCTIONS = {"cls": cls_pool, "mean": mean_pool, "max": max_pool, "mean_sqr
 
 
 def pooling_modes(pooling: str) -> tuple[str, ...]:
-    """"mean+cls" -> ("cls", "mean"): the modes in the order sentence-transformers concatenates them (its
-    Pooling's, whatever order they are named in), since a saved folder says only which modes it pools; in the
-    order named, a "mean+cls" model trained [mean | cls] and was read back [cls | mean] (its Matryoshka prefixes
-    another vector). ValueError naming the valid modes for an unknown one."""
+    """"mean+cls" -> ("mean", "cls"): the modes, in the order their vectors are concatenated, which is the order
+    named, as sentence-transformers 6 concatenates its Pooling(pooling_mode=[...]) list. This order is the only one:
+    a folder's Pooling is read into it in the order ST gives that file (`models.folder.read_pooling`: its pre-6
+    booleans in ST's fixed order, "cls+mean"; a 6.x list as listed), and written back in a format ST reads in the
+    same order (`models.folder.pooling_config`), so what trains, what is saved and what ST and bertforge read back
+    agree. ValueError naming the valid modes for an unknown one."""
     modes = tuple(pooling.split(POOLING_JOIN)) if isinstance(pooling, str) else (pooling,)
     unknown = [mode for mode in modes if mode not in POOL_FUNCTIONS]
     if unknown:
         common, others = ("cls", "mean", "max", "pooler"), tuple(m for m in POOL_FUNCTIONS if m not in ("cls", "mean", "max"))
         raise ValueError(f"pooling={pooling!r} is not one of {common}, sentence-transformers' {others}, "
                          f"nor modes joined by {POOLING_JOIN!r} (e.g. 'cls{POOLING_JOIN}mean')")
-    return tuple(sorted(modes, key=POOLING_MODES.index))
+    return modes
 
 
 def pool(states: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:

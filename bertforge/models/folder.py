@@ -10,7 +10,8 @@ An ST folder lists its modules in modules.json, each with a subfolder ("" for th
 type: `sentence_transformers.models.Pooling` (2.x-5.x), `sentence_transformers.sentence_transformer.
 modules.pooling.Pooling` (6.x), `sentence_transformers.models.BERT` (0.x), and so on; the class
 name at the end is what counts. A Pooling config holds `pooling_mode` (6.x: a name or a list) or
-the older `pooling_mode_*` booleans; several modes are concatenated, in ST's order. A plain HF
+the older `pooling_mode_*` booleans; several modes are concatenated in the order ST concatenates them:
+a list's, the booleans' fixed one (POOLING_MODES). A plain HF
 folder (no modules.json) is read as ST reads one: mean pooling, no normalisation.
 
 Use: `folder = read_model_folder(path)`; load the weights from `folder.transformer` and the tokenizer with
@@ -41,7 +42,8 @@ TRANSFORMER_CONFIG_FILES = ("sentence_bert_config.json", "sentence_roberta_confi
                             "sentence_distilbert_config.json", "sentence_camembert_config.json",
                             "sentence_albert_config.json", "sentence_xlm-roberta_config.json",
                             "sentence_xlnet_config.json")
-# ST's pre-6 Pooling keys -> its mode names, in the order ST concatenates them (pooling.py).
+# ST's pre-6 Pooling keys -> its mode names, in the order ST (6.x too) concatenates the modes those keys turn on
+# (its pooling.py); a 6.x `pooling_mode` list concatenates in its own order instead.
 LEGACY_POOLING_KEYS = {
     "pooling_mode_cls_token": "cls",
     "pooling_mode_max_tokens": "max",
@@ -51,7 +53,7 @@ LEGACY_POOLING_KEYS = {
     "pooling_mode_lasttoken": "lasttoken",
 }
 POOLING_MODES = tuple(LEGACY_POOLING_KEYS.values())
-# Several modes at once are written joined by this (ST concatenates their vectors in that order).
+# Several modes at once are written joined by this, in the order their vectors are concatenated (as a 6.x list).
 POOLING_JOIN = "+"
 # The prompt names sentence-transformers 6 gives every model (its encode_query / encode_document), empty unless a
 # folder's config_sentence_transformers.json sets them: `prompt_name="query"` works with any model there.
@@ -71,7 +73,7 @@ class ModelFolder:
     root: the folder given. transformer: the folder with config.json, weights and tokenizer
     (the root, or an ST module's subfolder such as 0_Transformer). architecture: config.json's
     first `architectures` entry (BertModel when it names none). pooling: "mean", "cls", "max",
-    "mean_sqrt_len_tokens", "weightedmean", "lasttoken", or several joined by "+" (concatenated).
+    "mean_sqrt_len_tokens", "weightedmean", "lasttoken", or several joined by "+" (concatenated in that order).
     normalize: an ST Normalize module follows the pooling. max_seq_length: the tokens ST
     truncates to. do_lower_case: ST lower-cases texts before its tokenizer. prompts,
     default_prompt_name, similarity_fn_name: config_sentence_transformers.json's.
@@ -220,6 +222,31 @@ def read_pooling(config_file: Path) -> dict[str, Any]:
     if unknown or not modes:
         raise ValueError(f"{config_file}: pooling mode {unknown or modes} is not one of {', '.join(POOLING_MODES)}")
     return {"mode": POOLING_JOIN.join(modes), "include_prompt": bool(config.get("include_prompt", True))}
+
+
+def pooling_config(pooling: str, dimension: int) -> dict[str, Any]:
+    """The Pooling config.json that sentence-transformers (and `read_pooling`) reads back as `pooling` ("mean+cls":
+    [mean | cls]). Modes in ST's fixed order (one mode, or "cls+mean") are written as the `pooling_mode_*` booleans,
+    which every release from 2.x on reads, 6.x in that same order. Any other order (or a mode twice) only a 6.x list
+    says: the booleans would be read back in the fixed order, another vector than the one trained, where ST before 6
+    fails to load a list rather than swap its halves. ValueError for an unknown mode."""
+    modes = pooling.split(POOLING_JOIN)
+    unknown = [mode for mode in modes if mode not in POOLING_MODES]
+    if unknown:
+        raise ValueError(f"pooling {pooling!r}: {unknown} is not one of {', '.join(POOLING_MODES)}")
+    if pooling == in_fixed_order(pooling) and len(set(modes)) == len(modes):
+        selected = {key: mode in modes for key, mode in LEGACY_POOLING_KEYS.items()}
+    else:
+        selected = {"pooling_mode": modes}
+    return {"word_embedding_dimension": dimension, **selected, "include_prompt": True}
+
+
+def in_fixed_order(pooling: str) -> str:
+    """"mean+cls" -> "cls+mean": the modes in the order ST concatenates its `pooling_mode_*` booleans
+    (POOLING_MODES), which is what bertforge concatenated, whatever the order named, before it followed the order
+    named (an index of format 2 or older, search/folder.py). One mode (or "pooler") is left as it is."""
+    modes = pooling.split(POOLING_JOIN)
+    return pooling if len(modes) == 1 else POOLING_JOIN.join(sorted(modes, key=POOLING_MODES.index))
 
 
 def read_transformer_config(transformer: Path) -> dict[str, Any]:

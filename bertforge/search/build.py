@@ -37,7 +37,7 @@ from .corpus import ID_ADVICE, UniqueIds, check_corpus_file, chunked, count_pass
 from .documents import (corpus_summary, no_text_found, read_corpus, reads_as_documents, text_digest,
                         write_passages_file)
 from .encoder import open_model
-from .folder import refuse_existing_output, write_new_folder
+from .folder import format_version, refuse_existing_output, write_new_folder
 from .hybrid import check_dense_weight
 from .index import Index, gather_rows, measure_recall
 from .token_limit import TokenLimit
@@ -93,9 +93,11 @@ class ChunkFiles:
 
 def corpus_job(corpus: Path, spec, chunk_size: int, text_field: str, id_field: str | None, **extra) -> dict:
     stat = corpus.stat()
+    # Chunks a bertforge before format 3 embedded for the same pooling name hold its modes in another order.
+    version = format_version(spec.pooling)
     return {"corpus": str(corpus.resolve()), "corpus_bytes": stat.st_size, "corpus_mtime_ns": stat.st_mtime_ns,
             "vectors": spec.to_json(), "chunk_size": chunk_size, "text_field": text_field, "id_field": id_field,
-            **extra}
+            **({"format_version": version} if version > 2 else {}), **extra}
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ whose weights, vocabulary or tokenizer settings (the parts it cannot apply) diff
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -16,7 +16,7 @@ import torch
 from .. import Embedder
 from ..engine.devices import device_from_option
 from ..errors import UsageError
-from ..models.folder import ModelFolder, model_fingerprint, read_model_folder
+from ..models.folder import ModelFolder, in_fixed_order, model_fingerprint, read_model_folder
 from ..resources import resolve_model
 from ..tokenization.folder import load_tokenizer
 from ..tokenization.tokenizer import BertTokenizer
@@ -46,8 +46,12 @@ class VectorSpec:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, values: dict) -> "VectorSpec":
-        return cls(**values)
+    def from_json(cls, values: dict, format_version: int) -> "VectorSpec":
+        """meta.json's "vectors" of an index of `format_version` (folder.py). Before 3 several modes were
+        concatenated in ST's fixed order whatever the order named: its pooling is named in that order here, so its
+        queries are embedded as its passages were."""
+        spec = cls(**values)
+        return spec if format_version >= 3 else replace(spec, pooling=in_fixed_order(spec.pooling))
 
     def embedder(self, model: str | Path | None = None, batch_size: int = 32, progress: bool | None = None,
                  device: str | torch.device | None = None) -> Embedder:

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..atomic import published_folder, replaced_file, write_array
 from ..errors import UsageError
+from ..models.folder import in_fixed_order
 from .ann import faiss
 from .corpus import Passage
 from .store import TEXTS_FILE, TextStore, append_passages
@@ -33,8 +34,11 @@ FORMAT = "bertforge-index"
 # 2: meta.json's "vectors" records the tokenizer's settings (encoder.VectorSpec.tokenizer), which a bertforge
 # that reads version 1 only would fail on. Version 1 is still read (its model is checked by the fingerprint
 # alone), and an index keeps the version it was built with when rows are added to it.
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# 3: a pooling of several modes ("mean+cls") was concatenated in the order named, where 1 and 2 concatenated
+# ST's fixed order whatever the order named (encoder.VectorSpec.from_json reads them so). Written only where the
+# two differ (`format_version`), so a bertforge that reads 1 and 2 still reads every index it reads as it was built.
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 
 def write_new_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passages: Iterable[Passage]) -> dict:
@@ -47,9 +51,16 @@ def write_new_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passage
     # "refuse": a folder that appeared while the index was built is not written over either
     with published_folder(folder, existing="refuse") as staging:
         offsets = append_passages(staging / TEXTS_FILE, 0, passages)
-        meta = commit(staging, {**meta, "format": FORMAT, "format_version": FORMAT_VERSION, "generation": 0},
+        version = format_version(meta["vectors"]["pooling"])
+        meta = commit(staging, {**meta, "format": FORMAT, "format_version": version, "generation": 0},
                       faiss_index, offsets)
     return meta
+
+
+def format_version(pooling: str) -> int:
+    """The oldest format that says what an index of vectors pooled by `pooling` holds: 3 for modes named out of ST's
+    fixed order (which 2 would read in that fixed order), else 2."""
+    return FORMAT_VERSION if pooling != in_fixed_order(pooling) else 2
 
 
 def refuse_existing_output(folder: Path, corpus: str | Path = "CORPUS") -> None:

@@ -137,7 +137,9 @@ class Index:
         (`VectorSpec.check_same_model`).
         """
         meta, faiss_index, store = read_folder(folder)
-        spec = VectorSpec.from_json(meta["vectors"])
+        spec = VectorSpec.from_json(meta["vectors"], meta["format_version"])
+        # the pooling as this bertforge names it, should the meta be written again (rows added, or a copy saved)
+        meta = {**meta, "vectors": {**meta["vectors"], "pooling": spec.pooling}}
         index = cls(spec, faiss_index, meta["kind"], meta=meta, folder=Path(folder), store=store)
         ann.set_effort(faiss_index, index.kind, meta.get("effort"))
         index.device = device

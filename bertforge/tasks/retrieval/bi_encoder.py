@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from ...atomic import published_folder
 from ...embeddings.pooling import pool, pooling_modes
 from ...engine.unpadding import packing_if_it_pays
-from ...models.folder import (LEGACY_POOLING_KEYS, MODULES_FILE, ST_CONFIG_FILE, ModelFolder, default_prompt,
+from ...models.folder import (MODULES_FILE, ST_CONFIG_FILE, ModelFolder, default_prompt, pooling_config,
                               read_model_folder)
 from ...models.model import BertModel
 from ...validation import check_fields, checked
@@ -240,14 +240,6 @@ def modules(normalize: bool) -> list[dict]:
     if normalize:
         entries.append(("2_Normalize", "sentence_transformers.models.Normalize"))
     return [{"idx": i, "name": str(i), "path": path, "type": kind} for i, (path, kind) in enumerate(entries)]
-
-
-def pooling_config(pooling: str, hidden_size: int) -> dict:
-    # The pooling_mode_* booleans every release from 2.x on reads; they concatenate in ST's own order,
-    # which is the order `read_model_folder` gives back.
-    modes = pooling_modes(pooling)
-    return {"word_embedding_dimension": hidden_size, **{key: mode in modes for key, mode in LEGACY_POOLING_KEYS.items()},
-            "include_prompt": True}
 
 
 def write_json(path: Path, value) -> None:
