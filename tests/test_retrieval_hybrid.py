@@ -3,9 +3,7 @@ import numpy as np
 import pytest
 
 from bertforge.tasks.retrieval.evaluation import evaluate_retrieval
-from bertforge.tasks.retrieval.hybrid import (WEIGHTS, best_weight, densest_within_one_se, fuse, hybrid_scorer, min_max,
-                                              remembered)
-from bertforge.tasks.retrieval.metrics import ndcg_per_query, retrieval_metrics
+from bertforge.tasks.retrieval.hybrid import WEIGHTS, best_weight, fuse, hybrid_scorer, min_max, remembered
 from bertforge.tasks.retrieval.reader import RetrievalSet
 
 
@@ -39,30 +37,6 @@ def test_the_best_weight_is_the_highest_score_and_ties_go_to_the_larger_weight()
     assert best_weight({0.0: 0.2, 0.3: 0.5, 0.7: 0.4, 1.0: 0.1}) == 0.3
     assert best_weight({0.0: 0.2, 0.3: 0.5, 0.6: 0.5, 1.0: 0.1}) == 0.6
     assert best_weight({weight: 0.25 for weight in WEIGHTS}) == 1.0  # all equal: the encoder alone
-
-
-def test_adapt_takes_the_densest_weight_its_queries_cannot_tell_from_the_best():
-    """ICT queries lean on BM25; where the paired per-query differences to the best weight's nDCG are within one
-    standard error, the denser weight is kept (the one-standard-error rule)."""
-    rng = np.random.default_rng(0)
-    best = rng.uniform(0, 1, 400)
-    noise = rng.normal(0, 0.1, 400)  # a paired difference's standard error: about 0.005
-    per_query = {0.5: best, 0.6: best - 0.002 + noise, 0.7: best - 0.003 + noise, 0.8: best - 0.03 + noise,
-                 0.9: best + noise - 0.05, 1.0: best - 0.2}
-    assert best_weight({w: float(np.mean(v)) for w, v in per_query.items()}) == 0.5
-    assert densest_within_one_se(per_query) == 0.7  # 0.8 is 0.03 worse: six standard errors, told apart
-    assert densest_within_one_se({0.3: best, 0.9: best - 0.1}) == 0.3  # told apart: the best stays
-    assert densest_within_one_se({0.4: best + 0.2, 0.6: best}) == 0.4  # only denser weights are candidates
-    assert densest_within_one_se({0.2: best, 0.5: best}) == 0.5  # equal: the denser, as best_weight's ties
-
-
-def test_ndcg_per_query_is_what_retrieval_metrics_averages():
-    rng = np.random.default_rng(1)
-    scores = rng.normal(size=(30, 50)).astype(np.float32)
-    relevant = [list(rng.choice(50, size=rng.integers(1, 4), replace=False)) for _ in range(30)]
-    per_query = ndcg_per_query(scores, relevant)
-    assert per_query.shape == (30,) and ((0 <= per_query) & (per_query <= 1)).all()
-    assert np.isclose(per_query.mean(), retrieval_metrics(scores, relevant)["ndcg@10"])
 
 
 def test_hybrid_scorer_fuses_two_scorers_and_remembered_scores_once():

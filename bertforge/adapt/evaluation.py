@@ -3,21 +3,19 @@
 Every scorer is `tasks.retrieval.evaluation`'s: (queries, documents) -> similarity matrix, so
 BM25, the base model and each adapted stage are measured by the same metrics on the same
 queries: nDCG@10, recall@10/100, MRR@10 (and recall@1). Every encoder is also measured fused with
-BM25 (tasks/retrieval/hybrid.py), at the dense weight its dev queries pick (the densest within one standard error
-of their best: `hybrid.densest_within_one_se`): that pair is what the index serves.
+BM25 (tasks/retrieval/hybrid.py), at the dense weight its dev queries pick: that pair is what the
+index serves.
 """
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-import numpy as np
-
 from ..tasks.retrieval.baselines import bm25_scores
 from ..tasks.retrieval.evaluation import (RememberedVectors, Scorer, encoder_embedder, encoder_scorer,
                                           evaluate_retrieval)
-from ..tasks.retrieval.hybrid import WEIGHTS, densest_within_one_se, hybrid_scorer, remembered
-from ..tasks.retrieval.metrics import ndcg_per_query, retrieval_metrics
+from ..tasks.retrieval.hybrid import WEIGHTS, best_weight, hybrid_scorer, remembered
+from ..tasks.retrieval.metrics import retrieval_metrics
 from ..tasks.retrieval.reader import RetrievalSet, beir_qrels, read_retrieval_set
 from .ict import HeldOut
 from .stages import stage_key
@@ -39,19 +37,14 @@ def ict_metrics(scorer: Scorer, held_out: HeldOut) -> dict[str, dict[str, float]
     splits = [split for split, queries in held_out.queries.items() if queries]
     texts = [query for split in splits for query, _ in held_out.queries[split]]
     scores = scorer(texts, held_out.scored_texts())  # (queries of all splits, passages): passages encoded once
+    column = {passage: position for position, passage in enumerate(held_out.scored_indices())}
     results, start = {}, 0
     for split in splits:
-        relevant = relevant_columns(held_out, split)
-        results[split] = retrieval_metrics(scores[start:start + len(relevant)], relevant, recall_at=RECALL_AT)
-        start += len(relevant)
+        queries = held_out.queries[split]
+        relevant = [[column[passage]] for _, passage in queries]
+        results[split] = retrieval_metrics(scores[start:start + len(queries)], relevant, recall_at=RECALL_AT)
+        start += len(queries)
     return results
-
-
-def relevant_columns(held_out: HeldOut, split: str) -> list[list[int]]:
-    """Each of a split's queries' relevant passage (the one its sentence was cut from) as a column of the scored
-    passages (`HeldOut.scored_texts`' order)."""
-    column = {passage: position for position, passage in enumerate(held_out.scored_indices())}
-    return [[column[passage]] for _, passage in held_out.queries[split]]
 
 
 def read_beir_folder(folder: str | Path) -> RetrievalSet:
@@ -117,16 +110,11 @@ class Evaluator:
         return {"dense_weight": weight, "metrics": self.everything(hybrid_scorer(dense, self.lexical, weight))}
 
     def best_weight(self, dense: Scorer) -> float:
-        """The dense weight `dense` is fused with BM25 at: the densest whose dev queries rank within one standard
-        error of the best weight's (`hybrid.densest_within_one_se`: ICT queries lean on BM25 more than real ones)."""
-        texts = [query for query, _ in self.held_out.queries["dev"]]
-        relevant = relevant_columns(self.held_out, "dev")
+        """The dense weight at which `dense` fused with BM25 ranks the dev queries best (ties: the larger)."""
+        def dev(weight: float) -> float:
+            return ict_metrics(hybrid_scorer(dense, self.lexical, weight), self.held_out)["dev"]["ndcg@10"]
 
-        def dev(weight: float) -> np.ndarray:
-            scores = hybrid_scorer(dense, self.lexical, weight)(texts, self.held_out.scored_texts())
-            return ndcg_per_query(scores, relevant)
-
-        return densest_within_one_se({weight: dev(weight) for weight in WEIGHTS})
+        return best_weight({weight: dev(weight) for weight in WEIGHTS})
 
     def beir_metrics(self, scorer: Scorer) -> dict[str, float]:
         return evaluate_retrieval(scorer, self.beir, recall_at=RECALL_AT)

@@ -27,7 +27,6 @@ from ..search.encoder import model_fingerprint
 from ..tokenization.folder import load_tokenizer
 from ..tokenization.tokenizer import BertTokenizer
 from ..tasks.retrieval.baselines import BM25_ANALYZER
-from ..tasks.retrieval.hybrid import ICT_WEIGHT_RULE
 from ..tasks.retrieval.bi_encoder import BiEncoder
 from ..train.checkpointing import latest_checkpoint
 from ..engine.devices import select_device
@@ -231,8 +230,7 @@ def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
     # BM25 scores every stage (the baseline, each stage's fused dev pick, mined negatives): a new analyzer reruns them
     # A sampled corpus's sample is part of what every row was scored on (a whole corpus's key stays as it was)
     sample = [held_out.scored] if held_out.scored is not None else []
-    corpus_key = stage_key(corpus.passages.digest, options.seed, options.preset, BM25_ANALYZER, ICT_WEIGHT_RULE,
-                           *sample)
+    corpus_key = stage_key(corpus.passages.digest, options.seed, options.preset, BM25_ANALYZER, *sample)
     return Run(options, output, corpus, held_out, Evaluator(held_out, tokenizer, beir), tokenizer, base_folder,
                select_device(options.device), corpus_key, model_fingerprint(base_folder)[:12], vocabulary,
                max_seq_length, base.architecture, base.pooling, mlm, topology)

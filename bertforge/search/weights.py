@@ -2,9 +2,8 @@
 
 Each weight of tasks/retrieval/hybrid.py's WEIGHTS is scored by the nDCG@10 of what the index's own
 search ranks at that weight (`Index.rank`: the rows `search` returns, the pool of a large or
-approximate index included), and hybrid.best_weight keeps the best: the judged queries are the user's own, where
-adapt, on its held-out ICT queries (which lean on BM25), takes the densest weight within one standard error of the
-best (hybrid.densest_within_one_se). The judgements are a BEIR folder's queries.jsonl and qrels whose document ids are the
+approximate index included), and hybrid.best_weight keeps the best, the rule adapt picks its index's
+weight by. The judgements are a BEIR folder's queries.jsonl and qrels whose document ids are the
 index's passage ids: an index built from a BEIR corpus.jsonl, or adapt's DIR/index of one (both keep a
 record's "_id"). Qrels judge documents, and adapt splits a long one
 into parts ID#0, ID#1, ... (search/corpus.py's part_id): a ranking is scored by document, each counted

@@ -25,38 +25,11 @@ from .metrics import left_out
 WEIGHTS = tuple(round(0.1 * step, 1) for step in range(11))  # the grid a weight is picked from
 
 
-# How adapt picks a fusion weight on its held-out ICT queries (`densest_within_one_se`); in adapt's corpus key, so
-# a change of rule reruns the stages, whose checkpoints were kept by the engine this rule makes
-ICT_WEIGHT_RULE = "densest within one paired standard error of the best"
-
-
 def best_weight(scores: Mapping[float, float]) -> float:
     """The weight of the highest score ({weight: score}, e.g. nDCG@10 per weight of WEIGHTS); ties go to the larger
-    weight, so a tie with 1 keeps the encoder alone (no BM25 to build or serve). `bertforge index weight --tune`
-    picks an index's weight by this rule, on the user's own judged queries."""
+    weight, so a tie with 1 keeps the encoder alone (no BM25 to build or serve). adapt picks its index's weight by
+    this rule, `bertforge index weight --tune` an existing index's."""
     return max(scores, key=lambda weight: (scores[weight], weight))
-
-
-def densest_within_one_se(per_query: Mapping[float, np.ndarray]) -> float:
-    """The largest weight whose per-query scores ({weight: (queries,) nDCG@10}, the same queries at every weight)
-    are within one standard error of the best weight's (`best_weight` of the means), the error of the paired
-    differences: the one-standard-error rule (Breiman et al. 1984), the simpler model where the queries cannot
-    tell the two apart, here the one leaning less on BM25.
-
-    Why for adapt's held-out ICT queries: each is a sentence cut from its passage, so it shares the passage's rare
-    words by construction and favours BM25 more than people's questions do. Picked at the best dev mean, the index
-    of MiniLM on Python's FAQ fused at 0.6 where its 175 real questions rank best at 0.9 (0.719 at 0.6, 0.752 at
-    0.8, the weight this rule picks); drug reviews' trained model at 0.6 (real queries 0.286; 0.305 at 0.8, this
-    rule's); the ICT test queries moved -0.010, -0.007 and, on Emma, +0.007 (2026-11-28, scripts/results/)."""
-    means = {weight: float(np.mean(scores)) for weight, scores in per_query.items()}
-    best = best_weight(means)
-
-    def within(weight: float) -> bool:
-        differences = np.asarray(per_query[weight]) - np.asarray(per_query[best])
-        error = differences.std(ddof=1) / np.sqrt(len(differences)) if len(differences) > 1 else 0.0
-        return differences.mean() >= -error
-
-    return max(weight for weight in per_query if weight >= best and within(weight))
 
 
 def min_max(scores: np.ndarray) -> np.ndarray:
