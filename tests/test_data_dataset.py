@@ -249,7 +249,13 @@ def test_bad_rank_world_size_and_corpus(corpus):
         PretrainingDataset(corpus.subset([0]))  # which corpus: a held-out set of one document did not say
 
 
-def test_dataloader_workers_are_refused(corpus):
+def test_dataloader_workers_are_refused(corpus, monkeypatch):
+    """Inside a DataLoader worker process torch's get_worker_info() is not None, and iterating there is refused. Set
+    here in this process: a real worker (num_workers=1) was left behind by the refusal, and its DataLoader's
+    finaliser waited 5 s on the forked process whenever a later test's garbage collection ran it."""
+    from bertforge.tasks.pretraining import dataset as dataset_module
+
     dataset = PretrainingDataset(corpus)
+    monkeypatch.setattr(dataset_module, "get_worker_info", lambda: object())
     with pytest.raises(ValueError, match="num_workers=0"):
-        next(iter(DataLoader(dataset, batch_size=2, collate_fn=dataset.collate, num_workers=1)))
+        next(iter(DataLoader(dataset, batch_size=2, collate_fn=dataset.collate)))
