@@ -1,7 +1,6 @@
 """Streaming builds from corpus files: chunk files, resuming after a kill, adding a corpus, corpus formats."""
 import csv
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -458,8 +457,8 @@ def test_a_folder_is_split_to_fit_the_index_model_and_loses_no_word(tmp_path, co
 def test_a_prompt_the_index_model_puts_before_passages_is_counted_in_their_limit(cassette_dir):
     """An index's embedder reads its folder's default prompt before every passage (`Embedder.prompted`): a part
     split to the model's whole length would be read cut by the prompt's pieces."""
-    tokenizer = load_tokenizer(checkpoint_folder(cassette_dir))
-    embedder = SimpleNamespace(tokenizer=tokenizer, max_length=64, prompt="search_document: ")
+    embedder = Embedder.from_pretrained(cassette_dir, max_length=64, prompt="search_document: ", device="cpu")
+    tokenizer = embedder.tokenizer
     limit = TokenLimit.of_embedder(embedder)
     assert limit.max_length < 64
     parts = limit.split(Passage("p", ["Indentation groups statements in Python's grammar."] * 12))

@@ -22,10 +22,11 @@ class TokenLimit:
     @classmethod
     def of_embedder(cls, embedder) -> "TokenLimit":
         """What a passage must fit for `embedder` (an index's: it embeds every passage) to read it whole: its
-        max_length, less the pieces of the prompt it puts before every text (`Embedder.prompted`), which the model
-        reads first. A prompt ends where the tokenizer cuts anyway (sentence-transformers' "passage: "), so its pieces
-        and the text's add up."""
-        prompt = sum(cls(embedder.tokenizer, embedder.max_length).pieces([embedder.prompt])) if embedder.prompt else 0
+        max_length, less the pieces of the prompt it puts before every text, which the model reads first
+        (`Embedder.token_count` of an empty text: the prompt, [CLS] and [SEP], the last two counted here already). A
+        prompt ends where the tokenizer cuts anyway (sentence-transformers' "passage: "), so its pieces and the
+        text's add up."""
+        prompt = embedder.token_count("") - 2
         return cls(embedder.tokenizer, embedder.max_length - prompt)
 
     def pieces(self, texts: list[str]) -> list[int]:
