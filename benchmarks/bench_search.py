@@ -40,7 +40,8 @@ import bertforge
 from bertforge.tasks.pretraining.corpus import read_documents
 from bertforge.search.corpus import Passage
 from bertforge.search.encoder import open_model
-from bertforge.search.index import Index, measure_recall
+from bertforge.search.ann import measure_recall
+from bertforge.search.index import Index
 
 DATA_DIR = Path(os.environ.get("BERTFORGE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 

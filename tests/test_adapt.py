@@ -39,6 +39,7 @@ from bertforge.cli.parser import main
 from bertforge.models.folder import read_model_folder
 from bertforge.resources import checkout_environment
 from bertforge.tasks.retrieval.hybrid import WEIGHTS
+from bertforge.tasks.retrieval.sentences import SENTENCE_WEIGHTS
 from bertforge.tokenization.tokenizer import BertTokenizer
 
 pytest.importorskip("faiss")
@@ -394,27 +395,66 @@ def test_the_final_model_is_picked_by_its_engine_fused_with_bm25():
     assert pick_final([system("bm25", 0.3), fused("base", 0.5, 0.65), fused("ict", 0.6, 0.6)])["name"] == "base"
 
 
-def test_hybrid_weight_is_picked_on_dev_and_reported_on_every_split():
-    from bertforge.adapt.evaluation import Evaluator
+def six_queries():
+    """Six passages, query qN's passage N, three dev and three test queries."""
     from bertforge.adapt.ict import HeldOut
 
     corpus = [Passage(str(i), [f"passage {i}."]) for i in range(6)]
-    queries = {"dev": [("q0", 0), ("q1", 1), ("q2", 2)], "test": [("q3", 3), ("q4", 4), ("q5", 5)]}
-    held_out = HeldOut(corpus, queries)
+    return HeldOut(corpus, {"dev": [("q0", 0), ("q1", 1), ("q2", 2)], "test": [("q3", 3), ("q4", 4), ("q5", 5)]})
 
-    def perfect(texts, documents):
-        return np.array([[float(int(t[1:]) == d) for d in range(len(documents))] for t in texts])
 
-    def misleading(texts, documents):  # ranks the next passage first, the right one second
-        right = perfect(texts, documents)
-        return np.roll(right, 1, axis=1) + 0.5 * right
+def perfect(texts, documents):
+    """A scorer of six_queries that ranks each query's passage first."""
+    return np.array([[float(int(t[1:]) == d) for d in range(len(documents))] for t in texts])
 
+
+def misleading(texts, documents):
+    """A scorer of six_queries that ranks the next passage first (score 1), the right one second (0.5)."""
+    right = perfect(texts, documents)
+    return np.roll(right, 1, axis=1) + 0.5 * right
+
+
+def test_hybrid_weight_is_picked_on_dev_and_reported_on_every_split():
+    from bertforge.adapt.evaluation import Evaluator
+
+    held_out = six_queries()
     lexical_wins = Evaluator(held_out, tokenizer=None, lexical=perfect).hybrid(misleading)
     dense_wins = Evaluator(held_out, tokenizer=None, lexical=misleading).hybrid(perfect)
     # fused, the right passage wins while w < 2/3 (lexical right) or w > 1/3 (dense right): the largest such w
     assert (lexical_wins["dense_weight"], dense_wins["dense_weight"]) == (0.6, 1.0)
     for chosen in (lexical_wins, dense_wins):
         assert chosen["metrics"]["dev"]["ndcg@10"] == chosen["metrics"]["test"]["ndcg@10"] == 1.0
+
+
+def test_the_sentence_weight_is_picked_on_dev_with_the_fusion_weight():
+    from bertforge.adapt.evaluation import Evaluator
+
+    held_out = six_queries()
+    # the passage vectors mislead (the wrong passage 1, the right one 0.5); mixing in the sentences puts the right
+    # passage first from a sentence weight of 0.5 (0.75 against 0.5; at 0.25 0.625 against 0.75: still wrong)
+    at = {0.0: misleading, 0.25: lambda q, d: 0.75 * misleading(q, d) + 0.25 * perfect(q, d),
+          0.5: lambda q, d: 0.5 * misleading(q, d) + 0.5 * perfect(q, d),
+          0.75: lambda q, d: 0.25 * misleading(q, d) + 0.75 * perfect(q, d)}
+    chosen = Evaluator(held_out, tokenizer=None, lexical=misleading).sentence_hybrid(at.__getitem__)
+    # BM25 misleads too: the dense side alone (1.0), at the smallest sentence weight that ranks every query right
+    assert (chosen["sentence_weight"], chosen["dense_weight"]) == (0.5, 1.0)
+    assert chosen["metrics"]["dev"]["ndcg@10"] == chosen["metrics"]["test"]["ndcg@10"] == 1.0
+    no_help = Evaluator(held_out, tokenizer=None, lexical=misleading).sentence_hybrid(lambda w: perfect)
+    assert no_help["sentence_weight"] == 0.0  # a tie: no sentence vectors to store
+
+
+def test_the_report_shows_each_engine_after_its_model():
+    from bertforge.adapt.report import engine_name, report_rows
+
+    base = {**system("base", 0.5), "passage_hybrid": {"dense_weight": 0.7, "metrics": system("x", 0.55)["metrics"]},
+            "hybrid": {"dense_weight": 0.6, "sentence_weight": 0.5, "metrics": system("x", 0.6)["metrics"]}}
+    plain = {**system("ict", 0.5), "passage_hybrid": {"dense_weight": 1.0, "metrics": system("x", 0.5)["metrics"]},
+             "hybrid": {"dense_weight": 1.0, "sentence_weight": 0.0, "metrics": system("x", 0.5)["metrics"]}}
+    old = {**system("old", 0.5), "hybrid": {"dense_weight": 0.8, "metrics": system("x", 0.52)["metrics"]}}
+    names = [row["name"] for row in report_rows([base, plain, old])]
+    assert names == ["base", "base + BM25 (0.7)", "base + sentences (0.5) + BM25 (0.6)", "ict", "old",
+                     "old + BM25 (0.8)"]  # a record made before sentences: its one engine, read as before
+    assert engine_name(base) == "base + sentences (0.5) + BM25 (0.6)" and engine_name(plain) == "ict"
 
 
 def test_a_tsdae_stage_trains_on_the_corpus_sentences_and_keeps_the_encoder_alone(cassette_dir, tmp_path):
@@ -589,14 +629,19 @@ def test_the_run_writes_model_index_and_report(adapted):
     assert {"ndcg@10", "recall@10", "recall@100", "mrr@10"} <= set(report["systems"][3]["metrics"]["test"])
     for name in ("report.md", "report.png", "model/README.md", "index/meta.json"):
         assert (adapted / name).is_file()
-    for encoder in report["systems"][1:]:  # every model is also measured fused with BM25
-        assert encoder["hybrid"]["dense_weight"] in WEIGHTS and {"dev", "test"} <= set(encoder["hybrid"]["metrics"])
+    for encoder in report["systems"][1:]:  # every model is also measured fused with BM25, and with its sentences
+        for engine in (encoder["hybrid"], encoder["passage_hybrid"]):
+            assert engine["dense_weight"] in WEIGHTS and {"dev", "test"} <= set(engine["metrics"])
+        assert encoder["hybrid"]["sentence_weight"] in SENTENCE_WEIGHTS
+        assert encoder["hybrid"]["metrics"]["dev"]["ndcg@10"] >= encoder["passage_hybrid"]["metrics"]["dev"]["ndcg@10"]
     final = next(s for s in report["systems"] if s["name"] == report["final"])
-    assert report["dense_weight"] == final["hybrid"]["dense_weight"]
-    ict, base = report["systems"][3], report["systems"][1]  # ICT's teacher: the base's hybrid, at its weight
-    assert ict["settings"]["distill_lexical"] == pytest.approx(1 - base["hybrid"]["dense_weight"])
+    assert (report["dense_weight"], report["sentence_weight"]) == (final["hybrid"]["dense_weight"],
+                                                                   final["hybrid"]["sentence_weight"])
+    ict, base = report["systems"][3], report["systems"][1]  # ICT's teacher: the base's passages fused, at its weight
+    assert ict["settings"]["distill_lexical"] == pytest.approx(1 - base["passage_hybrid"]["dense_weight"])
     meta = json.loads((adapted / "index" / "meta.json").read_text())
     assert meta.get("dense_weight", 1.0) == report["dense_weight"]  # the index ranks as the report measured
+    assert meta.get("sentence_weight", 0.0) == report["sentence_weight"]
     card = (adapted / "model" / "README.md").read_text()
     assert f"{read_model_folder(adapted / 'model').pooling} pooling" in card
     share = ict["settings"]["distill_lexical"]
@@ -696,7 +741,7 @@ def test_an_eval_set_added_or_changed_later_scores_the_cached_stages_on_it(adapt
     assert "--eval" in (output / "model" / "README.md").read_text()
 
 
-def test_the_eval_sets_digest_names_its_scoring_rule(monkeypatch):
+def test_the_evaluation_digest_names_its_scoring_rule(monkeypatch):
     """A run scored by an older rule (the fusion normalising with the query's own document in it) is scored again: the
     digest a cached stage's eval_key is compared with changes with the rule, as with the set's content (above)."""
     from bertforge.adapt import evaluation
@@ -704,9 +749,10 @@ def test_the_eval_sets_digest_names_its_scoring_rule(monkeypatch):
 
     beir = RetrievalSet(query_ids=["q"], queries=["a question"], corpus_ids=["d"], corpus=["a passage"],
                         relevant={"q": ["d"]})
-    before = evaluation.beir_digest(beir)
-    monkeypatch.setattr(evaluation, "BEIR_SCORING_RULE", evaluation.BEIR_SCORING_RULE + 1)
-    assert evaluation.beir_digest(beir) != before
+    before, without = evaluation.evaluation_digest(beir), evaluation.evaluation_digest(None)
+    monkeypatch.setattr(evaluation, "SCORING_RULE", evaluation.SCORING_RULE + 1)
+    assert evaluation.evaluation_digest(beir) != before
+    assert evaluation.evaluation_digest(None) != without  # a run without --eval is scored again too
 
 
 def corpus_folder_of(adapted: Path) -> Path:

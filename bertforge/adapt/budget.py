@@ -89,7 +89,9 @@ def training_seconds(run: Run, systems: list[dict | None], settings: MethodSetti
         base = base_system(systems)
         scoring = base["seconds"]
         evaluation = base.get("held_out_seconds", scoring)  # a baseline cached before this was measured: the whole
-        index = evaluation * len(run.corpus.passages) / len(run.held_out.scored_indices())
+        # the index embeds every passage, and their sentences (their share of the base's scoring, as measured)
+        embedding = evaluation + base.get("sentence_seconds", 0.0)
+        index = embedding * len(run.corpus.passages) / len(run.held_out.scored_indices())
         left = (minutes * 60 - (time.time() - started) - (1 + more_scorings) * scoring - index
                 - BUDGET_MARGIN_SECONDS) / stages_left
     left, evaluation = all_reduce_sum(torch.tensor([left, evaluation], dtype=torch.float64), run.topology).tolist()

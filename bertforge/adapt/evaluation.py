@@ -9,14 +9,17 @@ index serves.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from ..embeddings.similarity import l2_normalized
 from ..tasks.retrieval.baselines import bm25_scores
 from ..tasks.retrieval.evaluation import (RememberedVectors, Scorer, encoder_embedder, encoder_scorer,
                                           evaluate_retrieval)
 from ..tasks.retrieval.hybrid import WEIGHTS, best_weight, hybrid_scorer, remembered
 from ..tasks.retrieval.metrics import retrieval_metrics
 from ..tasks.retrieval.reader import RetrievalSet, beir_qrels, read_retrieval_set
+from ..tasks.retrieval.sentences import SENTENCE_WEIGHTS, sentence_owners, sentence_scorer
 from .ict import HeldOut
 from .stages import stage_key
 
@@ -25,10 +28,12 @@ METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
 # What picks a stage's best checkpoint during training: the dev nDCG@10 of the model fused with BM25 at its best
 # weight, as the index ranks. Its own name: ndcg@10 is the model alone, as `sbert train` logs it (eval_ndcg@10)
 HYBRID_METRIC = "hybrid_ndcg@10"
-# How a BEIR set is scored, in its digest: a change of rule scores a finished run's cached stages again, as a change
-# of its files does. 2 (2026-11-28): a query that is also a document is left out before the fusion normalises
-# (tasks.retrieval.hybrid.fuse), not after; the drug reviews' fused numbers moved (base + BM25 at 0.5: 0.311 -> 0.266)
-BEIR_SCORING_RULE = 2
+# How every set is scored, in the evaluation digest: a change of rule scores a finished run's cached stages again, as a
+# change of the BEIR set's files does. 2 (2026-11-28): a query that is also a document is left out before the fusion
+# normalises (tasks.retrieval.hybrid.fuse), not after; the drug reviews' fused numbers moved (base + BM25 at 0.5:
+# 0.311 -> 0.266). 3 (2026-11-28): each encoder also scored with its passages' best sentences mixed in
+# (tasks/retrieval/sentences.py), the engine the index serves; a digest without a BEIR set carries the rule too
+SCORING_RULE = 3
 
 
 def ict_metrics(scorer: Scorer, held_out: HeldOut) -> dict[str, dict[str, float]]:
@@ -57,13 +62,13 @@ def read_beir_folder(folder: str | Path) -> RetrievalSet:
     return read_retrieval_set(folder / "queries.jsonl", folder / "corpus.jsonl", beir_qrels(folder))
 
 
-def beir_digest(beir: RetrievalSet | None) -> str | None:
-    """The BEIR set's content as a short digest (None without one): a stage scored on it is scored again when its
-    files change, whatever their path (the path alone kept a cut-down set's stale numbers), or how it is scored
-    (BEIR_SCORING_RULE)."""
+def evaluation_digest(beir: RetrievalSet | None) -> str:
+    """How a stage was scored, as a short digest: the scoring rule (SCORING_RULE) and the BEIR set's content, if
+    any. A stage is scored again when its record's digest differs: when the set's files change, whatever their path
+    (the path alone kept a cut-down set's stale numbers), or how sets are scored."""
     if beir is None:
-        return None
-    return stage_key(BEIR_SCORING_RULE, beir.query_ids, beir.queries, beir.corpus_ids, beir.corpus, beir.relevant)
+        return stage_key(SCORING_RULE)
+    return stage_key(SCORING_RULE, beir.query_ids, beir.queries, beir.corpus_ids, beir.corpus, beir.relevant)
 
 
 class Evaluator:
@@ -73,7 +78,7 @@ class Evaluator:
                  lexical: Scorer | None = None):
         self.held_out, self.tokenizer, self.beir, self.batch_size = held_out, tokenizer, beir, batch_size
         self.lexical = lexical or remembered(bm25_scores)  # BM25: the baseline row and every hybrid's other half
-        self.beir_key = beir_digest(beir)  # what every record scored on the BEIR set says it was scored on
+        self.eval_key = evaluation_digest(beir)  # what every record says it was scored by and on
 
     def with_tokenizer(self, tokenizer) -> "Evaluator":
         """The same queries, scoring models that read text with `tokenizer` (a stage that grew the vocabulary)."""
@@ -81,8 +86,11 @@ class Evaluator:
 
     def scorer(self, model) -> Scorer:
         """The model's cosines, each distinct text embedded once per scorer (the model must not train meanwhile)."""
-        embedder = encoder_embedder(model, self.tokenizer, batch_size=self.batch_size, progress=False)
-        return encoder_scorer(RememberedVectors(embedder))
+        return encoder_scorer(self.vectors(model))
+
+    def vectors(self, model) -> RememberedVectors:
+        """The model's vectors, each distinct text embedded once (the model must not train meanwhile)."""
+        return RememberedVectors(encoder_embedder(model, self.tokenizer, batch_size=self.batch_size, progress=False))
 
     def everything(self, scorer: Scorer, held_out: dict[str, dict[str, float]] | None = None
                    ) -> dict[str, dict[str, float]]:
@@ -93,21 +101,44 @@ class Evaluator:
         return results
 
     def encoder(self, model) -> dict:
-        """{"metrics": the model alone, "hybrid": the model fused with BM25} on every evaluation set, and
-        "held_out_seconds": what ranking the held-out queries took, which is what an evaluation during training
-        costs (the time budget prices those by it)."""
-        dense = remembered(self.scorer(model))  # each text list is embedded once, whatever the weights tried
+        """{"metrics": the model alone, "passage_hybrid": the model fused with BM25 at its best weight, "hybrid": the
+        same with each passage's best sentence mixed in at its best weight (`sentence_hybrid`; what the index
+        serves)} on every evaluation set, "held_out_seconds": what ranking the held-out queries took, which is
+        what an evaluation during training costs (the time budget prices those by it), and "sentence_seconds":
+        what embedding their passages' sentences took (the index embeds every passage's)."""
+        vectors = self.vectors(model)
+        dense = remembered(encoder_scorer(vectors))  # each text list is embedded once, whatever the weights tried
         started = time.perf_counter()
         held_out = ict_metrics(dense, self.held_out)  # embeds the held-out queries and passages, remembered
         held_out_seconds = time.perf_counter() - started
-        return {"metrics": self.everything(dense, held_out), "hybrid": self.hybrid(dense),
-                "held_out_seconds": held_out_seconds, "eval_key": self.beir_key}
+        started = time.perf_counter()
+        vectors.encode(sentence_owners(self.held_out.scored_texts())[0])  # remembered for the weights below
+        sentence_seconds = time.perf_counter() - started
+        normalised = lambda texts: l2_normalized(vectors.encode(texts))  # noqa: E731
+        mixes = {weight: remembered(sentence_scorer(normalised, weight)) for weight in SENTENCE_WEIGHTS}
+        return {"metrics": self.everything(dense, held_out), "passage_hybrid": self.hybrid(dense),
+                "hybrid": self.sentence_hybrid(mixes.__getitem__), "held_out_seconds": held_out_seconds,
+                "sentence_seconds": sentence_seconds, "eval_key": self.eval_key}
 
     def hybrid(self, dense: Scorer) -> dict:
         """{"dense_weight", "metrics"}: `dense` fused with BM25 at its best weight on the dev queries, scored on
         every set at that weight."""
         weight = self.best_weight(dense)
         return {"dense_weight": weight, "metrics": self.everything(hybrid_scorer(dense, self.lexical, weight))}
+
+    def sentence_hybrid(self, dense_at: Callable[[float], Scorer]) -> dict:
+        """{"sentence_weight", "dense_weight", "metrics"}: the pair of weights (tasks/retrieval/sentences.py's share
+        of each passage's best sentence, then the fusion's dense share) at which the dev queries rank best, scored
+        on every set at that pair: what the index serves. dense_at(w): the model's scorer at sentence weight w.
+        Ties go to the smaller sentence weight (no sentence vectors to store), then the larger dense weight."""
+        def dev(sentence_weight: float, weight: float) -> float:
+            fused = hybrid_scorer(dense_at(sentence_weight), self.lexical, weight)
+            return ict_metrics(fused, self.held_out)["dev"]["ndcg@10"]
+
+        scores = {(sentence, weight): dev(sentence, weight) for sentence in SENTENCE_WEIGHTS for weight in WEIGHTS}
+        sentence, weight = max(scores, key=lambda pair: (scores[pair], -pair[0], pair[1]))
+        return {"sentence_weight": sentence, "dense_weight": weight,
+                "metrics": self.everything(hybrid_scorer(dense_at(sentence), self.lexical, weight))}
 
     def best_weight(self, dense: Scorer) -> float:
         """The dense weight at which `dense` fused with BM25 ranks the dev queries best (ties: the larger)."""

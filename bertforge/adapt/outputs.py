@@ -32,9 +32,10 @@ def write_model(run: Run, final: dict, report: dict) -> None:
         write_card(model, report)
 
 
-def build_corpus_index(run: Run, dense_weight: float) -> None:
+def build_corpus_index(run: Run, dense_weight: float, sentence_weight: float = 0.0) -> None:
     """DIR/index: every passage (whole, as read) embedded by DIR/model, a `bertforge search` index that ranks
-    by the model's cosines fused with BM25 at `dense_weight` (1: the model alone)."""
+    by the model's cosines, each passage's best sentence mixed in at `sentence_weight` (0: none; its sentences are
+    embedded too), fused with BM25 at `dense_weight` (1: the model alone)."""
     from ..search.build import build_index
 
     passages = run.output / "passages.jsonl"
@@ -42,4 +43,5 @@ def build_corpus_index(run: Run, dense_weight: float) -> None:
     index = run.output / "index"
     shutil.rmtree(index, ignore_errors=True)
     shutil.rmtree(index.with_name("index.partial"), ignore_errors=True)
-    build_index(passages, index, model=run.output / "model", dense_weight=dense_weight)
+    build_index(passages, index, model=run.output / "model", dense_weight=dense_weight,
+                sentence_weight=sentence_weight or None)

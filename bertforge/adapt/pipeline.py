@@ -42,7 +42,7 @@ from .outputs import build_corpus_index, require_index_library, write_model
 from .presets import PRESETS, mlm_settings, query_count, scored_passages, stage_settings, with_lexical_teacher
 from .pseudo_queries import (GENERATED_SHARE, QUERY_SHARE, QueryGenerator, QuerySettings, check_generator,
                              generate_queries, read_queries)
-from .report import build_report, engine, metrics_table, report_rows, write_report
+from .report import build_report, engine, engine_name, metrics_table, passage_engine, report_rows, write_report
 from .stages import Stage, base_system, claim_output, remove_stale, stage_key
 from .vocabulary import Fragmentation, fragmentation, fragmentation_table
 
@@ -113,7 +113,7 @@ def run_adapt(options: AdaptOptions) -> dict:
 def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
     started = time.time()
     run = open_run(options, topology)
-    baseline = Stage.of(run.output, "baseline", run.corpus_key, run.base_key, run.evaluator.beir_key)
+    baseline = Stage.of(run.output, "baseline", run.corpus_key, run.base_key, run.evaluator.eval_key)
     systems = finished(run, baseline, lambda: baseline.finish({"systems": baseline_systems(run)}))
     systems = systems["systems"] if systems else []
     stages, key, init = [], stage_key(run.corpus_key, run.base_key), run.base_folder
@@ -151,17 +151,18 @@ def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
     if not topology.is_main:
         return {}
     final = pick_final(systems)
-    dense_weight = engine(final)["dense_weight"]
-    index_stage = Stage.of(run.output, "index", run.corpus_key, final.get("key", run.base_key), dense_weight)
+    dense_weight, sentence_weight = engine(final)["dense_weight"], engine(final)["sentence_weight"]
+    index_stage = Stage.of(run.output, "index", run.corpus_key, final.get("key", run.base_key), dense_weight,
+                           *([sentence_weight] if sentence_weight else []))  # an index made before sentences: kept
     removed = remove_stale(run.output, [baseline, *stages, index_stage])
     if removed:
         print(f"removed stale stages (made for another corpus, base or settings): {', '.join(removed)}")
     report = build_report(run, systems, final, time.time() - started, queries_record)
     write_model(run, final, report)
     if not index_stage.done:
-        print(f"indexing {len(run.corpus.passages):,} passages with the final model ({final['name']}), fused with "
-              f"BM25 at dense weight {dense_weight:g}", flush=True)
-        build_corpus_index(run, dense_weight)
+        print(f"indexing {len(run.corpus.passages):,} passages with the final model ({final['name']}): "
+              f"{engine_name(final)}", flush=True)
+        build_corpus_index(run, dense_weight, sentence_weight)
         index_stage.finish({"model": final["name"]})
     report["seconds"] = round(time.time() - started, 1)
     write_report(run.output, report)
@@ -178,7 +179,7 @@ def planned_stages(run: Run, baseline: Stage) -> list[tuple[str, MethodSettings]
     options = run.options
     planned = [(name, replace(settings, max_length=min(settings.max_length, run.max_seq_length))) for name, settings
                in stage_settings(options.preset, len(training_passages(run.held_out.corpus)), options.seed)]
-    return with_lexical_teacher(planned, engine(base_system(baseline.done["systems"]))["dense_weight"])
+    return with_lexical_teacher(planned, passage_engine(base_system(baseline.done["systems"]))["dense_weight"])
 
 
 def finished(run: Run, stage: Stage, make: Callable[[], dict | None]) -> dict | None:
@@ -191,10 +192,11 @@ def finished(run: Run, stage: Stage, make: Callable[[], dict | None]) -> dict | 
 
 
 def scored_on_this_eval(run: Run, stage: Stage, record: dict | None) -> dict | None:
-    """A finished stage's record, scored again when it was scored on another --eval set or none: training does not
-    read the set (the stage's key leaves it out), so a stage cached before --eval was added, or before the set's
-    files changed, kept no or stale numbers for it in the report and the model card. None stays None (other ranks)."""
-    if record is None or record.get("eval_key") == run.evaluator.beir_key:
+    """A finished stage's record, scored again when it was scored on another --eval set or none, or by an older
+    scoring rule (`evaluation.SCORING_RULE`): training does not read the set (the stage's key leaves it out), so a
+    stage cached before --eval was added, or before the set's files changed, kept no or stale numbers for it in the
+    report and the model card. None stays None (other ranks)."""
+    if record is None or record.get("eval_key") == run.evaluator.eval_key:
         return record
     folder = read_model_folder(stage.model)
     print(f"stage {stage.name}: scoring its model on the evaluation sets given now", flush=True)

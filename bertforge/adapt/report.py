@@ -23,24 +23,52 @@ if TYPE_CHECKING:  # the pipeline builds its report here
 
 
 def engine(system: dict) -> dict:
-    """{"dense_weight", "metrics"}: what an index built with this system ranks by (BM25 has none of its own)."""
-    return system.get("hybrid") or {"dense_weight": 1.0, "metrics": system["metrics"]}
+    """{"dense_weight", "sentence_weight", "metrics"}: what an index built with this system ranks by (BM25 has none of
+    its own): the model, its passages' best sentences mixed in at sentence_weight (0: none; a record made before
+    them has none), fused with BM25 at dense_weight (1: none)."""
+    chosen = system.get("hybrid") or {"dense_weight": 1.0, "metrics": system["metrics"]}
+    return {"sentence_weight": 0.0, **chosen}
 
 
-def engine_name(system: dict) -> str:
-    weight = engine(system)["dense_weight"]
-    return f"{system['name']} + BM25 ({weight:g})" if weight < 1 else system["name"]
+def passage_engine(system: dict) -> dict:
+    """{"dense_weight", "metrics"}: the model's passage vectors alone fused with BM25 at the weight its dev queries
+    pick, what the distillation teacher's BM25 share is read from (a record made before sentences: its engine)."""
+    return system.get("passage_hybrid") or engine(system)
+
+
+def engine_name(system: dict, chosen: dict | None = None) -> str:
+    """How a system's engine is named in the report: "ict + sentences (0.5) + BM25 (0.7)"; chosen: which of its
+    engines (default `engine(system)`)."""
+    chosen = engine(system) if chosen is None else chosen
+    name = system["name"]
+    if chosen.get("sentence_weight", 0.0) > 0:
+        name += f" + sentences ({chosen['sentence_weight']:g})"
+    return name + (f" + BM25 ({chosen['dense_weight']:g})" if chosen["dense_weight"] < 1 else "")
 
 
 def report_rows(systems: list[dict]) -> list[dict]:
-    """Each system's row, followed by its fusion with BM25 when the dev queries picked a weight below 1."""
+    """Each system's row, followed by its fusion with BM25 when the dev queries picked a weight below 1, and by
+    the engine with its best sentences mixed in when they picked that (what each adds, row by row)."""
     rows = []
     for system in systems:
         rows.append(system)
-        if engine(system)["dense_weight"] < 1:
-            rows.append({"name": engine_name(system), "metrics": engine(system)["metrics"],
-                         "dense_weight": engine(system)["dense_weight"]})
+        for chosen in unique_engines(system):
+            rows.append({"name": engine_name(system, chosen), "metrics": chosen["metrics"],
+                         "dense_weight": chosen["dense_weight"], "sentence_weight": chosen.get("sentence_weight", 0.0)})
     return rows
+
+
+def unique_engines(system: dict) -> list[dict]:
+    """The system's engines other than the model alone: fused with BM25 (passage vectors), then with its best
+    sentences mixed in, each once (a record made before sentences has one; a pick of no sentences is the first)."""
+    engines = []
+    for chosen in (passage_engine(system), engine(system)):
+        plain = chosen["dense_weight"] >= 1 and chosen.get("sentence_weight", 0.0) == 0
+        same = any(e["dense_weight"] == chosen["dense_weight"] and e.get("sentence_weight", 0.0)
+                   == chosen.get("sentence_weight", 0.0) for e in engines)
+        if not plain and not same:
+            engines.append(chosen)
+    return engines
 
 
 def metrics_table(systems: list[dict], final: str) -> str:
@@ -67,6 +95,7 @@ def build_report(run: Run, systems: list[dict], final: dict, seconds: float, que
     settings = final.get("settings") or {}
     return {"base": run.options.base, "preset": run.options.preset, "final": final["name"],
             "final_engine": engine_name(final), "dense_weight": engine(final)["dense_weight"],
+            "sentence_weight": engine(final)["sentence_weight"],
             "note": final_note(systems, final), "pooling": run.pooling, "bm25": BM25_ANALYZER,
             "corpus": {"files": [str(f) for f in corpus.files], "passages": len(corpus.passages),
                        "words": corpus.words, "duplicates": corpus.duplicates, "split": corpus.split},
@@ -82,20 +111,23 @@ def final_note(systems: list[dict], final: dict) -> str:
     """What was picked and how it compares on the test queries (and --eval): the engine the index serves,
     the model alone, the base alone and fused with BM25, and BM25."""
     base, bm25 = (next(s for s in systems if s["name"] == name) for name in ("base", "bm25"))
-    chosen, weight = engine(final), engine(final)["dense_weight"]
+    chosen = engine(final)
     lines = ["No stage beat the base model on the held-out dev queries: DIR/model is the base model, unchanged."
              if final is base else f"Final model: stage {final['name']}."]
-    lines.append(f"DIR/index ranks by it fused with BM25 at dense weight {weight:g} (picked on the dev queries)."
-                 if weight < 1 else "DIR/index ranks by it alone (BM25 did not help on the dev queries).")
+    lines.append(f"DIR/index ranks by {engine_name(final)} (weights picked on the dev queries)."
+                 if chosen["dense_weight"] < 1 or chosen["sentence_weight"] > 0
+                 else "DIR/index ranks by it alone (neither BM25 nor sentences helped on the dev queries).")
     for split in ("test", "beir"):
         if split not in chosen["metrics"]:
             continue
         score = chosen["metrics"][split]["ndcg@10"]
         alone, base_alone = final["metrics"][split]["ndcg@10"], base["metrics"][split]["ndcg@10"]
+        base_engines = "; ".join(f"the base as {engine_name(base, e)} {e['metrics'][split]['ndcg@10']:.4f}"
+                                 for e in unique_engines(base))
         lines.append(f"{'Held-out test' if split == 'test' else '--eval'} nDCG@10: the index {score:.4f} = "
                      f"{score / max(base_alone, 1e-9):.2f}x the base model ({base_alone:.4f}); the model alone "
-                     f"{alone:.4f} ({alone / max(base_alone, 1e-9):.2f}x); the base fused with BM25 "
-                     f"{engine(base)['metrics'][split]['ndcg@10']:.4f}; BM25 {bm25['metrics'][split]['ndcg@10']:.4f}.")
+                     f"{alone:.4f} ({alone / max(base_alone, 1e-9):.2f}x); {base_engines}; "
+                     f"BM25 {bm25['metrics'][split]['ndcg@10']:.4f}.")
     return " ".join(lines)
 
 

@@ -194,3 +194,36 @@ def gpu_replica(index: faiss.Index, kind: str) -> faiss.Index | None:
     replica.referenced_objects = [resources]  # the GPU memory lives as long as the replica
     return replica
 
+
+def measure_recall(faiss_index: faiss.Index, kind: str, vector_chunks, rng: np.random.Generator,
+                   k: int = 10, queries: np.ndarray | None = None) -> dict:
+    """Tune an approximate index's effort to recall@k >= RECALL_TARGET; for flat, recall is 1.
+
+    vector_chunks: a list of (rows, dim) arrays holding every stored vector in row order
+    (or a callable returning a fresh iterator of them, for chunks read from files).
+    queries: vectors of queries like the ones the index will get (the truest tuning); by
+    default RECALL_QUERIES stored vectors sampled with rng stand in for them.
+    """
+    if kind == "flat":
+        return {"effort": None, "recall_at_10": 1.0, "recall_queries": 0}
+    chunks = vector_chunks if callable(vector_chunks) else (lambda: iter(vector_chunks))
+    query_rows = None
+    if queries is None:
+        count = int(faiss_index.ntotal)
+        query_rows = np.sort(rng.choice(count, size=min(RECALL_QUERIES, count), replace=False))
+        queries = gather_rows(chunks(), query_rows)
+    truth = exact_neighbours(queries, chunks(), k + 1)
+    tried = tune_effort(faiss_index, kind, queries, query_rows, truth, k)
+    return {"effort": tried[-1][0], "recall_at_10": tried[-1][1], "recall_queries": len(queries),
+            "recall_on": "stored vectors" if query_rows is not None else "given queries",
+            "tuning": [list(step) for step in tried]}
+
+
+def gather_rows(vector_chunks, rows: np.ndarray) -> np.ndarray:
+    """The vectors at sorted `rows` from chunks given in row order."""
+    picked, start = [], 0
+    for chunk in vector_chunks:
+        inside = rows[(rows >= start) & (rows < start + len(chunk))]
+        picked.append(chunk[inside - start])
+        start += len(chunk)
+    return np.ascontiguousarray(np.concatenate(picked), dtype=np.float32)

@@ -7,6 +7,9 @@ provided `job.json` there still matches (same corpus file, size and time, same m
 pooling, same chunk size); otherwise they are discarded, with a message. The passages
 themselves are never held in memory for a build: the texts are copied from the corpus into
 the index folder in a second pass, and the vectors are read back from the chunk files.
+With a sentence weight (or an add to an index that holds sentence vectors) each chunk's sentence vectors and their
+rows go beside it, `sentences-NNNNNN.npy` and `sentence_rows-NNNNNN.npy`, written before the chunk's own file (so a
+chunk file found has its sentences), and the job records that it embeds them.
 
 A folder, pages (HTML, Markdown, reStructuredText) or a CSV / TSV table are read as adapt reads them
 (search/documents.py: a passage per blank-line block or row, markup gone, duplicates dropped, ~150 words at most,
@@ -39,7 +42,9 @@ from .documents import (corpus_summary, no_text_found, read_corpus, reads_as_doc
 from .encoder import open_model
 from .folder import format_version, refuse_existing_output, write_new_folder
 from .hybrid import check_dense_weight
-from .index import Index, gather_rows, measure_recall
+from .ann import gather_rows, measure_recall
+from .index import Index
+from .sentence_vectors import SentenceVectors, check_sentence_weight
 from .token_limit import TokenLimit
 
 logger = logging.getLogger(__name__)
@@ -53,6 +58,7 @@ class ChunkFiles:
 
     def __init__(self, work: Path, job: dict, chunk_size: int):
         self.work, self.chunk_size = work, chunk_size
+        self.sentences = bool(job.get("sentences"))  # each chunk's sentence vectors too (the module doc)
         job_file = work / JOB_FILE
         if work.is_dir() and (not job_file.is_file() or json.loads(job_file.read_text(encoding="utf-8")) != job):
             logger.warning("discarding %s: its chunks were embedded for another corpus, model or chunk size", work)
@@ -62,8 +68,31 @@ class ChunkFiles:
             temporary.write_text(json.dumps(job, indent=2), encoding="utf-8")
         self.sizes: list[int] = []
 
-    def path(self, number: int) -> Path:
-        return self.work / f"chunk-{number:06d}.npy"
+    def path(self, number: int, name: str = "chunk") -> Path:
+        return self.work / f"{name}-{number:06d}.npy"
+
+    def kept(self, number: int, chunk: list, dim: int) -> bool:
+        """Whether chunk `number`'s files, from an earlier run, are whole and of this chunk."""
+        path = self.path(number)
+        if not path.is_file() or np.load(path, mmap_mode="r").shape != (len(chunk), dim):
+            return False
+        if not self.sentences:
+            return True
+        rows_path, vectors_path = self.path(number, "sentence_rows"), self.path(number, "sentences")
+        if not (rows_path.is_file() and vectors_path.is_file()):
+            return False
+        rows = np.load(rows_path, mmap_mode="r")
+        return len(rows) > 0 and rows[-1] == len(chunk) - 1 and np.load(vectors_path, mmap_mode="r").shape == (
+            len(rows), dim)
+
+    def write(self, number: int, chunk: list, embedder, on_rows) -> None:
+        """Embed a chunk's passages (and sentences) into its files, the chunk's own last."""
+        texts = [passage.text for passage in chunk]
+        if self.sentences:
+            (vectors, rows), = SentenceVectors.embed(embedder, texts, first_row=0).parts
+            write_array(self.path(number, "sentences"), vectors)
+            write_array(self.path(number, "sentence_rows"), rows)
+        write_array(self.path(number), embedder.encode(texts, on_rows=on_rows))
 
     def embed(self, passages, embedder, total: int, ids: UniqueIds, source: str, advice: str = ID_ADVICE) -> int:
         """Embed every chunk not already on disk; check ids on the way. Returns the number of chunks reused."""
@@ -72,13 +101,11 @@ class ChunkFiles:
             for number, chunk in enumerate(chunked(passages, self.chunk_size)):
                 ids.check(chunk, source, advice)
                 ids.remember(chunk)
-                path = self.path(number)
-                if path.is_file() and np.load(path, mmap_mode="r").shape == (len(chunk), embedder.dim):
+                if self.kept(number, chunk, embedder.dim):
                     reused += 1
                     bar.update(len(chunk))
                 else:  # the bar moves a batch at a time: a chunk takes minutes on a CPU
-                    vectors = embedder.encode([passage.text for passage in chunk], on_rows=bar.update)
-                    write_array(path, vectors)
+                    self.write(number, chunk, embedder, bar.update)
                 self.sizes.append(len(chunk))
         return reused
 
@@ -86,6 +113,16 @@ class ChunkFiles:
         """Each chunk's vectors (rows, dim) in corpus order, memory-mapped from its file."""
         for number in range(len(self.sizes)):
             yield np.load(self.path(number), mmap_mode="r")
+
+    def sentence_vectors(self, first_row: int = 0) -> SentenceVectors | None:
+        """Every chunk's sentence vectors, memory-mapped, their rows counted from `first_row` (None for a job
+        without them)."""
+        if not self.sentences:
+            return None
+        starts = first_row + np.cumsum([0, *self.sizes])
+        return SentenceVectors([(np.load(self.path(number, "sentences"), mmap_mode="r"),
+                                 np.load(self.path(number, "sentence_rows")) + starts[number])
+                                for number in range(len(self.sizes))])
 
     def remove(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)
@@ -98,6 +135,12 @@ def corpus_job(corpus: Path, spec, chunk_size: int, text_field: str, id_field: s
     return {"corpus": str(corpus.resolve()), "corpus_bytes": stat.st_size, "corpus_mtime_ns": stat.st_mtime_ns,
             "vectors": spec.to_json(), "chunk_size": chunk_size, "text_field": text_field, "id_field": id_field,
             **({"format_version": version} if version > 2 else {}), **extra}
+
+
+def sentences_job(sentences: bool) -> dict:
+    """What a job records of sentence vectors: that its chunks hold them (only then, so that the chunks of a job
+    without them are kept as before). Any weight above 0 embeds the same sentences: a rerun with another keeps them."""
+    return {"sentences": True} if sentences else {}
 
 
 @dataclass(frozen=True)
@@ -188,7 +231,8 @@ def tune_query_texts(tune_queries: str | Path | None, kind: str) -> list[str] | 
 def build_index(corpus: str | Path, output: str | Path, model: str | Path = "minilm", *, kind: str = "auto",
                 chunk_size: int = CHUNK_SIZE, pooling: str | None = None, normalize: bool = True,
                 batch_size: int = 32, text_field: str = "text", id_field: str | None = None, seed: int = 0,
-                tune_queries: str | Path | None = None, dense_weight: float | None = None, device=None) -> dict:
+                tune_queries: str | Path | None = None, dense_weight: float | None = None, device=None,
+                sentence_weight: float | None = None) -> dict:
     """Embed a corpus file into a new index folder at `output`; returns its meta (kind, count, recall...).
 
     tune_queries: a text file of typical queries, one a line, to tune an approximate index's
@@ -198,12 +242,14 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
     corpus or queries file, a bad record, a duplicate id, an unknown kind, a dense_weight
     outside 0..1 or one below 1 without bm25s. Chunks embedded before a kill are reused (see module doc).
     device: where the passages are embedded (`engine.devices.device_from_option`: None is the GPU if there is one).
+    sentence_weight: above 0, every passage's sentences are embedded too, a chunk at a time beside its vectors,
+    and kept in meta.json as the index's default (Index.set_sentence_weight); None or 0: the passages alone.
     """
     source, output = Path(corpus), Path(output)
     refuse_existing_output(output, source)
     if kind not in ann.KINDS:
         raise UsageError(f"index kind {kind!r} is not one of {ann.KINDS}")
-    dense_weight = check_dense_weight(dense_weight)
+    dense_weight, sentence_weight = check_dense_weight(dense_weight), check_sentence_weight(sentence_weight)
     query_texts = tune_query_texts(tune_queries, kind)
     read_file = output.with_name(output.name + ".passages.jsonl")
     # opened once, when first asked for: by index_input for a folder (its passages are split to fit the model), else
@@ -214,7 +260,8 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
     total = checked_total(corpus.file)
     spec, embedder = opened()
     chunks = ChunkFiles(output.with_name(output.name + ".partial"),
-                        corpus_job(corpus.file, spec, chunk_size, corpus.text_field, corpus.id_field), chunk_size)
+                        corpus_job(corpus.file, spec, chunk_size, corpus.text_field, corpus.id_field,
+                                   **sentences_job(bool(sentence_weight))), chunk_size)
     reused = chunks.embed(corpus.passages(), embedder, total, UniqueIds(), corpus.name, corpus.advice)
     if reused:
         print(f"kept {reused} chunk(s) embedded by an earlier, interrupted run")
@@ -229,9 +276,10 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
         faiss_index.add(np.ascontiguousarray(vectors))
     meta = {"vectors": spec.to_json(), "kind": kind, "corpus": str(source.resolve()),
             **({"dense_weight": dense_weight} if dense_weight is not None else {}),
+            **({"sentence_weight": sentence_weight} if sentence_weight else {}),
             **measure_recall(faiss_index, kind, chunks.vectors, rng,
                              queries=embedder.encode(query_texts) if query_texts and kind != "flat" else None)}
-    meta = write_new_folder(output, meta, faiss_index, corpus.passages())
+    meta = write_new_folder(output, meta, faiss_index, corpus.passages(), chunks.sentence_vectors())
     chunks.remove()
     read_file.unlink(missing_ok=True)
     return meta
@@ -255,9 +303,11 @@ def add_corpus(folder: str | Path, corpus: str | Path, model: str | Path | None 
     embedder = index.embedder
     embedder.progress, embedder.batch_size = False, batch_size
     job = corpus_job(corpus.file, index.spec, chunk_size, corpus.text_field, corpus.id_field,
-                     index_generation=index.meta["generation"])
+                     index_generation=index.meta["generation"], **sentences_job(index.sentences is not None))
     chunks = ChunkFiles(folder.with_name(folder.name + ".adding"), job, chunk_size)
     chunks.embed(corpus.passages(), embedder, total, index.ids, corpus.name, corpus.advice)
+    if chunks.sentences:  # before the rows are added: theirs are counted from the index's end
+        index.sentences.extend(chunks.sentence_vectors(first_row=len(index)))
     for vectors, chunk in zip(chunks.vectors(), chunked(corpus.passages(), chunk_size)):
         index.faiss_index.add(np.ascontiguousarray(vectors))
         index.pending.extend(chunk)

@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING
 
 from ..atomic import replaced_file
 from ..input_files import (DELIMITERS, JSONL_SUFFIX, corpus_record, jsonl_objects, not_utf8, text_suffix, titled,
-                           unescaped, utf8_problem)
+                           utf8_problem)
 from ..markup import HTML_SUFFIXES, MARKUP_SUFFIXES, text_blocks
 from ..tasks.classification.reader import read_rows, table_columns
-from ..tasks.pretraining.corpus import expand_paths, folder_files, split_sentences
+from ..tasks.pretraining.corpus import expand_paths, folder_files, normalise, sentences_of
 from .corpus import UniqueIds, part_id
 
 if TYPE_CHECKING:  # token_limit.py reads Passage from here
@@ -57,7 +57,6 @@ SOURCE_SUFFIXES = tuple(s for s in MARKUP_SUFFIXES if s not in HTML_SUFFIXES)  #
 DOCUMENT_SUFFIXES = (*MARKUP_SUFFIXES, *DELIMITERS)  # index build reads these as adapt does, not a line a passage
 MIN_WORDS = 40  # plain text: shorter blocks are joined with the next
 MAX_WORDS = 150  # ~200 word pieces: inside MiniLM's 256 tokens with room for rare words' pieces
-_WHITESPACE = re.compile(r"\s+")
 _WORD = re.compile(r"\w+")
 SAME_TEXT = 0.6  # a source whose page holds this share of its words is that page's text again (page_sources)
 
@@ -331,18 +330,6 @@ def passage_text(passage: Passage) -> str:
     """What is indexed and encoded: the title (when there is one) before the sentences, as every corpus reader
     joins them (`titled`)."""
     return titled(passage.title, passage.text)
-
-
-def sentences_of(text: str, escaped: bool = True) -> list[str]:
-    """Sentences of one text; blank lines inside it end a sentence (a heading has no full stop)."""
-    return [normalise(s, escaped) for paragraph in re.split(r"\n\s*\n", text) for s in split_sentences(paragraph)
-            if normalise(s, escaped)]
-
-
-def normalise(text: str, escaped: bool = True) -> str:
-    """Whitespace runs as one space; with `escaped`, HTML entities (&#039; in scraped reviews) as their characters
-    (a marked-up page's text comes decoded: "&amp;lt;" on a page is the text "&lt;", not "<")."""
-    return _WHITESPACE.sub(" ", unescaped(text) if escaped else text).strip()
 
 
 def split_long(passage: Passage, max_words: int) -> list[Passage]:

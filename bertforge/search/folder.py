@@ -4,10 +4,13 @@
       meta.json         format, how the vectors are made (encoder.VectorSpec: model, fingerprint,
                         tokenizer settings, pooling, prompt, dimension), kind, count, search effort,
                         build-time recall, the names of the files below, and optionally
-                        dense_weight (below 1: searches are hybrid with BM25; hybrid.py)
+                        dense_weight (below 1: searches are hybrid with BM25; hybrid.py), sentence_weight
+                        (above 0: the dense score mixes in each passage's best sentence; sentence_vectors.py)
       index-G.faiss     the FAISS index of generation G
       offsets-G.npy     int64 (count + 1,) byte offsets of each row in texts.jsonl
       texts.jsonl       {"id": ..., "text": ...} per row, append-only (store.py)
+      sentences-G.npy, sentence_rows-G.npy   an index built with a sentence weight: its passages' sentence
+                        vectors and each one's row (sentence_vectors.py), generation G as the FAISS index
 
 meta.json is the commit point. A new folder is written in a staging folder and renamed into
 place. An append writes texts past the recorded end, then index-(G+1).faiss and
@@ -38,11 +41,16 @@ FORMAT = "bertforge-index"
 # ST's fixed order whatever the order named (encoder.VectorSpec.from_json reads them so). Written only where the
 # two differ (`format_version`), so a bertforge that reads 1 and 2 still reads every index it reads as it was built.
 FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# 4: sentence vectors (sentence_vectors.py). A bertforge that reads up to 3 would search without them and add rows
+# without their sentences, leaving files that no longer match: written only by a build with a sentence weight.
+SENTENCES_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 
-def write_new_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passages: Iterable[Passage]) -> dict:
-    """Publish a new index folder (it must not exist yet); returns the meta written.
+def write_new_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passages: Iterable[Passage],
+                     sentences=None) -> dict:
+    """Publish a new index folder (it must not exist yet); returns the meta written. sentences: the passages'
+    sentence vectors (sentence_vectors.SentenceVectors), or None.
 
     Raises ValueError when `folder` exists, or when `passages` are not one per vector.
     """
@@ -51,9 +59,9 @@ def write_new_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passage
     # "refuse": a folder that appeared while the index was built is not written over either
     with published_folder(folder, existing="refuse") as staging:
         offsets = append_passages(staging / TEXTS_FILE, 0, passages)
-        version = format_version(meta["vectors"]["pooling"])
+        version = SENTENCES_VERSION if sentences is not None else format_version(meta["vectors"]["pooling"])
         meta = commit(staging, {**meta, "format": FORMAT, "format_version": version, "generation": 0},
-                      faiss_index, offsets)
+                      faiss_index, offsets, sentences)
     return meta
 
 
@@ -77,15 +85,18 @@ def refuse_existing_output(folder: Path, corpus: str | Path = "CORPUS") -> None:
         raise UsageError(f"{folder} already exists ({what}); choose a new --output for the index folder")
 
 
-def append_to_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passages: Iterable[Passage]) -> dict:
-    """Commit `passages` (already added to `faiss_index`, whose rows now run past meta's count)."""
+def append_to_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passages: Iterable[Passage],
+                     sentences=None) -> dict:
+    """Commit `passages` (already added to `faiss_index`, whose rows now run past meta's count), and with them
+    `sentences`, every row's sentence vectors (the folder's and the new rows'), where the index holds them."""
     old_offsets = np.load(folder / meta["files"]["offsets"])
     new_offsets = append_passages(folder / TEXTS_FILE, meta["texts_bytes"], passages)
-    return commit(folder, meta, faiss_index, np.concatenate([old_offsets[:-1], new_offsets]))
+    return commit(folder, meta, faiss_index, np.concatenate([old_offsets[:-1], new_offsets]), sentences)
 
 
-def commit(folder: Path, meta: dict, faiss_index: faiss.Index, offsets: np.ndarray) -> dict:
-    """Write generation G+1's index and offsets, then meta.json (the commit), then drop older generations."""
+def commit(folder: Path, meta: dict, faiss_index: faiss.Index, offsets: np.ndarray, sentences=None) -> dict:
+    """Write generation G+1's index, offsets and sentence vectors, then meta.json (the commit), then drop older
+    generations."""
     if len(offsets) - 1 != faiss_index.ntotal:
         raise RuntimeError(f"{len(offsets) - 1} texts for {faiss_index.ntotal} vectors")
     generation = meta["generation"] + 1
@@ -93,9 +104,11 @@ def commit(folder: Path, meta: dict, faiss_index: faiss.Index, offsets: np.ndarr
     with replaced_file(folder / files["faiss"]) as temporary:
         faiss.write_index(faiss_index, str(temporary))
     write_array(folder / files["offsets"], offsets)
+    if sentences is not None:
+        files.update(sentences.write(folder, generation))
     meta = write_meta(folder, {**meta, "generation": generation, "count": int(faiss_index.ntotal),
                                "texts_bytes": int(offsets[-1]), "files": files})
-    for pattern in ("index-*.faiss", "offsets-*.npy"):
+    for pattern in ("index-*.faiss", "offsets-*.npy", "sentences-*.npy", "sentence_rows-*.npy"):
         for stale in folder.glob(pattern):
             if stale.name not in files.values():
                 stale.unlink(missing_ok=True)
@@ -116,7 +129,7 @@ def read_folder(folder: str | Path) -> tuple[dict, faiss.Index, TextStore]:
     Raises ValueError naming what is missing, damaged or inconsistent, and what to do.
     """
     folder = Path(folder)
-    rebuild = f"rebuild it with `bertforge index build CORPUS --output {folder}` (after moving it away)"
+    rebuild = rebuild_advice(folder)
     meta_file = folder / META_FILE
     if not meta_file.is_file():
         raise ValueError(not_an_index(folder))
@@ -146,6 +159,10 @@ def read_folder(folder: str | Path) -> tuple[dict, faiss.Index, TextStore]:
     if problems:
         raise ValueError(f"{folder} is inconsistent ({'; '.join(problems)}); {rebuild}")
     return meta, faiss_index, TextStore(folder / TEXTS_FILE, offsets)
+
+
+def rebuild_advice(folder: Path) -> str:
+    return f"rebuild it with `bertforge index build CORPUS --output {folder}` (after moving it away)"
 
 
 def not_an_index(folder: Path) -> str:

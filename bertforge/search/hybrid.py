@@ -16,6 +16,10 @@ dense_weight * dense + (1 - dense_weight) * lexical); this module only picks the
   dense scores are recomputed from the stored vectors (`ann.stored_vectors`: exact for every kind
   here), its BM25 scores are exact (bm25s scores every row).
 
+Where the index holds sentence vectors and searches with a sentence weight, the dense side is the mixed score of
+tasks/retrieval/sentences.py (`mix`, a sentence_vectors.SentenceMix) wherever it is the cosine above: every row's,
+or the pool's (its rows' best sentences scored exactly too); the pool itself is still FAISS's passage neighbours.
+
 The BM25 side is a bm25s index over the passages in row order (`bm25_index`), which `Index` builds
 on its first hybrid search and keeps (docs/search.md gives the cost).
 """
@@ -70,20 +74,27 @@ def pool_size(top_k: int, count: int) -> int:
 
 
 def hybrid_top_k(faiss_index: faiss.Index, kind: str, searcher: faiss.Index, bm25, vectors: np.ndarray,
-                 texts: Sequence[str], top_k: int, dense_weight: float, exclude: Sequence | None = None) -> Ranked:
+                 texts: Sequence[str], top_k: int, dense_weight: float, exclude: Sequence | None = None,
+                 mix=None) -> Ranked:
     """The top_k rows of each query by fused score (see the module doc for which rows are scored).
 
     vectors: the queries' vectors (queries, dim), texts: the same queries' texts; bm25: a
     bm25_index over the index's passages in row order; searcher: the index to search (ann.gpu_replica's or
     faiss_index itself). exclude[q]: rows (an array, or None) query q never ranks, `fuse`'s exclude: score
     -inf, set no bound of the normalisation (`index weight --tune` leaves out a query's own passage, as BEIR).
+    mix: a sentence_vectors.SentenceMix making the dense side the mixed score, or None (the cosine alone).
     """
     count = int(faiss_index.ntotal)
     k = min(top_k, count)
     exclude = exclude if exclude is not None else [None] * len(vectors)
     if kind == "flat" and count <= EXACT_HYBRID_UP_TO:
         stored, block = ann.flat_vectors(faiss_index), max(1, EXACT_BLOCK_SCORES // count)
-        per_block = [fused_top_k(vectors[start:start + block] @ stored.T,
+
+        def dense(queries: np.ndarray) -> np.ndarray:
+            cosines = queries @ stored.T
+            return cosines if mix is None else mix.every_row(queries, cosines)
+
+        per_block = [fused_top_k(dense(vectors[start:start + block]),
                                  bm25_query_scores(bm25, texts[start:start + block]), dense_weight, k,
                                  exclude[start:start + block])
                      for start in range(0, len(vectors), block)]
@@ -91,21 +102,22 @@ def hybrid_top_k(faiss_index: faiss.Index, kind: str, searcher: faiss.Index, bm2
     size = pool_size(top_k, count)
     _, dense_rows = searcher.search(vectors, size)
     per_query = [pooled_top_k(faiss_index, kind, vector, bm25_query_scores(bm25, [text])[0], rows, size, k,
-                              dense_weight, left)
+                              dense_weight, left, mix)
                  for vector, text, rows, left in zip(vectors, texts, dense_rows, exclude)]
     return Ranked(*(np.concatenate(part) for part in zip(*per_query)))
 
 
 def pooled_top_k(faiss_index: faiss.Index, kind: str, vector: np.ndarray, lexical: np.ndarray, dense_rows: np.ndarray,
-                 size: int, k: int, dense_weight: float, exclude: np.ndarray | None = None) -> Ranked:
+                 size: int, k: int, dense_weight: float, exclude: np.ndarray | None = None, mix=None) -> Ranked:
     """One query's top k over its pool: its dense rows (FAISS's top `size`) and BM25's top `size` rows.
 
     lexical: (rows,) the query's BM25 score of every row. Rows of BM25 score 0 join only as dense rows.
-    exclude: rows never ranked (hybrid_top_k), or None.
+    exclude: rows never ranked (hybrid_top_k), or None. mix: as hybrid_top_k's.
     """
     lexical_rows = np.argpartition(-lexical, size - 1)[:size] if size < len(lexical) else np.arange(len(lexical))
     pool = np.union1d(dense_rows[dense_rows >= 0], lexical_rows[lexical[lexical_rows] > 0])
     dense = ann.stored_vectors(faiss_index, kind, pool) @ vector
+    dense = dense if mix is None else mix.of_rows(vector, pool, dense)
     left = None if exclude is None else [np.flatnonzero(np.isin(pool, exclude))]  # by column of the pool
     ranked = fused_top_k(dense[None], lexical[pool][None], dense_weight, k, left)
     ranked = ranked._replace(rows=pool[ranked.rows])

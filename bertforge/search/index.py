@@ -4,6 +4,7 @@
     index.add(more_texts)
     hits = index.search("a query", top_k=10)         # [Hit(id, text, score, row), ...] best first
     hits = index.search("a query", dense_weight=0.7) # hybrid: fused with BM25 over the passages (hybrid.py)
+    index = Index.build(texts, sentence_weight=0.5)  # the dense score mixes in each passage's best sentence
     index.save("my-index")                           # a new folder, or commit the additions to its own
 
 A corpus file larger than memory is built with `build.build_index`, chunk by chunk.
@@ -26,8 +27,9 @@ from . import ann
 from .ann import faiss
 from .corpus import Passage, PassageId, UniqueIds
 from .encoder import VectorSpec, open_model
-from .folder import append_to_folder, read_folder, write_meta, write_new_folder
+from .folder import append_to_folder, read_folder, rebuild_advice, write_meta, write_new_folder
 from .hybrid import Ranked, check_dense_weight, hybrid_top_k
+from .sentence_vectors import SentenceVectors, SentenceWeight, check_sentence_weight, dense_top_k
 from .store import TextStore
 
 logger = logging.getLogger(__name__)
@@ -44,12 +46,12 @@ class Hit:
     lexical_score: float | None = None  # and the BM25 score
 
 
-class Index:
+class Index(SentenceWeight):
     """Vectors of passages in a FAISS index, with the passages' ids and texts and the model that made them.
 
     Rows are numbered in the order passages were added. Committed rows are read from the
     index folder on demand; rows added since the last save are held in memory until `save`.
-    meta["dense_weight"], when below 1, makes searches hybrid by default (hybrid.py).
+    meta["dense_weight"] below 1 makes searches hybrid (hybrid.py), meta["sentence_weight"] above 0 mixes in sentences.
     """
 
     def __init__(self, spec: VectorSpec, faiss_index: faiss.Index, kind: str, meta: dict | None = None,
@@ -59,6 +61,7 @@ class Index:
         self.folder, self.store = folder, store
         self.saved_meta = dict(self.meta) if folder is not None else None  # what the folder's meta.json holds
         self.pending: list[Passage] = []
+        self.sentences: SentenceVectors | None = None  # committed and pending rows' sentence vectors, where held
         self._embedder = None
         self.device = None  # where the embedder runs: None picks as every command does (engine/devices.py)
         self._bm25 = None  # BM25 over every row's text: built by the first hybrid search, dropped by add
@@ -74,7 +77,8 @@ class Index:
     def build(cls, texts: Sequence[str], model: str | Path = "minilm", *, ids: Sequence[PassageId] | None = None,
               kind: str = "auto", pooling: str | None = None, normalize: bool = True, batch_size: int = 32,
               progress: bool | None = None, tune_queries: Sequence[str] | None = None,
-              dense_weight: float | None = None, device: str | torch.device | None = None) -> "Index":
+              dense_weight: float | None = None, device: str | torch.device | None = None,
+              sentence_weight: float | None = None) -> "Index":
         """Embed texts with `model` (a checkpoint folder or packaged name) and index them.
 
         ids: one per text (str or int), default the row numbers. kind: auto, flat, ivf or hnsw
@@ -82,13 +86,15 @@ class Index:
         tune_queries: typical query texts to tune an approximate index's effort on.
         dense_weight: the index's default for `search` (see set_dense_weight); None: vectors alone.
         device: where the model runs: cpu, cuda, cuda:N; None or "auto": the GPU if there is one.
+        sentence_weight: above 0, passages' sentences are embedded too, for searches (set_sentence_weight).
         Raises ValueError for no texts, a non-str text, ids of the wrong length or repeated, a
-        dense_weight outside 0..1, or one below 1 without bm25s installed.
+        dense_weight or sentence_weight outside 0..1, or a dense_weight below 1 without bm25s installed.
         """
         texts = check_texts(texts)
         if not texts:
             raise ValueError("no texts to index; pass a non-empty list of texts")
         dense_weight = check_dense_weight(dense_weight)  # before the slow part, embedding
+        sentence_weight = check_sentence_weight(sentence_weight)
         spec, embedder = open_model(model, pooling=pooling, normalize=normalize, batch_size=batch_size,
                                     progress=progress, device=device)
         query_vectors = embedder.encode(check_texts(tune_queries)) if tune_queries else None
@@ -96,6 +102,9 @@ class Index:
                                  tune_queries=query_vectors)
         index._embedder = embedder
         index.set_dense_weight(dense_weight)
+        if sentence_weight:
+            index.sentences = SentenceVectors.embed(embedder, texts, first_row=0)
+            index.set_sentence_weight(sentence_weight)
         return index
 
     @classmethod
@@ -124,7 +133,7 @@ class Index:
         index.pending = list(passages)
         if tune_queries is not None:
             tune_queries = check_vectors(tune_queries, spec.dim)
-        index.meta.update(measure_recall(faiss_index, kind, [vectors], rng, queries=tune_queries))
+        index.meta.update(ann.measure_recall(faiss_index, kind, [vectors], rng, queries=tune_queries))
         return index
 
     @classmethod
@@ -142,6 +151,7 @@ class Index:
         meta = {**meta, "vectors": {**meta["vectors"], "pooling": spec.pooling}}
         index = cls(spec, faiss_index, meta["kind"], meta=meta, folder=Path(folder), store=store)
         ann.set_effort(faiss_index, index.kind, meta.get("effort"))
+        index.sentences = SentenceVectors.read(Path(folder), meta, rebuild_advice(Path(folder)))
         index.device = device
         if model is not None:  # now, so that a wrong model is refused before any work
             index._embedder = spec.embedder(model, device=device)
@@ -162,7 +172,8 @@ class Index:
         yield from (passage.id for passage in self.pending)
 
     def add(self, texts: Sequence[str], ids: Sequence[PassageId] | None = None) -> None:
-        """Embed and append texts (ids default to their row numbers); kept in memory until `save`.
+        """Embed and append texts (ids default to their row numbers), and their sentences where the index holds
+        some (SentenceWeight); kept in memory until `save`.
 
         Raises ValueError for no texts, a non-str text, or an id already in the index.
         """
@@ -171,15 +182,21 @@ class Index:
             raise ValueError("no texts to add; pass a non-empty list of texts")
         passages = make_passages(texts, ids, first_row=len(self))
         self.ids.check(passages, "the texts added")  # before the slow part, embedding
-        self.add_vectors(self.embedder.encode(texts), passages)
+        sentences = self.new_sentences(self.embedder, texts, first_row=len(self))
+        self.add_vectors(self.embedder.encode(texts), passages, sentences)
 
-    def add_vectors(self, vectors: np.ndarray, passages: Sequence[Passage]) -> None:
-        """Append precomputed vectors (n, dim) made by this index's model, one passage per row."""
+    def add_vectors(self, vectors: np.ndarray, passages: Sequence[Passage],
+                    sentences: SentenceVectors | None = None) -> None:
+        """Append precomputed vectors (n, dim) made by this index's model, one passage per row, and (an index that
+        holds sentence vectors) their sentences' (SentenceVectors.embed)."""
         vectors = check_vectors(vectors, self.spec.dim)
         if len(passages) != len(vectors):
             raise ValueError(f"{len(passages)} passages for {len(vectors)} vectors; give one per vector")
         self.ids.check(passages, "the passages added")
+        self.check_new_sentences(sentences, len(self), len(passages))
         self.faiss_index.add(vectors)
+        if sentences is not None:
+            self.sentences.extend(sentences)
         self._gpu = False  # the replica is stale
         self._bm25 = None  # and so is BM25 (its document frequencies change too): rebuilt on the next hybrid search
         self.ids.remember(passages)
@@ -195,15 +212,18 @@ class Index:
             raise ValueError("this index has no folder yet; pass one: index.save('my-index')")
         if self.folder is not None and target.resolve() == self.folder.resolve():
             if self.pending:
-                self.meta = append_to_folder(target, self.meta, self.faiss_index, self.pending)
+                self.meta = append_to_folder(target, self.meta, self.faiss_index, self.pending, self.sentences)
             elif self.meta != self.saved_meta:  # a setting changed (set_dense_weight): meta.json alone
                 self.meta = write_meta(target, self.meta)
         else:
             committed = self.store.records(range(self.store.count)) if self.store is not None else []
-            self.meta = write_new_folder(target, self.meta, self.faiss_index, [*committed, *self.pending])
+            self.meta = write_new_folder(target, self.meta, self.faiss_index, [*committed, *self.pending],
+                                         self.sentences)
         self.folder, self.saved_meta = target, dict(self.meta)
         self.store = TextStore(target / "texts.jsonl", np.load(target / self.meta["files"]["offsets"]))
         self.pending = []
+        if self.sentences is not None:  # read back from the folder: the pending ones leave memory, as the texts do
+            self.sentences = SentenceVectors.read(target, self.meta, rebuild_advice(target))
         return target
 
     # --- searching ---------------------------------------------------------------------------
@@ -256,7 +276,7 @@ class Index:
         return self._embedder
 
     def search(self, queries: str | Sequence[str] | np.ndarray, top_k: int = 10, *,
-               dense_weight: float | None = None) -> list[Hit] | list[list[Hit]]:
+               dense_weight: float | None = None, sentence_weight: float | None = None) -> list[Hit] | list[list[Hit]]:
         """The top_k passages nearest each query, best first.
 
         queries: one str (returns [Hit, ...]), a list of str, or vectors (n, dim) / (dim,) made
@@ -265,31 +285,37 @@ class Index:
         dense_weight: 1 ranks by the vectors alone; below 1 by `fuse` of the cosines and BM25
         over the passages (hybrid.py: which rows are scored), Hit.score the fused score and
         Hit.dense_score / lexical_score its parts; queries must then be texts. None: the index's
-        (`dense_weight`, from meta.json).
-        Raises ValueError for top_k < 1, vectors of the wrong size, a weight outside 0..1,
-        vectors with a weight below 1, or a hybrid search without bm25s installed.
+        (`dense_weight`, from meta.json). sentence_weight: above 0 the dense score mixes in each passage's best
+        sentence (sentence_vectors.py); None: the index's. Raises ValueError for top_k < 1, vectors of the wrong
+        size, a weight outside 0..1, vectors with a dense weight below 1, a hybrid search without bm25s installed,
+        or a sentence weight above 0 on an index without sentence vectors.
         """
         checked("top_k", top_k)
         weight = self.dense_weight if dense_weight is None else checked("dense_weight", dense_weight, float)
+        sentence_weight = check_sentence_weight(sentence_weight)
+        self.sentence_mix(sentence_weight)  # refused before the queries are embedded
         single = isinstance(queries, str) or (isinstance(queries, np.ndarray) and queries.ndim == 1)
         if isinstance(queries, np.ndarray) and weight < 1.0:
             raise UsageError(f"a hybrid search (dense_weight {weight:g}) needs query texts, for BM25; "
                              "pass texts, or dense_weight=1.0 to search by vectors alone")
         queries = [queries] if isinstance(queries, str) else queries
         queries = queries if isinstance(queries, np.ndarray) else check_texts(queries)  # a generator read once
-        results = self.hits(self.rank(self.query_vectors(queries), queries, top_k, weight))
+        results = self.hits(self.rank(self.query_vectors(queries), queries, top_k, weight, None, sentence_weight))
         return results[0] if single else results
 
     def rank(self, vectors: np.ndarray, texts: Sequence[str], top_k: int, dense_weight: float,
-             exclude: Sequence | None = None) -> Ranked:
+             exclude: Sequence | None = None, sentence_weight: float | None = None) -> Ranked:
         """The top_k rows of each query, as `search` ranks them: vectors (queries, dim) of the queries, texts their
         texts (for BM25; unused at weight 1). Inputs are trusted: `search` checks them; a caller that ranks the
         same queries at several weights (weights.py) embeds them once. exclude[q]: rows (an array, or None) query
         q never ranks: below weight 1 they set no bound of the fusion's normalisation (hybrid_top_k) and come
-        last; the caller drops them from the rows, at weight 1 too."""
+        last; the caller drops them from the rows, at weight 1 too. sentence_weight: None, the index's."""
+        mix = self.sentence_mix(sentence_weight)
         if dense_weight < 1.0:
             return hybrid_top_k(self.faiss_index, self.kind, self.searcher(), self.bm25(), vectors, texts, top_k,
-                                dense_weight, exclude)
+                                dense_weight, exclude, mix)
+        if mix is not None:
+            return dense_top_k(self.faiss_index, self.kind, self.searcher(), vectors, top_k, mix)
         scores, rows = self.searcher().search(vectors, min(top_k, len(self)))
         # Equal scores in corpus order, as `tasks.retrieval.metrics.top_k` and the hybrid ranking break ties
         # (FAISS put the later row first): the same duplicate passage ranked the same way at every weight.
@@ -353,37 +379,3 @@ def check_vectors(vectors, dim: int) -> np.ndarray:
         raise ValueError(f"vectors of shape {vectors.shape} do not fit this index: it holds vectors of size {dim} "
                          "(shape (n, dim))")
     return vectors
-
-
-def measure_recall(faiss_index: faiss.Index, kind: str, vector_chunks, rng: np.random.Generator,
-                   k: int = 10, queries: np.ndarray | None = None) -> dict:
-    """Tune an approximate index's effort to recall@k >= RECALL_TARGET; for flat, recall is 1.
-
-    vector_chunks: a list of (rows, dim) arrays holding every stored vector in row order
-    (or a callable returning a fresh iterator of them, for chunks read from files).
-    queries: vectors of queries like the ones the index will get (the truest tuning); by
-    default RECALL_QUERIES stored vectors sampled with rng stand in for them.
-    """
-    if kind == "flat":
-        return {"effort": None, "recall_at_10": 1.0, "recall_queries": 0}
-    chunks = vector_chunks if callable(vector_chunks) else (lambda: iter(vector_chunks))
-    query_rows = None
-    if queries is None:
-        count = int(faiss_index.ntotal)
-        query_rows = np.sort(rng.choice(count, size=min(ann.RECALL_QUERIES, count), replace=False))
-        queries = gather_rows(chunks(), query_rows)
-    truth = ann.exact_neighbours(queries, chunks(), k + 1)
-    tried = ann.tune_effort(faiss_index, kind, queries, query_rows, truth, k)
-    return {"effort": tried[-1][0], "recall_at_10": tried[-1][1], "recall_queries": len(queries),
-            "recall_on": "stored vectors" if query_rows is not None else "given queries",
-            "tuning": [list(step) for step in tried]}
-
-
-def gather_rows(vector_chunks, rows: np.ndarray) -> np.ndarray:
-    """The vectors at sorted `rows` from chunks given in row order."""
-    picked, start = [], 0
-    for chunk in vector_chunks:
-        inside = rows[(rows >= start) & (rows < start + len(chunk))]
-        picked.append(chunk[inside - start])
-        start += len(chunk)
-    return np.ascontiguousarray(np.concatenate(picked), dtype=np.float32)

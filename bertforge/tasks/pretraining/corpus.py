@@ -72,6 +72,18 @@ def split_sentences(text: str) -> list[str]:
     return [sentence.strip() for sentence in nupunkt.sent_tokenize(text) if sentence.strip()]
 
 
+def sentences_of(text: str, escaped: bool = True) -> list[str]:
+    """Sentences of one text; blank lines inside it end a sentence (a heading has no full stop)."""
+    return [normalise(s, escaped) for paragraph in re.split(r"\n\s*\n", text) for s in split_sentences(paragraph)
+            if normalise(s, escaped)]
+
+
+def normalise(text: str, escaped: bool = True) -> str:
+    """Whitespace runs as one space; with `escaped`, HTML entities (&#039; in scraped reviews) as their characters
+    (a marked-up page's text comes decoded: "&amp;lt;" on a page is the text "&lt;", not "<")."""
+    return _WHITESPACE.sub(" ", unescaped(text) if escaped else text).strip()
+
+
 def split_lines(text: str) -> list[str]:
     """One sentence per line: the input format of google-research/bert's create_pretraining_data."""
     return [line.strip() for line in text.splitlines() if line.strip()]
