@@ -1,4 +1,5 @@
 """Shared fixtures: where the real data and the real checkpoints live."""
+import functools
 import importlib.util
 import os
 from pathlib import Path
@@ -60,6 +61,19 @@ def one_thread_per_xdist_worker():
     if children:
         del os.environ["OMP_NUM_THREADS"]
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_command_parser_per_process():
+    """`main()` builds the whole command line from the commands' signatures on every call: ~0.1-0.3 s of the CPU,
+    and the tests call it ~90 times in process. A parser keeps no state between parses (cli_run.py has shared one
+    across every run_cli call), so each process builds it once."""
+    from unittest import mock
+
+    from bertforge.cli import parser
+
+    with mock.patch.object(parser, "build_parser", functools.cache(parser.build_parser)):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -9,16 +9,16 @@ import pytest
 import yaml
 
 from bertforge.cli.options import without_none
-from bertforge.cli.parser import build_parser
 from bertforge.readmission.settings import ReadmissionRun
 from bertforge.tasks.finetune import FinetuneRecipe
 from bertforge.tasks.pretraining.recipe import PretrainRecipe
 
 from cli_run import assert_one_line_error, command_options, run_cli
+from cli_run import shared_parser  # one parser a process: building one took ~0.1-0.25 s, for each of 48 README lines
 
 
 def subcommand_parser(*words):
-    parser = build_parser()
+    parser = shared_parser()
     for word in words:
         parser = parser.commands[word]
     return parser
@@ -68,14 +68,14 @@ def test_a_recipe_choice_is_checked_with_the_allowed_values(tmp_path):
 
 
 def test_the_command_line_keeps_its_argparse_spellings():
-    embed = build_parser().parse_args(["embed", "in.txt", "out.npy", "--layers", "-4,-3,-2,-1", "--normalize",
-                                       "--batch-size", "8", "--max-length", "64"]).embed
+    embed = shared_parser().parse_args(["embed", "in.txt", "out.npy", "--layers", "-4,-3,-2,-1", "--normalize",
+                                        "--batch-size", "8", "--max-length", "64"]).embed
     assert (embed.layers, embed.normalize, embed.batch_size, embed.max_length) == ("-4,-3,-2,-1", True, 8, 64)
-    assert build_parser().parse_args(["embed", "a", "b", "--normalize", "--no-normalize"]).embed.normalize is False
-    tokenize = build_parser().parse_args(["tokenize", "a text", "--vocab", "minilm", "path/to/x"]).tokenize
+    assert shared_parser().parse_args(["embed", "a", "b", "--normalize", "--no-normalize"]).embed.normalize is False
+    tokenize = shared_parser().parse_args(["tokenize", "a text", "--vocab", "minilm", "path/to/x"]).tokenize
     assert tokenize.vocab == ["minilm", "path/to/x"] and tokenize.lowercase is None  # unset: each vocabulary's
-    finetune = build_parser().parse_args(["finetune", "epochs=2", "--text-columns", "premise", "hypothesis",
-                                          "--resume", "training.seed=3"]).finetune
+    finetune = shared_parser().parse_args(["finetune", "epochs=2", "--text-columns", "premise", "hypothesis",
+                                           "--resume", "training.seed=3"]).finetune
     assert finetune.text_columns == ["premise", "hypothesis"] and finetune.resume is True
     assert finetune.overrides == ["epochs=2", "training.seed=3"]  # overrides on either side of an option
 
@@ -86,8 +86,8 @@ def test_readmission_train_takes_every_field_of_its_dataclass():
     options = {action.dest for action in train._actions if action.option_strings} - {
         "help", "config", "print_config", "overwrite", "threads"}  # threads: every command's
     assert options == {field.name for field in dataclasses.fields(ReadmissionRun)}
-    parsed = build_parser().parse_args(["readmission", "train", "--data", "d", "--output", "o", "--c", "3",
-                                        "--eval-batch-size", "16"]).readmission.train
+    parsed = shared_parser().parse_args(["readmission", "train", "--data", "d", "--output", "o", "--c", "3",
+                                         "--eval-batch-size", "16"]).readmission.train
     assert (parsed.c, parsed.eval_batch_size) == (3.0, 16)
 
 
@@ -221,14 +221,14 @@ def test_every_readme_command_parses_as_written(line):
     while words:  # `bertforge a && bertforge b`: each command on its own
         command = words[1:words.index("&&")] if "&&" in words else words[1:]
         words = words[words.index("&&") + 1:] if "&&" in words else []
-        parsed = build_parser().parse_args(command)  # a usage error would exit (SystemExit) and fail the test
+        parsed = shared_parser().parse_args(command)  # a usage error would exit (SystemExit) and fail the test
         assert parsed.subcommand == command[0]
 
 
 def test_a_columns_option_takes_either_spelling_of_the_one_reader():
     """adapt's --text-column / --id-column and index build's / embed's --text-field / --id-field name the same column
     of the same files (search/documents.py): each was refused as an unknown option by the other commands."""
-    parse = build_parser().parse_args
+    parse = shared_parser().parse_args
     assert parse(["adapt", "x.csv", "--output", "o", "--text-field", "review", "--id-field", "k"]).adapt.text_column \
         == "review"
     index = parse(["index", "build", "x.csv", "--output", "o", "--text-column", "review", "--id-column", "k"])
@@ -249,7 +249,7 @@ def test_column_options_for_a_task_without_columns_are_refused(tmp_path):
 def test_every_command_that_runs_a_model_takes_device(words):
     """predict and readmission evaluate / score always took this process's GPU: on a GPU machine a user could not
     ask for the CPU (`predict --device cpu` was an unknown option)."""
-    parsed = build_parser().parse_args([*words, "--device", "cpu"])
+    parsed = shared_parser().parse_args([*words, "--device", "cpu"])
     node = parsed
     for word in words[:2] if words[0] == "readmission" else words[:1]:
         node = node[word]
