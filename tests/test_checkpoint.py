@@ -115,6 +115,30 @@ def test_new_head_is_initialised_and_reported_once(minilm_dir, caplog):
     assert torch.all(model.classifier.bias == 0)
 
 
+def test_only_what_the_checkpoint_lacks_is_initialised_and_as_bert_initialises(minilm_dir, tmp_path):
+    """A load builds the model without initialising it (the checkpoint overwrites it): the new head is still drawn
+    as BERT draws it, a module the checkpoint holds part of keeps that part, and nothing else is left unset."""
+    torch.manual_seed(0)
+    model = BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=64)
+    std = model.config.initializer_range
+    assert abs(model.classifier.weight.std().item() - std) < 0.1 * std and abs(model.classifier.weight.mean()) < std
+    assert torch.all(model.classifier.bias == 0) and torch.isfinite(model.classifier.weight).all()
+    folder = tmp_path / "bias-only"  # a classifier whose bias alone was saved
+    model.classifier.bias.data.fill_(0.5)
+    model.save_pretrained(folder)
+    state = load_file(str(folder / "model.safetensors"))
+    del state["classifier.weight"]
+    from safetensors.torch import save_file
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    again = BertForSequenceClassification.from_pretrained(folder)
+    assert torch.all(again.classifier.bias == 0.5) and abs(again.classifier.weight.std().item() - std) < 0.1 * std
+    for name, tensor in again.state_dict().items():  # every loaded weight as saved
+        if name in state:
+            torch.testing.assert_close(tensor, state[name], msg=name)
+    fresh = BertModel(model.config)  # a model built outside a load is initialised as before
+    assert abs(fresh.embeddings.word_embeddings.weight.std().item() - std) < 0.1 * std
+
+
 def test_hub_id_without_network_fails_clearly():
     with pytest.raises(ValueError, match="local checkpoint folder"):
         BertModel.from_pretrained("bert-base-uncased")
