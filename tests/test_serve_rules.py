@@ -72,6 +72,28 @@ def test_a_search_the_index_cannot_run_is_424_not_a_bad_input(minilm_dir, index,
         answer = client.post("/search", json={"query": "cats", "dense_weight": 0.5})
     assert answer.status_code == 424 and "bm25s" in answer.json()["error"]
 
+
+def test_search_ranks_by_a_sentence_weight_the_index_holds_vectors_for(minilm_dir, index):
+    """/search takes sentence_weight as Index.search does (and /info shows the index's); asked of an index without
+    sentence vectors it is the request's mistake, 422, not the backend's 424."""
+    from bertforge.search import Index
+    from bertforge.tasks.retrieval.sentences import sentence_scorer
+
+    texts = ["The bank raised its rates. Cats sleep most of the day.", "The river bank was muddy.", PASSAGES[0]]
+    with_sentences = Index.build(texts, minilm_dir, sentence_weight=0.5, progress=False)
+    models = load_models(str(minilm_dir), index=with_sentences)
+    with TestClient(create_app(models)) as client:
+        info = client.get("/info").json()["index"]
+        answer = client.post("/search", json={"query": "sleeping cats", "top_k": 3, "sentence_weight": 1.0})
+    assert info["sentence_weight"] == 0.5
+    expected = sentence_scorer(with_sentences.embedder.encode, 1.0)(["sleeping cats"], texts)[0]
+    scores = {hit["text"]: hit["score"] for hit in answer.json()[0]}
+    np.testing.assert_allclose([scores[text] for text in texts], expected, atol=1e-4)
+    with TestClient(create_app(load_models(str(minilm_dir), index=index))) as client:
+        refused = client.post("/search", json={"query": "cats", "sentence_weight": 0.5})
+    assert refused.status_code == 422 and "sentence vectors" in refused.json()["error"]
+
+
 def test_a_folders_default_prompt_name_outside_its_prompts_is_read_as_sentence_transformers_reads_it(
         tmp_path, minilm_dir):
     folder = prompted_folder(tmp_path / "model", minilm_dir,

@@ -167,6 +167,9 @@ class SearchRequest(BaseModel):
     top_k: StrictInt = Field(10, ge=1, le=100)
     dense_weight: StrictFloat | None = Field(None, ge=0, le=1, description="the encoder's share of a hybrid ranking "
                                              "with BM25 (1: the encoder alone, 0: BM25 alone; default: the index's)")
+    sentence_weight: StrictFloat | None = Field(None, ge=0, le=1, description="the share of each passage's best "
+                                                "sentence in the encoder's score (0: the passage vectors alone; above "
+                                                "0 needs an index built with sentence vectors; default: the index's)")
     truncate: StrictBool | None = TRUNCATE
 
 
