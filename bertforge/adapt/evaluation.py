@@ -19,7 +19,7 @@ from ..tasks.retrieval.evaluation import (RememberedVectors, Scorer, encoder_emb
 from ..tasks.retrieval.hybrid import WEIGHTS, best_weight, hybrid_scorer, remembered
 from ..tasks.retrieval.metrics import retrieval_metrics
 from ..tasks.retrieval.reader import RetrievalSet, beir_qrels, read_retrieval_set
-from ..tasks.retrieval.sentences import SENTENCE_WEIGHTS, sentence_owners, sentence_scorer
+from ..tasks.retrieval.sentences import SENTENCE_WEIGHTS, best_weights, sentence_owners, sentence_scorer
 from .ict import HeldOut
 from .stages import stage_key
 
@@ -130,13 +130,14 @@ class Evaluator:
         """{"sentence_weight", "dense_weight", "metrics"}: the pair of weights (tasks/retrieval/sentences.py's share
         of each passage's best sentence, then the fusion's dense share) at which the dev queries rank best, scored
         on every set at that pair: what the index serves. dense_at(w): the model's scorer at sentence weight w.
-        Ties go to the smaller sentence weight (no sentence vectors to store), then the larger dense weight."""
+        Ties go to the smaller sentence weight (no sentence vectors to store), then the larger dense weight
+        (`sentences.best_weights`)."""
         def dev(sentence_weight: float, weight: float) -> float:
             fused = hybrid_scorer(dense_at(sentence_weight), self.lexical, weight)
             return ict_metrics(fused, self.held_out)["dev"]["ndcg@10"]
 
-        scores = {(sentence, weight): dev(sentence, weight) for sentence in SENTENCE_WEIGHTS for weight in WEIGHTS}
-        sentence, weight = max(scores, key=lambda pair: (scores[pair], -pair[0], pair[1]))
+        sentence, weight = best_weights({(sentence, weight): dev(sentence, weight) for sentence in SENTENCE_WEIGHTS
+                                         for weight in WEIGHTS})
         return {"sentence_weight": sentence, "dense_weight": weight,
                 "metrics": self.everything(hybrid_scorer(dense_at(sentence), self.lexical, weight))}
 

@@ -78,49 +78,65 @@ def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int
 
 
 def index_weight(index: str, *, dense_weight: float | None = None, tune: str | None = None,
-                 model: str | None = None) -> None:
-    """Change the dense weight an index's searches use by default (meta.json alone: no passage is embedded again).
+                 model: str | None = None, sentence_weight: float | None = None) -> None:
+    """Change the weights an index's searches use by default (meta.json alone: no passage is embedded again).
 
     Args:
         index: the index folder
         dense_weight: the weight to keep: the encoder's share of a hybrid ranking with BM25 (1: the encoder alone, 0: BM25 alone)
-        tune: instead, pick the weight from judged queries: a BEIR folder (queries.jsonl, qrels/test.tsv or qrels.tsv) whose document ids are the index's passage ids; each weight 0, 0.1, ..., 1 is scored by nDCG@10 as the index searches, and the best kept (ties: the larger)
+        tune: instead, pick the weight from judged queries: a BEIR folder (queries.jsonl, qrels/test.tsv or qrels.tsv) whose document ids are the index's passage ids; each weight 0, 0.1, ..., 1 is scored by nDCG@10 as the index searches, and the best kept (ties: the larger); an index with sentence vectors also tries each sentence weight 0, 0.25, 0.5, 0.75 (ties: the smaller)
         model: with --tune, the index's model if its folder moved (it embeds the queries; another model is refused)
+        sentence_weight: the share of each passage's best sentence in the dense score to keep (an index built with --sentence-weight holds their vectors; 0: the passage vectors alone)
     """
     from ..errors import UsageError
     from ..search.index import Index
 
-    if (dense_weight is None) == (tune is None):
-        raise UsageError("give --dense-weight W (0 to 1), or --tune BEIR_FOLDER to pick it from judged queries; "
-                         "one of the two")
+    if tune is None and dense_weight is None and sentence_weight is None:
+        raise UsageError("give --dense-weight W (0 to 1), or --tune BEIR_FOLDER to pick it from judged queries "
+                         "(--sentence-weight W: the sentence weight of an index built with sentence vectors)")
+    if tune is not None and (dense_weight is not None or sentence_weight is not None):
+        raise UsageError("give the weights, or --tune BEIR_FOLDER to pick them: one of the two")
     if model is not None and tune is None:
-        raise UsageError("--model is for --tune (it embeds the queries); setting --dense-weight needs no model")
+        raise UsageError("--model is for --tune (it embeds the queries); setting a weight needs no model")
     searcher = Index.load(index, model=model if tune else None)
-    before = searcher.dense_weight
+    before = searcher.dense_weight, searcher.sentence_weight
     if tune:
-        dense_weight = tuned_weight(searcher, tune)
-    searcher.set_dense_weight(dense_weight)
-    searcher.save()  # only the setting changed: meta.json is replaced in one rename
-    print(f"{index}: dense weight {before:g} -> {dense_weight:g}; {ranking_words(dense_weight)}")
+        sentence_weight, dense_weight = tuned_weights(searcher, tune)
+    if sentence_weight is not None:
+        searcher.set_sentence_weight(sentence_weight)  # refused on an index without sentence vectors
+    if dense_weight is not None:
+        searcher.set_dense_weight(dense_weight)
+    searcher.save()  # only the settings changed: meta.json is replaced in one rename
+    print(f"{index}: dense weight {before[0]:g} -> {searcher.dense_weight:g}; {ranking_words(searcher.dense_weight)}")
+    if searcher.sentences is not None:
+        print(f"sentence weight {before[1]:g} -> {searcher.sentence_weight:g}")
 
 
-def tuned_weight(searcher, folder: str) -> float:
-    """The dense weight of hybrid.WEIGHTS whose search ranks the BEIR folder's judged queries best (nDCG@10),
-    adapt's rule; prints each weight's nDCG@10."""
+def tuned_weights(searcher, folder: str) -> tuple[float | None, float]:
+    """(sentence weight, dense weight) whose search ranks the BEIR folder's judged queries best (nDCG@10), adapt's
+    rule (`sentences.best_weights`); the sentence weight None for an index without sentence vectors (the dense
+    weights alone are tried). Prints each pair's nDCG@10."""
     from ..search.weights import read_judged_queries, weight_ndcg
-    from ..tasks.retrieval.hybrid import best_weight
+    from ..tasks.retrieval.sentences import SENTENCE_WEIGHTS, best_weights
 
     judged = read_judged_queries(folder, searcher)
-    scores = weight_ndcg(searcher, judged)
-    best = best_weight(scores)
+    sentence_weights = SENTENCE_WEIGHTS if searcher.sentences is not None else (0.0,)
+    vectors = searcher.query_vectors(judged.texts)  # once, for every pair
+    scores = {sentence: weight_ndcg(searcher, judged, sentence, vectors) for sentence in sentence_weights}
+    best = best_weights({(sentence, weight): score for sentence, by_weight in scores.items()
+                         for weight, score in by_weight.items()})
     left_out = (f"; {judged.left_out} left out: none of their relevant ids is a passage of the index"
                 if judged.left_out else "")
     count = len(judged.texts)
-    print(f"nDCG@10 of {count} judged quer{'y' if count == 1 else 'ies'} of {folder} by dense weight{left_out}")
-    print("weight  nDCG@10")
-    for weight, score in scores.items():
-        print(f"{weight:>6.1f}  {score:.4f}" + ("  <- best" if weight == best else ""))
-    return best
+    print(f"nDCG@10 of {count} judged quer{'y' if count == 1 else 'ies'} of {folder} by dense weight"
+          + (" (a column per sentence weight)" if len(sentence_weights) > 1 else "") + left_out)
+    print("weight  " + "  ".join("nDCG@10" if len(sentence_weights) == 1 else f"s {s:<5g}" for s in sentence_weights)
+          .rstrip())
+    for weight in scores[0.0]:
+        cells = [f"{scores[s][weight]:.4f}" for s in sentence_weights]
+        print(f"{weight:>6.1f}  " + "   ".join(cells) + (f"  <- best{'' if len(cells) == 1 else f' (s {best[0]:g})'}"
+                                                         if weight == best[1] else ""))
+    return (best[0] if searcher.sentences is not None else None), best[1]
 
 
 def ranking_words(dense_weight: float) -> str:

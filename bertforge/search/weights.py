@@ -82,20 +82,22 @@ def document_id(passage_id: PassageId, named: set[str]) -> str:
     return text if text in named else whole_id(text)
 
 
-def weight_ndcg(index: Index, judged: JudgedQueries) -> dict[float, float]:
-    """{weight: nDCG@10} over the judged queries for each weight of WEIGHTS, as `index.search` ranks at it.
+def weight_ndcg(index: Index, judged: JudgedQueries, sentence_weight: float | None = None,
+                vectors: np.ndarray | None = None) -> dict[float, float]:
+    """{weight: nDCG@10} over the judged queries for each weight of WEIGHTS, as `index.search` ranks at it (and at
+    `sentence_weight`: None, the index's). vectors: the queries' (`index.query_vectors`), when already made.
 
     Raises ValueError naming the install when bm25s is missing (every weight below 1 needs it).
     """
     require_bm25s()  # before embedding the queries
-    vectors = index.query_vectors(judged.texts)  # once, for every weight
+    vectors = index.query_vectors(judged.texts) if vectors is None else vectors  # once, for every weight
     # Deep enough for 11 documents (one spare: a query's own is dropped) even if each has as many parts as the most.
     depth = (NDCG_AT + 1) * int(np.bincount(judged.row_documents).max())
     # A query's own passage (every part) out of the fusion's normalisation too, or it sets both maxima (fuse's doc)
     own_rows = [None if own is None else np.flatnonzero(judged.row_documents == own) for own in judged.own_documents]
     scores = {}
     for weight in WEIGHTS:
-        rows = index.rank(vectors, judged.texts, depth, weight, own_rows).rows
+        rows = index.rank(vectors, judged.texts, depth, weight, own_rows, sentence_weight).rows
         ranked = np.full((len(rows), NDCG_AT), -1, dtype=np.int64)  # -1: past a ranking shorter than 10
         for query, (query_rows, own_document) in enumerate(zip(rows, judged.own_documents)):
             documents = ranked_documents(query_rows, judged.row_documents, own_document)[:NDCG_AT]

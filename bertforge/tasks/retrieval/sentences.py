@@ -16,7 +16,7 @@ search index ranks with it.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -24,6 +24,13 @@ from ..pretraining.corpus import sentences_of
 from .evaluation import Scorer
 
 SENTENCE_WEIGHTS = (0.0, 0.25, 0.5, 0.75)  # the grid adapt picks from on its dev queries
+
+
+def best_weights(scores: Mapping[tuple[float, float], float]) -> tuple[float, float]:
+    """The (sentence weight, dense weight) of the highest score ({pair: e.g. dev nDCG@10}); ties go to the smaller
+    sentence weight (no sentence vectors needed), then the larger dense weight (hybrid.best_weight's rule). adapt
+    picks its index's pair by this rule, `bertforge index weight --tune` an existing index's."""
+    return max(scores, key=lambda pair: (scores[pair], -pair[0], pair[1]))
 
 
 def passage_sentences(text: str) -> list[str]:
