@@ -43,3 +43,24 @@ def test_the_scorer_mixes_the_passage_and_its_best_sentence():
         # the passage scores 0.6 by its vector, 1.0 by its best sentence; the other is its own only sentence, 0.8
         np.testing.assert_allclose(scores, [[(1 - weight) * 0.6 + weight * 1.0, 0.8]])
     np.testing.assert_allclose(mixed(np.full((1, 1), 0.6), np.ones((1, 1)), 0.5), [[0.8]])
+
+
+def test_the_served_pair_is_the_simplest_within_one_standard_error_of_the_best():
+    from bertforge.tasks.retrieval.sentences import best_weights, simplest_within_one_se
+
+    best = np.array([1.0, 0.5, 1.0, 0.0, 1.0, 0.5, 1.0, 0.5])
+    noisy = best + np.array([-0.5, 0.5, 0.0, 0.5, -0.5, 0.0, -0.5, 0.0])  # mean 0.0625 lower, paired error 0.125
+    worse = best - 0.25  # 0.25 lower on every query: the queries tell it apart
+    per_query = {(0.75, 0.6): best, (0.25, 0.9): noisy, (0.0, 1.0): worse, (0.5, 0.9): best - 0.01}
+    assert best_weights({pair: scores.mean() for pair, scores in per_query.items()}) == (0.75, 0.6)
+    assert simplest_within_one_se(per_query) == (0.25, 0.9)
+    assert simplest_within_one_se({(0.5, 0.7): best}) == (0.5, 0.7)
+
+
+def test_ndcg_per_query_averages_to_retrieval_metrics():
+    from bertforge.tasks.retrieval.metrics import ndcg_per_query, retrieval_metrics
+
+    rng = np.random.default_rng(1)
+    scores, relevant = rng.normal(size=(20, 30)), [[int(q % 30)] if q % 3 else [q % 30, (q + 7) % 30] for q in range(20)]
+    per_query = ndcg_per_query(scores, relevant)
+    assert per_query.shape == (20,) and np.isclose(per_query.mean(), retrieval_metrics(scores, relevant)["ndcg@10"])

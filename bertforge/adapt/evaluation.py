@@ -12,14 +12,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from ..embeddings.similarity import l2_normalized
 from ..tasks.retrieval.baselines import bm25_scores
 from ..tasks.retrieval.evaluation import (RememberedVectors, Scorer, encoder_embedder, encoder_scorer,
                                           evaluate_retrieval)
 from ..tasks.retrieval.hybrid import WEIGHTS, best_weight, hybrid_scorer, remembered
-from ..tasks.retrieval.metrics import retrieval_metrics
+from ..tasks.retrieval.metrics import ndcg_per_query, retrieval_metrics
 from ..tasks.retrieval.reader import RetrievalSet, beir_qrels, read_retrieval_set
-from ..tasks.retrieval.sentences import SENTENCE_WEIGHTS, best_weights, sentence_owners, sentence_scorer
+from ..tasks.retrieval.sentences import SENTENCE_WEIGHTS, sentence_owners, sentence_scorer, simplest_within_one_se
 from .ict import HeldOut
 from .stages import stage_key
 
@@ -32,8 +34,9 @@ HYBRID_METRIC = "hybrid_ndcg@10"
 # change of the BEIR set's files does. 2 (2026-11-28): a query that is also a document is left out before the fusion
 # normalises (tasks.retrieval.hybrid.fuse), not after; the drug reviews' fused numbers moved (base + BM25 at 0.5:
 # 0.311 -> 0.266). 3 (2026-11-28): each encoder also scored with its passages' best sentences mixed in
-# (tasks/retrieval/sentences.py), the engine the index serves; a digest without a BEIR set carries the rule too
-SCORING_RULE = 3
+# (tasks/retrieval/sentences.py), the engine the index serves; a digest without a BEIR set carries the rule too.
+# 4 (2026-11-28): that engine's pair of weights picked by the one-standard-error rule (sentences.simplest_within_one_se)
+SCORING_RULE = 4
 
 
 def ict_metrics(scorer: Scorer, held_out: HeldOut) -> dict[str, dict[str, float]]:
@@ -42,14 +45,19 @@ def ict_metrics(scorer: Scorer, held_out: HeldOut) -> dict[str, dict[str, float]
     splits = [split for split, queries in held_out.queries.items() if queries]
     texts = [query for split in splits for query, _ in held_out.queries[split]]
     scores = scorer(texts, held_out.scored_texts())  # (queries of all splits, passages): passages encoded once
-    column = {passage: position for position, passage in enumerate(held_out.scored_indices())}
     results, start = {}, 0
     for split in splits:
-        queries = held_out.queries[split]
-        relevant = [[column[passage]] for _, passage in queries]
-        results[split] = retrieval_metrics(scores[start:start + len(queries)], relevant, recall_at=RECALL_AT)
-        start += len(queries)
+        relevant = relevant_columns(held_out, split)
+        results[split] = retrieval_metrics(scores[start:start + len(relevant)], relevant, recall_at=RECALL_AT)
+        start += len(relevant)
     return results
+
+
+def relevant_columns(held_out: HeldOut, split: str) -> list[list[int]]:
+    """Each of a split's queries' relevant passage (the one its sentence was cut from) as a column of the scored
+    passages (`HeldOut.scored_texts`' order)."""
+    column = {passage: position for position, passage in enumerate(held_out.scored_indices())}
+    return [[column[passage]] for _, passage in held_out.queries[split]]
 
 
 def read_beir_folder(folder: str | Path) -> RetrievalSet:
@@ -128,16 +136,19 @@ class Evaluator:
 
     def sentence_hybrid(self, dense_at: Callable[[float], Scorer]) -> dict:
         """{"sentence_weight", "dense_weight", "metrics"}: the pair of weights (tasks/retrieval/sentences.py's share
-        of each passage's best sentence, then the fusion's dense share) at which the dev queries rank best, scored
-        on every set at that pair: what the index serves. dense_at(w): the model's scorer at sentence weight w.
-        Ties go to the smaller sentence weight (no sentence vectors to store), then the larger dense weight
-        (`sentences.best_weights`)."""
-        def dev(sentence_weight: float, weight: float) -> float:
-            fused = hybrid_scorer(dense_at(sentence_weight), self.lexical, weight)
-            return ict_metrics(fused, self.held_out)["dev"]["ndcg@10"]
+        of each passage's best sentence, then the fusion's dense share) the dev queries pick, scored on every set at
+        that pair: what the index serves. dense_at(w): the model's scorer at sentence weight w. The pick is the
+        simplest pair within one standard error of the best (`sentences.simplest_within_one_se`: ICT queries favour
+        BM25 and sentences more than real ones)."""
+        texts = [query for query, _ in self.held_out.queries["dev"]]
+        relevant = relevant_columns(self.held_out, "dev")
 
-        sentence, weight = best_weights({(sentence, weight): dev(sentence, weight) for sentence in SENTENCE_WEIGHTS
-                                         for weight in WEIGHTS})
+        def dev(sentence_weight: float, weight: float) -> np.ndarray:
+            fused = hybrid_scorer(dense_at(sentence_weight), self.lexical, weight)
+            return ndcg_per_query(fused(texts, self.held_out.scored_texts()), relevant)
+
+        sentence, weight = simplest_within_one_se({(sentence, weight): dev(sentence, weight)
+                                                   for sentence in SENTENCE_WEIGHTS for weight in WEIGHTS})
         return {"sentence_weight": sentence, "dense_weight": weight,
                 "metrics": self.everything(hybrid_scorer(dense_at(sentence), self.lexical, weight))}
 

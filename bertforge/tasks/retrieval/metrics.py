@@ -92,11 +92,25 @@ def ranking_metrics(ranked: np.ndarray, relevant: Sequence[Sequence[int]], *,
     results = {f"recall@{k}": float(np.mean(hits[:, :k].sum(axis=1) / counts)) for k in recall_at}
     first = np.where(hits[:, :MRR_AT].any(axis=1), hits[:, :MRR_AT].argmax(axis=1) + 1, np.inf)
     results[f"mrr@{MRR_AT}"] = float(np.mean(1.0 / first))
+    results[f"ndcg@{NDCG_AT}"] = float(np.mean(ndcg_of_hits(hits, counts)))
+    return results
+
+
+def ndcg_of_hits(hits: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Each query's nDCG@10 (queries,): hits (queries, depth) whether each ranked document is relevant, counts how
+    many are (binary gains, the ideal ranking puts min(count, 10) of them first)."""
     discounts = 1.0 / np.log2(np.arange(2, NDCG_AT + 2))
     gains = (hits[:, :NDCG_AT] * discounts[:hits.shape[1]]).sum(axis=1)
     ideal = np.array([discounts[:int(min(c, NDCG_AT))].sum() for c in counts])
-    results[f"ndcg@{NDCG_AT}"] = float(np.mean(gains / ideal))
-    return results
+    return gains / ideal
+
+
+def ndcg_per_query(scores: np.ndarray, relevant: Sequence[Sequence[int]]) -> np.ndarray:
+    """Each query's nDCG@10 (queries,) from a score matrix, the values `retrieval_metrics` averages (no query
+    left out): what a paired comparison of two rankers over the same queries needs."""
+    ranked = top_k(np.asarray(scores), NDCG_AT)
+    hits = np.array([np.isin(ranked[q], list(relevant[q])) for q in range(len(relevant))])
+    return ndcg_of_hits(hits, np.array([len(set(documents)) for documents in relevant], dtype=np.float64))
 
 
 def relevant_indices(query_ids: Sequence[str], corpus_ids: Sequence[str],
