@@ -34,7 +34,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
         tune_queries: a file of typical queries, one a line, to tune ivf/hnsw effort on (default: stored vectors)
         dense_weight: make searches hybrid by default: this share for the encoder's cosines, the rest for BM25 over the passages (0.7 measured best; default: the encoder alone)
         device: where the passages are embedded: cpu, cuda or cuda:N (default: the GPU if there is one, else the CPU)
-        sentence_weight: embed every passage's sentences too, and rank by (1 - W) * the passage's cosine + W * its best sentence's (0.5 measured best; about 4-6x the passages to embed; default: the passage vectors alone)
+        sentence_weight: embed every passage's sentences too, and rank by (1 - W) * the passage's cosine + W * its best sentence's (0.25 to 0.5 measured best with all-MiniLM-L6-v2, docs/adapt.md; about 4x the passages to embed; default: the passage vectors alone)
     """
     from ..engine.devices import device_from_option
     from ..models.folder import read_model_folder
