@@ -107,6 +107,17 @@ def test_a_flat_index_ranks_every_row_as_sentence_scorer(index, passages, rememb
     assert rows_of(by_vector) == rows_of(index.search(QUERIES, top_k=10))
 
 
+def test_an_exact_search_scores_its_queries_a_block_at_a_time_as_all_at_once(index, passages, remembered,
+                                                                             monkeypatch):
+    """Many queries over a flat index go through in blocks (hybrid.EXACT_BLOCK_SCORES): each block's top k,
+    dense alone and hybrid, is what one pass over every query ranks."""
+    whole = [index.search(QUERIES, top_k=10, dense_weight=weight) for weight in (1.0, 0.6)]
+    monkeypatch.setattr(hybrid, "EXACT_BLOCK_SCORES", len(passages))  # one query a block
+    assert [rows_of(index.search(QUERIES, top_k=10, dense_weight=weight)) for weight in (1.0, 0.6)] == \
+        [rows_of(results) for results in whole]
+    assert_ranks_as(index.search(QUERIES, top_k=10), sentence_scorer(remembered, WEIGHT)(QUERIES, passages))
+
+
 def test_a_hybrid_search_fuses_the_mixed_dense_score_with_bm25(index, passages, remembered):
     dense = sentence_scorer(remembered, WEIGHT)
     results = index.search(QUERIES, top_k=10, dense_weight=0.6)

@@ -21,7 +21,8 @@ from ..tasks.retrieval.evaluation import (RememberedVectors, Scorer, encoder_emb
 from ..tasks.retrieval.hybrid import WEIGHTS, best_weight, hybrid_scorer, remembered
 from ..tasks.retrieval.metrics import ndcg_per_query, retrieval_metrics
 from ..tasks.retrieval.reader import RetrievalSet, beir_qrels, read_retrieval_set
-from ..tasks.retrieval.sentences import SENTENCE_WEIGHTS, sentence_owners, sentence_scorer, simplest_within_one_se
+from ..tasks.retrieval.sentences import (SENTENCE_WEIGHTS, mixed, score_parts, sentence_owners,
+                                         simplest_within_one_se)
 from .ict import HeldOut
 from .stages import stage_key
 
@@ -122,10 +123,14 @@ class Evaluator:
         started = time.perf_counter()
         vectors.encode(sentence_owners(self.held_out.scored_texts())[0])  # remembered for the weights below
         sentence_seconds = time.perf_counter() - started
-        normalised = lambda texts: l2_normalized(vectors.encode(texts))  # noqa: E731
-        mixes = {weight: remembered(sentence_scorer(normalised, weight)) for weight in SENTENCE_WEIGHTS}
+        # each passage's cosine and best sentence's, once per query and document list, mixed at every weight tried
+        parts = remembered(score_parts(lambda texts: l2_normalized(vectors.encode(texts))))
+
+        def dense_at(sentence_weight: float) -> Scorer:
+            return lambda queries, documents: mixed(*parts(queries, documents), sentence_weight)
+
         return {"metrics": self.everything(dense, held_out), "passage_hybrid": self.hybrid(dense),
-                "hybrid": self.sentence_hybrid(mixes.__getitem__), "held_out_seconds": held_out_seconds,
+                "hybrid": self.sentence_hybrid(dense_at), "held_out_seconds": held_out_seconds,
                 "sentence_seconds": sentence_seconds, "eval_key": self.eval_key}
 
     def hybrid(self, dense: Scorer) -> dict:

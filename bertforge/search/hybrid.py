@@ -25,7 +25,7 @@ on its first hybrid search and keeps (docs/search.md gives the cost).
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -88,16 +88,8 @@ def hybrid_top_k(faiss_index: faiss.Index, kind: str, searcher: faiss.Index, bm2
     k = min(top_k, count)
     exclude = exclude if exclude is not None else [None] * len(vectors)
     if kind == "flat" and count <= EXACT_HYBRID_UP_TO:
-        stored, block = ann.flat_vectors(faiss_index), max(1, EXACT_BLOCK_SCORES // count)
-
-        def dense(queries: np.ndarray) -> np.ndarray:
-            cosines = queries @ stored.T
-            return cosines if mix is None else mix.every_row(queries, cosines)
-
-        per_block = [fused_top_k(dense(vectors[start:start + block]),
-                                 bm25_query_scores(bm25, texts[start:start + block]), dense_weight, k,
-                                 exclude[start:start + block])
-                     for start in range(0, len(vectors), block)]
+        per_block = [fused_top_k(dense, bm25_query_scores(bm25, texts[part]), dense_weight, k, exclude[part])
+                     for part, dense in every_row_dense(faiss_index, vectors, mix)]
         return Ranked(*(np.concatenate(part) for part in zip(*per_block)))
     size = pool_size(top_k, count)
     _, dense_rows = searcher.search(vectors, size)
@@ -105,6 +97,16 @@ def hybrid_top_k(faiss_index: faiss.Index, kind: str, searcher: faiss.Index, bm2
                               dense_weight, left, mix)
                  for vector, text, rows, left in zip(vectors, texts, dense_rows, exclude)]
     return Ranked(*(np.concatenate(part) for part in zip(*per_query)))
+
+
+def every_row_dense(faiss_index: faiss.Index, vectors: np.ndarray, mix=None) -> Iterator[tuple[slice, np.ndarray]]:
+    """(queries' slice, their dense scores of every row of a flat index), a block of queries at a time (at most
+    EXACT_BLOCK_SCORES scores); the dense score is the inner product, or `mix`'s (sentence_vectors.SentenceMix)."""
+    stored, block = ann.flat_vectors(faiss_index), max(1, EXACT_BLOCK_SCORES // int(faiss_index.ntotal))
+    for start in range(0, len(vectors), block):
+        part = slice(start, start + block)
+        cosines = vectors[part] @ stored.T
+        yield part, cosines if mix is None else mix.every_row(vectors[part], cosines)
 
 
 def pooled_top_k(faiss_index: faiss.Index, kind: str, vector: np.ndarray, lexical: np.ndarray, dense_rows: np.ndarray,

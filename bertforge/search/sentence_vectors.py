@@ -23,7 +23,7 @@ from ..errors import UsageError
 from ..tasks.retrieval.metrics import top_k as best_columns
 from ..tasks.retrieval.sentences import best_sentence_scores, mixed, sentence_owners
 from ..validation import checked
-from . import ann, hybrid
+from . import hybrid
 from .ann import faiss
 from .hybrid import Ranked
 
@@ -199,12 +199,12 @@ def dense_top_k(faiss_index: faiss.Index, kind: str, searcher: faiss.Index, vect
     the exact hybrid search scores), else over FAISS's top pool_size(top_k) rows (the passage vectors' nearest)."""
     count = int(faiss_index.ntotal)
     k = min(top_k, count)
-    if kind == "flat" and count <= hybrid.EXACT_HYBRID_UP_TO:
-        stored, block = ann.flat_vectors(faiss_index), max(1, hybrid.EXACT_BLOCK_SCORES // count)
-        scores = np.concatenate([mix.every_row(vectors[start:start + block], vectors[start:start + block] @ stored.T)
-                                 for start in range(0, len(vectors), block)])
-        rows = best_columns(scores, k)
-        return Ranked(rows, np.take_along_axis(scores, rows, 1), None, None)
+    if kind == "flat" and count <= hybrid.EXACT_HYBRID_UP_TO:  # each block's top k: never every query's scores
+        rows, best = [], []
+        for _, scores in hybrid.every_row_dense(faiss_index, vectors, mix):
+            rows.append(best_columns(scores, k))
+            best.append(np.take_along_axis(scores, rows[-1], 1))
+        return Ranked(np.concatenate(rows), np.concatenate(best), None, None)
     passage_scores, pools = searcher.search(vectors, hybrid.pool_size(top_k, count))
     ranked_rows = np.full((len(vectors), k), -1, np.int64)  # -1 and nan past what an ivf search found, as FAISS pads
     ranked_scores = np.full((len(vectors), k), np.nan, np.float32)

@@ -81,8 +81,9 @@ def best_sentence_scores(query_vectors: np.ndarray, sentence_vectors: np.ndarray
     return np.maximum.reduceat(query_vectors @ sentence_vectors.T, starts, axis=1)
 
 
-def mixed(passage_scores: np.ndarray, sentence_scores: np.ndarray, sentence_weight: float) -> np.ndarray:
-    """The dense score: (1 - w) * the passage's cosine + w * its best sentence's (the module doc)."""
+def mixed(passage_scores: np.ndarray, sentence_scores: np.ndarray | None, sentence_weight: float) -> np.ndarray:
+    """The dense score: (1 - w) * the passage's cosine + w * its best sentence's (the module doc); at w = 0 the
+    passage's alone (sentence_scores may be None)."""
     if sentence_weight == 0:
         return passage_scores
     return (1 - sentence_weight) * passage_scores + sentence_weight * sentence_scores
@@ -91,14 +92,26 @@ def mixed(passage_scores: np.ndarray, sentence_scores: np.ndarray, sentence_weig
 def sentence_scorer(embed: Callable[[list[str]], np.ndarray], sentence_weight: float) -> Scorer:
     """A scorer (tasks.retrieval.evaluation) ranking by `mixed`, with `embed` (texts -> normalised vectors: a
     RememberedVectors' encode, so a text is embedded once whatever the weights tried)."""
+    parts = score_parts(embed, sentences=sentence_weight != 0)
 
     def scores(queries: Sequence[str], documents: Sequence[str]) -> np.ndarray:
-        query_vectors, passage_vectors = embed(list(queries)), embed(list(documents))
-        passage_scores = query_vectors @ passage_vectors.T
-        if sentence_weight == 0:
-            return passage_scores
-        sentences, owners = sentence_owners(documents)
-        best = best_sentence_scores(query_vectors, embed(sentences), owners, len(documents))
-        return mixed(passage_scores, best, sentence_weight)
+        return mixed(*parts(queries, documents), sentence_weight)
 
     return scores
+
+
+def score_parts(embed: Callable[[list[str]], np.ndarray], sentences: bool = True
+                ) -> Callable[[Sequence[str], Sequence[str]], tuple[np.ndarray, np.ndarray | None]]:
+    """(queries, documents) -> (each passage's cosine, its best sentence's; None without `sentences`): what `mixed`
+    mixes, so that several sentence weights are scored from one split and one pass over the sentences
+    (`hybrid.remembered` keeps the pair per query and document list)."""
+
+    def parts(queries: Sequence[str], documents: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None]:
+        query_vectors = embed(list(queries))
+        passage_scores = query_vectors @ embed(list(documents)).T
+        if not sentences:
+            return passage_scores, None
+        split, owners = sentence_owners(documents)
+        return passage_scores, best_sentence_scores(query_vectors, embed(split), owners, len(documents))
+
+    return parts
