@@ -73,6 +73,7 @@ BOUNDS: dict[str, Bound] = {
     "effort": Bound(1, meaning="an ivf index's nprobe, an hnsw index's efSearch"),
     "dense_weight": Bound(0, 1, meaning="the encoder's share of a hybrid ranking: 1 the encoder alone, 0 BM25 alone"),
     "sentence_weight": Bound(0, 1, meaning="the best sentence's share of the dense score: 0 the passage vector alone"),
+    "neighbour_weight": Bound(0, 1, meaning="the best neighbour's share of a passage's score: 0 the passage alone"),
     "max_senses": Bound(2, meaning="one sense needs no clustering"),
     # serving
     "port": Bound(0, 65535, meaning="0 picks a free port"),

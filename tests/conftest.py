@@ -109,3 +109,14 @@ def corpus_files(data_dir, tmp_path_factory):
     (root / "heldout.txt").write_text("\n\n".join(paragraphs[700:780]) + "\n")
     BertTokenizer.train([root / "train.txt"], vocab_size=1500).save_pretrained(root / "vocab")
     return root
+
+
+@pytest.fixture(scope="session")
+def passages(data_dir):
+    """60 passages of four consecutive Emma sentences (five words or more) each: the sentence and neighbour tests'
+    small index."""
+    from bertforge.tasks.pretraining.corpus import read_documents
+
+    found = {s: None for d in read_documents(data_dir / "austen" / "emma.txt") for s in d if len(s.split()) >= 5}
+    sentences = list(found)[:240]
+    return [" ".join(sentences[start:start + 4]) for start in range(0, 240, 4)]

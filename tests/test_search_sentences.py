@@ -16,7 +16,6 @@ from bertforge.search.build import add_corpus, build_index
 from bertforge.search.encoder import open_model
 from bertforge.search.index import Index, make_passages
 from bertforge.search.sentence_vectors import SentenceVectors
-from bertforge.tasks.pretraining.corpus import read_documents
 from bertforge.tasks.retrieval.baselines import bm25_scores
 from bertforge.tasks.retrieval.evaluation import RememberedVectors
 from bertforge.tasks.retrieval.hybrid import hybrid_scorer
@@ -30,14 +29,6 @@ pytest.importorskip("bm25s")
 QUERIES = ["Mr. Woodhouse and his health", "Harriet Smith and Mr. Elton", "a walk to Randalls in the rain",
            "Emma could not help laughing"]
 WEIGHT = 0.5
-
-
-@pytest.fixture(scope="module")
-def passages(data_dir):
-    """60 passages of four consecutive Emma sentences (five words or more) each."""
-    found = {s: None for d in read_documents(data_dir / "austen" / "emma.txt") for s in d if len(s.split()) >= 5}
-    sentences = list(found)[:240]
-    return [" ".join(sentences[start:start + 4]) for start in range(0, 240, 4)]
 
 
 @pytest.fixture(scope="module")

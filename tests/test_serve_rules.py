@@ -94,6 +94,30 @@ def test_search_ranks_by_a_sentence_weight_the_index_holds_vectors_for(minilm_di
     assert refused.status_code == 422 and "sentence vectors" in refused.json()["error"]
 
 
+def test_search_ranks_by_a_neighbour_weight(minilm_dir):
+    """/search takes neighbour_weight as Index.search does (and /info shows the index's): each passage's score mixed
+    with its best neighbour's in its document (tasks/retrieval/neighbours.py); outside 0..1 it is 422."""
+    from bertforge.search import Index
+    from bertforge.tasks.retrieval.neighbours import neighbour_mixed
+
+    texts = ["The bank raised its rates.", "Cats sleep most of the day.", "The river bank was muddy.", PASSAGES[0]]
+    follows = [False, True, False, True]
+    with_neighbours = Index.build(texts, minilm_dir, follows=follows, neighbour_weight=0.5, progress=False)
+    with TestClient(create_app(load_models(str(minilm_dir), index=with_neighbours))) as client:
+        info = client.get("/info").json()["index"]
+        answers = [client.post("/search", json={"query": "sleeping cats", "top_k": 4, **weight})
+                   for weight in ({}, {"neighbour_weight": 1.0})]
+        refused = client.post("/search", json={"query": "cats", "neighbour_weight": 1.5})
+    assert info["neighbour_weight"] == 0.5
+    vectors = with_neighbours.embedder.encode(["sleeping cats", *texts])
+    cosines = vectors[:1] @ vectors[1:].T
+    for answer, weight in zip(answers, (0.5, 1.0)):
+        scores = {hit["text"]: hit["score"] for hit in answer.json()[0]}
+        np.testing.assert_allclose([scores[text] for text in texts], neighbour_mixed(cosines, follows, weight)[0],
+                                   atol=1e-4)
+    assert refused.status_code == 422 and "neighbour_weight" in refused.text
+
+
 def test_a_folders_default_prompt_name_outside_its_prompts_is_read_as_sentence_transformers_reads_it(
         tmp_path, minilm_dir):
     folder = prompted_folder(tmp_path / "model", minilm_dir,

@@ -12,12 +12,15 @@ from ..embeddings import SentencePooling
 from ..search import IndexKind
 from .commands import parse_layers
 
+# Said where an index has a neighbour weight but no passage follows another (records): it ranks as at 0.
+NO_NEIGHBOURS = " (no passage of this index follows another: each is ranked alone)"
+
 
 def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexKind = "auto", chunk_size: int = 10_000,
                 pooling: SentencePooling | None = None, normalize: bool = True, batch_size: int = 32,
                 text_field: str = "text", id_field: str | None = None, tune_queries: str | None = None,
                 dense_weight: float | None = None, device: str | None = None,
-                sentence_weight: float | None = None) -> None:
+                sentence_weight: float | None = None, neighbour_weight: float | None = None) -> None:
     """Embed a corpus into a new vector index folder; a killed build resumes from the chunks it finished.
 
     Args:
@@ -35,6 +38,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
         dense_weight: make searches hybrid by default: this share for the encoder's cosines, the rest for BM25 over the passages (0.7 measured best; default: the encoder alone)
         device: where the passages are embedded: cpu, cuda or cuda:N (default: the GPU if there is one, else the CPU)
         sentence_weight: embed every passage's sentences too, and rank by (1 - W) * the passage's cosine + W * its best sentence's (0.25 to 0.5 measured best with all-MiniLM-L6-v2, docs/adapt.md; about 4x the passages to embed; default: the passage vectors alone)
+        neighbour_weight: 0..1: each passage's score mixes in its best neighbour's in the same document (a text file's passages, a long record's parts); 0.2 to 0.4 measured best on a novel (default: each passage alone)
     """
     from ..engine.devices import device_from_option
     from ..models.folder import read_model_folder
@@ -46,12 +50,15 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
         say_overrides(read_model_folder(resolve_model(model)), {"pooling": pooling})
     meta = build_index(corpus, output, model, kind=kind, chunk_size=chunk_size, pooling=pooling, normalize=normalize,
                        batch_size=batch_size, text_field=text_field, id_field=id_field, tune_queries=tune_queries,
-                       dense_weight=dense_weight, device=device_from_option(device), sentence_weight=sentence_weight)
+                       dense_weight=dense_weight, device=device_from_option(device), sentence_weight=sentence_weight,
+                       neighbour_weight=neighbour_weight)
     print(f"indexed {meta['count']:,} passages ({meta['kind']}, vectors of size {meta['vectors']['dim']}) in {output}")
     if meta.get("dense_weight", 1.0) < 1.0:
         print(ranking_words(meta["dense_weight"]))
     if meta.get("sentence_weight"):
         print(f"the dense score mixes in each passage's best sentence: weight {meta['sentence_weight']:g}")
+    if meta.get("neighbour_weight"):
+        print(neighbour_words(meta["neighbour_weight"], has_neighbours(output, meta)))
     print_recall(meta)
 
 
@@ -78,30 +85,36 @@ def index_add(index: str, corpus: str, model: str | None = None, chunk_size: int
 
 
 def index_weight(index: str, *, dense_weight: float | None = None, tune: str | None = None,
-                 model: str | None = None, sentence_weight: float | None = None) -> None:
+                 model: str | None = None, sentence_weight: float | None = None,
+                 neighbour_weight: float | None = None) -> None:
     """Change the weights an index's searches use by default (meta.json alone: no passage is embedded again).
 
     Args:
         index: the index folder
         dense_weight: the weight to keep: the encoder's share of a hybrid ranking with BM25 (1: the encoder alone, 0: BM25 alone)
-        tune: instead, pick the weight from judged queries: a BEIR folder (queries.jsonl, qrels/test.tsv or qrels.tsv) whose document ids are the index's passage ids; each weight 0, 0.1, ..., 1 is scored by nDCG@10 as the index searches, and the best kept (ties: the larger); an index with sentence vectors also tries each sentence weight 0, 0.25, 0.5, 0.75 (ties: the smaller)
+        tune: instead, pick the weight from judged queries: a BEIR folder (queries.jsonl, qrels/test.tsv or qrels.tsv) whose document ids are the index's passage ids; each weight 0, 0.1, ..., 1 is scored by nDCG@10 as the index searches, and the best kept (ties: the larger); an index with sentence vectors also tries each sentence weight 0, 0.25, 0.5, 0.75 (ties: the smaller), an index whose passages have neighbours each neighbour weight 0, 0.1, ..., 0.5 (ties: the smaller)
         model: with --tune, the index's model if its folder moved (it embeds the queries; another model is refused)
         sentence_weight: the share of each passage's best sentence in the dense score to keep (an index built with --sentence-weight holds their vectors; 0: the passage vectors alone)
+        neighbour_weight: the weight to keep, 0..1: each passage's score mixes in its best neighbour's in the same document (a text file's passages, a long record's parts); 0.2 to 0.4 measured best on a novel (0: each passage alone)
     """
     from ..errors import UsageError
     from ..search.index import Index
 
-    if tune is None and dense_weight is None and sentence_weight is None:
+    weights = (dense_weight, sentence_weight, neighbour_weight)
+    if tune is None and weights == (None, None, None):
         raise UsageError("give --dense-weight W (0 to 1), or --tune BEIR_FOLDER to pick it from judged queries "
-                         "(--sentence-weight W: the sentence weight of an index built with sentence vectors)")
-    if tune is not None and (dense_weight is not None or sentence_weight is not None):
+                         "(--sentence-weight W: the sentence weight of an index built with sentence vectors; "
+                         "--neighbour-weight W: the neighbours' share of each passage's score)")
+    if tune is not None and weights != (None, None, None):
         raise UsageError("give the weights, or --tune BEIR_FOLDER to pick them: one of the two")
     if model is not None and tune is None:
         raise UsageError("--model is for --tune (it embeds the queries); setting a weight needs no model")
     searcher = Index.load(index, model=model if tune else None)
-    before = searcher.dense_weight, searcher.sentence_weight
+    before = searcher.dense_weight, searcher.sentence_weight, searcher.neighbour_weight
     if tune:
-        sentence_weight, dense_weight = tuned_weights(searcher, tune)
+        sentence_weight, dense_weight, neighbour_weight = tuned_weights(searcher, tune)
+    if neighbour_weight is not None:
+        searcher.set_neighbour_weight(neighbour_weight)
     if sentence_weight is not None:
         searcher.set_sentence_weight(sentence_weight)  # refused on an index without sentence vectors
     if dense_weight is not None:
@@ -110,33 +123,78 @@ def index_weight(index: str, *, dense_weight: float | None = None, tune: str | N
     print(f"{index}: dense weight {before[0]:g} -> {searcher.dense_weight:g}; {ranking_words(searcher.dense_weight)}")
     if searcher.sentences is not None:
         print(f"sentence weight {before[1]:g} -> {searcher.sentence_weight:g}")
+    if tune or before[2] or searcher.neighbour_weight:  # else texts.jsonl is not read (an index of records: as before)
+        neighbours = searcher.follows[1:].any()
+        if neighbours or before[2] or searcher.neighbour_weight:
+            print(f"neighbour weight {before[2]:g} -> {searcher.neighbour_weight:g}"
+                  + ("" if neighbours or not searcher.neighbour_weight else NO_NEIGHBOURS))
 
 
-def tuned_weights(searcher, folder: str) -> tuple[float | None, float]:
-    """(sentence weight, dense weight) whose search ranks the BEIR folder's judged queries best (nDCG@10), adapt's
-    rule (`sentences.best_weights`); the sentence weight None for an index without sentence vectors (the dense
-    weights alone are tried). Prints each pair's nDCG@10."""
+def tuned_weights(searcher, folder: str) -> tuple[float | None, float, float | None]:
+    """(sentence weight, dense weight, neighbour weight) whose search ranks the BEIR folder's judged queries best
+    (nDCG@10), adapt's rule (`sentences.best_weights`); the sentence weight None for an index without sentence
+    vectors, the neighbour weight None for one whose passages follow none (those are not tried). Prints each
+    one's nDCG@10: a table of dense weights by sentence weight, one per neighbour weight tried."""
     from ..search.weights import read_judged_queries, weight_ndcg
+    from ..tasks.retrieval.neighbours import NEIGHBOUR_WEIGHTS
     from ..tasks.retrieval.sentences import SENTENCE_WEIGHTS, best_weights
 
     judged = read_judged_queries(folder, searcher)
     sentence_weights = SENTENCE_WEIGHTS if searcher.sentences is not None else (0.0,)
-    vectors = searcher.query_vectors(judged.texts)  # once, for every pair
-    scores = {sentence: weight_ndcg(searcher, judged, sentence, vectors) for sentence in sentence_weights}
-    best = best_weights({(sentence, weight): score for sentence, by_weight in scores.items()
-                         for weight, score in by_weight.items()})
+    neighbour_weights = NEIGHBOUR_WEIGHTS if searcher.follows[1:].any() else (0.0,)
+    vectors = searcher.query_vectors(judged.texts)  # once, for every setting
+    scores = {(sentence, weight, neighbour): score for neighbour in neighbour_weights for sentence in sentence_weights
+              for weight, score in weight_ndcg(searcher, judged, sentence, vectors, neighbour).items()}
+    best = best_weights(scores)
     left_out = (f"; {judged.left_out} left out: none of their relevant ids is a passage of the index"
                 if judged.left_out else "")
     count = len(judged.texts)
+    layout = "; ".join((["a column per sentence weight"] if len(sentence_weights) > 1 else [])
+                       + (["a table per neighbour weight"] if len(neighbour_weights) > 1 else []))
     print(f"nDCG@10 of {count} judged quer{'y' if count == 1 else 'ies'} of {folder} by dense weight"
-          + (" (a column per sentence weight)" if len(sentence_weights) > 1 else "") + left_out)
+          + (f" ({layout})" if layout else "") + left_out)
+    for neighbour in neighbour_weights:
+        if len(neighbour_weights) > 1:
+            print(f"neighbour weight {neighbour:g}")
+        print_weight_table({key[:2]: score for key, score in scores.items() if key[2] == neighbour}, sentence_weights,
+                           best if best[2] == neighbour else None, len(neighbour_weights) > 1)
+    return ((best[0] if searcher.sentences is not None else None), best[1],
+            (best[2] if len(neighbour_weights) > 1 else None))
+
+
+def print_weight_table(scores: dict[tuple[float, float], float], sentence_weights: tuple[float, ...],
+                       best: tuple[float, ...] | None, neighbours: bool) -> None:
+    """A row of nDCG@10 per dense weight, a column per sentence weight ({(sentence, dense): score}); the best
+    settings' row marked (best None: they are in another table), naming the sentence weight and, where a table per
+    neighbour weight is printed, the neighbour weight."""
     print("weight  " + "  ".join("nDCG@10" if len(sentence_weights) == 1 else f"s {s:<5g}" for s in sentence_weights)
           .rstrip())
-    for weight in scores[0.0]:
-        cells = [f"{scores[s][weight]:.4f}" for s in sentence_weights]
-        print(f"{weight:>6.1f}  " + "   ".join(cells) + (f"  <- best{'' if len(cells) == 1 else f' (s {best[0]:g})'}"
-                                                         if weight == best[1] else ""))
-    return (best[0] if searcher.sentences is not None else None), best[1]
+    named = [f"s {best[0]:g}"] if best is not None and len(sentence_weights) > 1 else []
+    named += [f"n {best[2]:g}"] if best is not None and neighbours else []
+    mark = "  <- best" + (f" ({', '.join(named)})" if named else "")
+    for weight in sorted({dense for _, dense in scores}):
+        cells = [f"{scores[(s, weight)]:.4f}" for s in sentence_weights]
+        print(f"{weight:>6.1f}  " + "   ".join(cells) + (mark if best is not None and weight == best[1] else ""))
+
+
+def neighbour_words(neighbour_weight: float, neighbours: bool) -> str:
+    """How an index at this neighbour weight ranks, in words; `neighbours`: whether any passage follows another."""
+    words = f"each passage's score mixes in its best neighbour's in the same document: weight {neighbour_weight:g}"
+    return words if neighbours else words + NO_NEIGHBOURS
+
+
+def has_neighbours(folder: str, meta: dict) -> bool:
+    """Whether any passage of a new index folder continues the previous one's document (read from texts.jsonl,
+    stopping at the first that does)."""
+    from itertools import islice
+    from pathlib import Path
+
+    import numpy as np
+
+    from ..search.store import TEXTS_FILE, TextStore
+
+    store = TextStore(Path(folder) / TEXTS_FILE, np.load(Path(folder) / meta["files"]["offsets"]))
+    return any(islice(store.follows(), 1, None))
 
 
 def ranking_words(dense_weight: float) -> str:
@@ -148,7 +206,8 @@ def ranking_words(dense_weight: float) -> str:
 
 def search(index: str, query: str, top_k: int = 10, model: str | None = None, rerank: str | None = None,
            effort: int | None = None, dense_weight: float | None = None, as_json: bool = False,
-           device: str | None = None, sentence_weight: float | None = None) -> None:
+           device: str | None = None, sentence_weight: float | None = None,
+           neighbour_weight: float | None = None) -> None:
     """Find the passages of an index nearest a query, best first.
 
     Args:
@@ -162,6 +221,7 @@ def search(index: str, query: str, top_k: int = 10, model: str | None = None, re
         as_json: print one JSON object per hit instead of a table
         device: where the query is embedded: cpu, cuda or cuda:N (default: the GPU if there is one, else the CPU)
         sentence_weight: the best sentence's share of the dense score, for an index built with --sentence-weight (0: the passage vectors alone; default: the index's)
+        neighbour_weight: 0..1: each passage's score mixes in its best neighbour's in the same document (a text file's passages, a long record's parts); 0.2 to 0.4 measured best on a novel (default: the index's)
     """
     from ..engine.devices import device_from_option
     from ..search.index import Index
@@ -169,7 +229,8 @@ def search(index: str, query: str, top_k: int = 10, model: str | None = None, re
     searcher = Index.load(index, model=model, device=device_from_option(device))
     if effort is not None:
         searcher.set_effort(effort)
-    hits = searcher.search(query, top_k=top_k, dense_weight=dense_weight, sentence_weight=sentence_weight)
+    hits = searcher.search(query, top_k=top_k, dense_weight=dense_weight, sentence_weight=sentence_weight,
+                           neighbour_weight=neighbour_weight)
     if top_k > len(searcher):
         print(f"note: the index holds {len(searcher)} passages, fewer than top_k={top_k}; showing all",
               file=sys.stderr)  # stdout is the hits: `search --as-json > hits.jsonl` stays JSON Lines

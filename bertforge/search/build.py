@@ -15,7 +15,8 @@ A folder, pages (HTML, Markdown, reStructuredText) or a CSV / TSV table are read
 (search/documents.py: a passage per blank-line block or row, markup gone, duplicates dropped, ~150 words at most,
 split to fit the index model's length in word pieces as adapt fits its base's: `TokenLimit.of_embedder`) and their
 passages written to `OUTPUT.passages.jsonl` first, which the build then reads as above; a rerun that finds the same
-passages there keeps the file, and so the chunks made from it. A text or JSONL file's passages are taken as given.
+passages there keeps the file, and so the chunks made from it. A text or JSONL file's passages are taken as given
+(a JSONL record's "follows" too: search/corpus.py), and the passages file says which passage follows which.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from .documents import (corpus_summary, no_text_found, read_corpus, reads_as_doc
                         write_passages_file)
 from .encoder import open_model
 from .folder import format_version, refuse_existing_output, write_new_folder
-from .hybrid import check_dense_weight
+from .hybrid import check_dense_weight, check_neighbour_weight
 from .ann import gather_rows, measure_recall
 from .index import Index
 from .sentence_vectors import SentenceVectors, check_sentence_weight
@@ -232,7 +233,7 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
                 chunk_size: int = CHUNK_SIZE, pooling: str | None = None, normalize: bool = True,
                 batch_size: int = 32, text_field: str = "text", id_field: str | None = None, seed: int = 0,
                 tune_queries: str | Path | None = None, dense_weight: float | None = None, device=None,
-                sentence_weight: float | None = None) -> dict:
+                sentence_weight: float | None = None, neighbour_weight: float | None = None) -> dict:
     """Embed a corpus file into a new index folder at `output`; returns its meta (kind, count, recall...).
 
     tune_queries: a text file of typical queries, one a line, to tune an approximate index's
@@ -244,12 +245,16 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
     device: where the passages are embedded (`engine.devices.device_from_option`: None is the GPU if there is one).
     sentence_weight: above 0, every passage's sentences are embedded too, a chunk at a time beside its vectors,
     and kept in meta.json as the index's default (Index.set_sentence_weight); None or 0: the passages alone.
+    neighbour_weight: above 0, kept in meta.json as the index's default (Index.set_neighbour_weight): a passage's
+    score mixes in its best neighbour's in the same document (the passages a folder's file or a long record was
+    split into: a passages file's "follows"); None or 0: each passage alone.
     """
     source, output = Path(corpus), Path(output)
     refuse_existing_output(output, source)
     if kind not in ann.KINDS:
         raise UsageError(f"index kind {kind!r} is not one of {ann.KINDS}")
     dense_weight, sentence_weight = check_dense_weight(dense_weight), check_sentence_weight(sentence_weight)
+    neighbour_weight = check_neighbour_weight(neighbour_weight)
     query_texts = tune_query_texts(tune_queries, kind)
     read_file = output.with_name(output.name + ".passages.jsonl")
     # opened once, when first asked for: by index_input for a folder (its passages are split to fit the model), else
@@ -277,6 +282,7 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
     meta = {"vectors": spec.to_json(), "kind": kind, "corpus": str(source.resolve()),
             **({"dense_weight": dense_weight} if dense_weight is not None else {}),
             **({"sentence_weight": sentence_weight} if sentence_weight else {}),
+            **({"neighbour_weight": neighbour_weight} if neighbour_weight else {}),
             **measure_recall(faiss_index, kind, chunks.vectors, rng,
                              queries=embedder.encode(query_texts) if query_texts and kind != "flat" else None)}
     meta = write_new_folder(output, meta, faiss_index, corpus.passages(), chunks.sentence_vectors())

@@ -7,12 +7,16 @@ Two layouts, picked by extension:
 - anything else: plain text, one passage per line.
 A passage without an id is "FILE_NAME:LINE" (line 1-based), so passages added later from another file keep ids
 of their own.
+A JSONL record may say `"follows": true`: it continues the previous record's document (the passages files
+`index build` writes for a folder, pages or a table say so; tasks/retrieval/neighbours.py ranks by it); a plain text
+file's lines are passages of their own.
 Blank lines are skipped in both. A passage split in parts (adapt splits one past its word limit) has
 parts named ID#0, ID#1, ... (`part_id`), which judgements that name ID count as ID (`whole_id`).
 """
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +36,7 @@ ID_ADVICE = "ids must be unique: fix the corpus, or remove its ids to name passa
 class Passage:
     id: PassageId
     text: str
+    follows: bool = False  # it continues the previous passage's document (a neighbour: tasks/retrieval/neighbours.py)
 
 
 def part_id(passage_id: PassageId, part: int) -> str:
@@ -53,7 +58,7 @@ def read_passages(path: str | Path, text_field: str = "text", id_field: str | No
     """Yield the corpus's passages in file order, streamed; a JSONL record's by `corpus_record`'s rule.
 
     Raises ValueError naming file:line for a JSONL record without a str text, without the id asked
-    for, or with an id that is neither a str nor an int.
+    for, with an id that is neither a str nor an int, or with a "follows" that is not true or false.
     """
     path = check_corpus_file(path)
     if is_jsonl(path):  # in any case: NOTES.JSONL is records to every reader
@@ -71,9 +76,13 @@ def read_passages(path: str | Path, text_field: str = "text", id_field: str | No
 def jsonl_passages(path: Path, text_field: str, id_field: str | None) -> Iterator[Passage]:
     for line_number, record in jsonl_objects(path):
         found = corpus_record(record, f"{path}:{line_number}", text_field, id_field)
+        follows = record.get("follows", False)
+        if not isinstance(follows, bool):  # "false" or 1 read as true would join documents the file keeps apart
+            raise ValueError(f"{path}:{line_number}: \"follows\" must be true or false (the record continues the "
+                             f"previous record's document), found {json.dumps(follows)[:40]}")
         if found.text.strip():
             passage_id = f"{path.name}:{line_number}" if found.id is None else found.id
-            yield Passage(passage_id, titled(found.title, found.text))
+            yield Passage(passage_id, titled(found.title, found.text), follows)
 
 
 def count_passages(path: str | Path) -> int:

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..atomic import replaced_file
 from ..input_files import (DELIMITERS, JSONL_SUFFIX, corpus_record, jsonl_objects, not_utf8, text_suffix, titled,
                            utf8_problem)
@@ -87,12 +89,15 @@ class PassageStore(Sequence):
     def __init__(self, passages: Iterable[Passage] = ()):
         self._file = tempfile.TemporaryFile(prefix="bertforge-passages-")
         self._offsets = array("q", [0])
+        self._follows = bytearray()  # a byte a passage: 1 where it continues the previous passage's document
         self._hash = hashlib.blake2b(digest_size=16)
         self._mapped: mmap.mmap | None = None
         for passage in passages:
             self.append(passage)
 
-    def append(self, passage: Passage) -> None:
+    def append(self, passage: Passage, follows: bool = False) -> None:
+        """Spool `passage`; follows: it continues the previous passage's document (tasks/retrieval/neighbours.py),
+        kept beside the lines, not in them, so the digest (the stage cache's key) is the passages' alone."""
         line = json.dumps([passage.id, passage.sentences, passage.title], ensure_ascii=False).encode() + b"\n"
         try:
             self._file.write(line)
@@ -101,12 +106,18 @@ class PassageStore(Sequence):
                           "there; set TMPDIR to a folder with room for about the corpus's size)",
                           tempfile.gettempdir()) from None
         self._offsets.append(self._offsets[-1] + len(line))
+        self._follows.append(bool(follows) and len(self._offsets) > 2)
         self._hash.update(line)
         self._mapped = None  # the file grew: map it again on the next read
 
     @property
     def digest(self) -> str:
         return self._hash.hexdigest()
+
+    @property
+    def follows(self) -> np.ndarray:
+        """(passages,) bool: whether each passage continues the previous one's document (read_corpus's rule)."""
+        return np.frombuffer(bytes(self._follows), dtype=np.uint8).astype(bool)
 
     def __len__(self) -> int:
         return len(self._offsets) - 1
@@ -164,7 +175,7 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
         if path not in named and text_suffix(path).lower() in DELIMITERS and text_column not in table_columns(path):
             corpus.tables_without_text.append(str(path))  # a data table beside the text, not a corpus of rows
             continue
-        count = 0
+        count, continues = 0, one_document(path)
         for passage in file_passages(path, name, text_column, id_column):
             key = passage_digest(passage)
             if key in seen:
@@ -179,10 +190,11 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
                 corpus.duplicates += not new
                 pieces = new
             corpus.split += len(pieces) > 1
-            for piece in pieces:
+            for number, piece in enumerate(pieces):
                 ids.check([piece], str(path))
                 ids.remember([piece])
-                corpus.passages.append(piece)
+                # a file's first passage starts a document; a record's parts continue it
+                corpus.passages.append(piece, follows=count + number > 0 and (continues or number > 0))
                 corpus.words += piece.words
             count += len(pieces)
         corpus.sources[str(path)] = count
@@ -270,6 +282,13 @@ def passage_digest(passage: Passage) -> bytes:
 
 def text_digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
+def one_document(path: Path) -> bool:
+    """Whether a file's passages are one document, each following the one before it (a plain-text or markup file:
+    tasks/retrieval/neighbours.py), rather than records each a document of its own (.jsonl, a table)."""
+    suffix = text_suffix(path).lower()
+    return suffix != JSONL_SUFFIX and suffix not in DELIMITERS
 
 
 def check_text_file(path: Path) -> None:
@@ -380,8 +399,11 @@ def reads_as_documents(path: Path) -> bool:
     return path.is_dir() or text_suffix(path).lower() in DOCUMENT_SUFFIXES
 
 
-def write_passages_file(passages: Iterable[Passage], path: Path) -> None:
-    """`passages` as the JSONL an index reads: {"id", "text"} a line, the text as it is encoded (`passage_text`)."""
+def write_passages_file(passages: PassageStore, path: Path) -> None:
+    """`passages` as the JSONL an index reads: {"id", "text"} a line, the text as it is encoded (`passage_text`), and
+    "follows": true on a passage that continues the previous one's document (PassageStore.follows)."""
+    follows = passages.follows
     with replaced_file(path) as temporary, temporary.open("w", encoding="utf-8") as lines:  # a line at a time
-        for passage in passages:
-            lines.write(json.dumps({"id": passage.id, "text": passage_text(passage)}, ensure_ascii=False) + "\n")
+        for passage, continues in zip(passages, follows):
+            record = {"id": passage.id, "text": passage_text(passage), **({"follows": True} if continues else {})}
+            lines.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -5,10 +5,12 @@
                         tokenizer settings, pooling, prompt, dimension), kind, count, search effort,
                         build-time recall, the names of the files below, and optionally
                         dense_weight (below 1: searches are hybrid with BM25; hybrid.py), sentence_weight
-                        (above 0: the dense score mixes in each passage's best sentence; sentence_vectors.py)
+                        (above 0: the dense score mixes in each passage's best sentence; sentence_vectors.py),
+                        neighbour_weight (above 0: each passage's score mixes in its best neighbour's in the same
+                        document; hybrid.NeighbourMix)
       index-G.faiss     the FAISS index of generation G
       offsets-G.npy     int64 (count + 1,) byte offsets of each row in texts.jsonl
-      texts.jsonl       {"id": ..., "text": ...} per row, append-only (store.py)
+      texts.jsonl       {"id": ..., "text": ...[, "follows": true]} per row, append-only (store.py)
       sentences-G.npy, sentence_rows-G.npy   an index built with a sentence weight: its passages' sentence
                         vectors and each one's row (sentence_vectors.py), generation G as the FAISS index
 
@@ -44,7 +46,11 @@ FORMAT_VERSION = 3
 # 4: sentence vectors (sentence_vectors.py). A bertforge that reads up to 3 would search without them and add rows
 # without their sentences, leaving files that no longer match: written only by a build with a sentence weight.
 SENTENCES_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+# 5: a neighbour weight above 0 (hybrid.NeighbourMix). A bertforge that reads up to 4 would rank without neighbours,
+# unlike every search here: written only while meta.json's neighbour_weight is above 0 (`versioned`), so an index
+# that ranks without them is read by it as before.
+NEIGHBOURS_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 
 def write_new_folder(folder: Path, meta: dict, faiss_index: faiss.Index, passages: Iterable[Passage],
@@ -116,11 +122,24 @@ def commit(folder: Path, meta: dict, faiss_index: faiss.Index, offsets: np.ndarr
 
 
 def write_meta(folder: Path, meta: dict) -> dict:
-    """Replace meta.json in one rename (the commit point); returns meta. Alone, it changes a setting
-    that needs no new files (the dense weight)."""
+    """Replace meta.json in one rename (the commit point); returns meta, at the format version its settings need
+    (`versioned`). Alone, it changes a setting that needs no new files (the dense weight)."""
+    meta = versioned(meta)
     with replaced_file(folder / META_FILE) as temporary:
         temporary.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta
+
+
+def versioned(meta: dict) -> dict:
+    """meta at NEIGHBOURS_VERSION while its neighbour_weight is above 0; back at what the folder holds otherwise
+    (sentence files: SENTENCES_VERSION, else `format_version` of its pooling, named as this bertforge reads it)
+    once the weight is 0 again; any other version as it is."""
+    version = meta["format_version"]
+    if meta.get("neighbour_weight"):
+        version = max(version, NEIGHBOURS_VERSION)
+    elif version == NEIGHBOURS_VERSION:
+        version = SENTENCES_VERSION if "sentences" in meta["files"] else format_version(meta["vectors"]["pooling"])
+    return meta if version == meta["format_version"] else {**meta, "format_version": version}
 
 
 def read_folder(folder: str | Path) -> tuple[dict, faiss.Index, TextStore]:

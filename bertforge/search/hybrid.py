@@ -20,11 +20,17 @@ Where the index holds sentence vectors and searches with a sentence weight, the 
 tasks/retrieval/sentences.py (`mix`, a sentence_vectors.SentenceMix) wherever it is the cosine above: every row's,
 or the pool's (its rows' best sentences scored exactly too); the pool itself is still FAISS's passage neighbours.
 
+Where the index ranks with a neighbour weight (tasks/retrieval/neighbours.py: each passage's score mixes in its
+best neighbour's in the same document; `NeighbourMix`), the mix is of the final score, the fused one: over every row
+as they are, or over the pool joined by each pooled row's neighbours (scored as the pool is: up to 2x its rows).
+
 The BM25 side is a bm25s index over the passages in row order (`bm25_index`), which `Index` builds
 on its first hybrid search and keeps (docs/search.md gives the cost).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from itertools import chain
 from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
@@ -32,6 +38,7 @@ import numpy as np
 from ..tasks.retrieval.baselines import bm25_query_scores, require_bm25s
 from ..tasks.retrieval.hybrid import fuse
 from ..tasks.retrieval.metrics import top_k
+from ..tasks.retrieval.neighbours import continuing, neighbour_mixed, with_neighbours
 from ..validation import checked
 from . import ann
 from .ann import faiss
@@ -52,6 +59,81 @@ class Ranked(NamedTuple):
     scores: np.ndarray           # what ranks: the fused score, or the inner product alone
     dense: np.ndarray | None     # inner product (cosine for normalised vectors)
     lexical: np.ndarray | None   # BM25
+
+
+@dataclass(frozen=True)
+class NeighbourMix:
+    """The final score mixed with each row's best neighbour's (tasks/retrieval/neighbours.py's `neighbour_mixed`,
+    the one rule) at `weight`, follows (rows,) being whether each row of the index continues the previous row's
+    document. `Index.neighbour_mix` makes one only where the weight is above 0 and some row follows another: None
+    ranks as before, by the same code."""
+
+    follows: np.ndarray
+    weight: float
+
+    def pool(self, rows: np.ndarray) -> np.ndarray:
+        """The rows a pool scores: `rows` (row numbers) joined by each one's neighbours, ascending."""
+        return with_neighbours(rows, self.follows)
+
+    def mixed(self, scores: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """(queries, columns) scores mixed: of every row (rows None), or of `rows` (ascending: a pool)."""
+        follows = self.follows if rows is None else continuing(self.follows, rows)
+        return neighbour_mixed(scores, follows, self.weight)
+
+
+def check_neighbour_weight(neighbour_weight) -> float | None:
+    """A user's neighbour weight (0..1, validation.BOUNDS, as the dense weight is checked), None kept."""
+    return None if neighbour_weight is None else checked("neighbour_weight", neighbour_weight, float)
+
+
+class NeighbourWeight:
+    """`Index`'s neighbour weight (Index inherits this): meta.json's neighbour_weight (0 where it has none: each
+    passage alone), and which rows continue the previous row's document (`follows`), read once when a search first
+    mixes neighbours in."""
+
+    meta: dict
+    store: object          # store.TextStore of the committed rows, or None
+    pending: list          # corpus.Passage of the rows added since
+    _follows: np.ndarray | None
+
+    @property
+    def neighbour_weight(self) -> float:
+        """The share of each passage's best neighbour in its score a search uses by default."""
+        return float(self.meta.get("neighbour_weight") or 0.0)
+
+    def set_neighbour_weight(self, neighbour_weight: float | None) -> None:
+        """Make searches mix each passage's score with its best neighbour's in the same document by default, with
+        this weight (0..1; None: not at all). Kept in meta.json as the dense weight is; above 0 the folder is of
+        format 5 (folder.NEIGHBOURS_VERSION). An index whose rows follow none (a corpus of records) takes it and
+        ranks as at 0. Raises UsageError outside 0..1."""
+        weight = check_neighbour_weight(neighbour_weight)
+        if weight is None:
+            self.meta.pop("neighbour_weight", None)
+        else:
+            self.meta["neighbour_weight"] = weight
+
+    @property
+    def follows(self) -> np.ndarray:
+        """(rows,) bool: whether each row continues the previous row's document (corpus.Passage.follows): the
+        committed rows' read from the folder on first use (a pass over texts.jsonl, as BM25's), then kept; `add`
+        extends it."""
+        if self._follows is None:
+            committed = self.store.follows() if self.store is not None else ()
+            self._follows = np.fromiter(chain(committed, (passage.follows for passage in self.pending)), dtype=bool)
+        return self._follows
+
+    def extend_follows(self, passages: Sequence) -> None:
+        """Rows added: their passages' follows, where the index's have been read."""
+        if self._follows is not None:
+            self._follows = np.concatenate([self._follows, np.array([p.follows for p in passages], dtype=bool)])
+
+    def neighbour_mix(self, neighbour_weight: float | None = None) -> NeighbourMix | None:
+        """The final score's mix with each row's best neighbour's at `neighbour_weight` (None: the index's); None at
+        0 or where no row follows another, so a search ranks as without neighbours, by the same code."""
+        weight = self.neighbour_weight if neighbour_weight is None else neighbour_weight
+        if not weight or not self.follows[1:].any():
+            return None
+        return NeighbourMix(self.follows, weight)
 
 
 def check_dense_weight(dense_weight) -> float | None:
@@ -75,7 +157,7 @@ def pool_size(top_k: int, count: int) -> int:
 
 def hybrid_top_k(faiss_index: faiss.Index, kind: str, searcher: faiss.Index, bm25, vectors: np.ndarray,
                  texts: Sequence[str], top_k: int, dense_weight: float, exclude: Sequence | None = None,
-                 mix=None) -> Ranked:
+                 mix=None, neighbours: NeighbourMix | None = None) -> Ranked:
     """The top_k rows of each query by fused score (see the module doc for which rows are scored).
 
     vectors: the queries' vectors (queries, dim), texts: the same queries' texts; bm25: a
@@ -83,18 +165,20 @@ def hybrid_top_k(faiss_index: faiss.Index, kind: str, searcher: faiss.Index, bm2
     faiss_index itself). exclude[q]: rows (an array, or None) query q never ranks, `fuse`'s exclude: score
     -inf, set no bound of the normalisation (`index weight --tune` leaves out a query's own passage, as BEIR).
     mix: a sentence_vectors.SentenceMix making the dense side the mixed score, or None (the cosine alone).
+    neighbours: the fused score mixed with each row's best neighbour's (`NeighbourMix`), or None.
     """
     count = int(faiss_index.ntotal)
     k = min(top_k, count)
     exclude = exclude if exclude is not None else [None] * len(vectors)
     if kind == "flat" and count <= EXACT_HYBRID_UP_TO:
-        per_block = [fused_top_k(dense, bm25_query_scores(bm25, texts[part]), dense_weight, k, exclude[part])
+        per_block = [fused_top_k(dense, bm25_query_scores(bm25, texts[part]), dense_weight, k, exclude[part],
+                                 neighbours)
                      for part, dense in every_row_dense(faiss_index, vectors, mix)]
         return Ranked(*(np.concatenate(part) for part in zip(*per_block)))
     size = pool_size(top_k, count)
     _, dense_rows = searcher.search(vectors, size)
     per_query = [pooled_top_k(faiss_index, kind, vector, bm25_query_scores(bm25, [text])[0], rows, size, k,
-                              dense_weight, left, mix)
+                              dense_weight, left, mix, neighbours)
                  for vector, text, rows, left in zip(vectors, texts, dense_rows, exclude)]
     return Ranked(*(np.concatenate(part) for part in zip(*per_query)))
 
@@ -110,18 +194,21 @@ def every_row_dense(faiss_index: faiss.Index, vectors: np.ndarray, mix=None) -> 
 
 
 def pooled_top_k(faiss_index: faiss.Index, kind: str, vector: np.ndarray, lexical: np.ndarray, dense_rows: np.ndarray,
-                 size: int, k: int, dense_weight: float, exclude: np.ndarray | None = None, mix=None) -> Ranked:
-    """One query's top k over its pool: its dense rows (FAISS's top `size`) and BM25's top `size` rows.
+                 size: int, k: int, dense_weight: float, exclude: np.ndarray | None = None, mix=None,
+                 neighbours: NeighbourMix | None = None) -> Ranked:
+    """One query's top k over its pool: its dense rows (FAISS's top `size`) and BM25's top `size` rows, joined by
+    their neighbours where the ranking mixes them in.
 
     lexical: (rows,) the query's BM25 score of every row. Rows of BM25 score 0 join only as dense rows.
-    exclude: rows never ranked (hybrid_top_k), or None. mix: as hybrid_top_k's.
+    exclude: rows never ranked (hybrid_top_k), or None. mix, neighbours: as hybrid_top_k's.
     """
     lexical_rows = np.argpartition(-lexical, size - 1)[:size] if size < len(lexical) else np.arange(len(lexical))
     pool = np.union1d(dense_rows[dense_rows >= 0], lexical_rows[lexical[lexical_rows] > 0])
+    pool = pool if neighbours is None else neighbours.pool(pool)
     dense = ann.stored_vectors(faiss_index, kind, pool) @ vector
     dense = dense if mix is None else mix.of_rows(vector, pool, dense)
     left = None if exclude is None else [np.flatnonzero(np.isin(pool, exclude))]  # by column of the pool
-    ranked = fused_top_k(dense[None], lexical[pool][None], dense_weight, k, left)
+    ranked = fused_top_k(dense[None], lexical[pool][None], dense_weight, k, left, neighbours, pool)
     ranked = ranked._replace(rows=pool[ranked.rows])
     missing = k - len(pool)  # an ivf search short of `size` rows, and few rows sharing a word with the query
     if missing > 0:  # rows -1, as FAISS pads
@@ -131,8 +218,11 @@ def pooled_top_k(faiss_index: faiss.Index, kind: str, vector: np.ndarray, lexica
 
 
 def fused_top_k(dense: np.ndarray, lexical: np.ndarray, dense_weight: float, k: int,
-                exclude: Sequence | None = None) -> Ranked:
-    """The top k columns of `fuse(dense, lexical, dense_weight, exclude)`, (queries, candidates) in, per query."""
+                exclude: Sequence | None = None, neighbours: NeighbourMix | None = None,
+                rows: np.ndarray | None = None) -> Ranked:
+    """The top k columns of `fuse(dense, lexical, dense_weight, exclude)`, (queries, candidates) in, per query;
+    mixed with `neighbours` (or not: None) where the candidates are every row (rows None) or a pool's `rows`."""
     fused = fuse(dense, lexical, dense_weight, exclude)
+    fused = fused if neighbours is None else neighbours.mixed(fused, rows)
     columns = top_k(fused, k)
     return Ranked(columns, *(np.take_along_axis(part, columns, 1) for part in (fused, dense, lexical)))

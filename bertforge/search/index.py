@@ -5,6 +5,7 @@
     hits = index.search("a query", top_k=10)         # [Hit(id, text, score, row), ...] best first
     hits = index.search("a query", dense_weight=0.7) # hybrid: fused with BM25 over the passages (hybrid.py)
     index = Index.build(texts, sentence_weight=0.5)  # the dense score mixes in each passage's best sentence
+    index = Index.build(texts, follows=flags, neighbour_weight=0.3)  # and each one's best neighbour's
     index.save("my-index")                           # a new folder, or commit the additions to its own
 
 A corpus file larger than memory is built with `build.build_index`, chunk by chunk.
@@ -28,7 +29,7 @@ from .ann import faiss
 from .corpus import Passage, PassageId, UniqueIds
 from .encoder import VectorSpec, open_model
 from .folder import append_to_folder, read_folder, rebuild_advice, write_meta, write_new_folder
-from .hybrid import Ranked, check_dense_weight, hybrid_top_k
+from .hybrid import NeighbourWeight, Ranked, check_dense_weight, check_neighbour_weight, hybrid_top_k
 from .sentence_vectors import SentenceVectors, SentenceWeight, check_sentence_weight, dense_top_k
 from .store import TextStore
 
@@ -46,12 +47,13 @@ class Hit:
     lexical_score: float | None = None  # and the BM25 score
 
 
-class Index(SentenceWeight):
+class Index(SentenceWeight, NeighbourWeight):
     """Vectors of passages in a FAISS index, with the passages' ids and texts and the model that made them.
 
     Rows are numbered in the order passages were added. Committed rows are read from the
     index folder on demand; rows added since the last save are held in memory until `save`.
-    meta["dense_weight"] below 1 makes searches hybrid (hybrid.py), meta["sentence_weight"] above 0 mixes in sentences.
+    meta["dense_weight"] below 1 makes searches hybrid (hybrid.py), meta["sentence_weight"] above 0 mixes in sentences,
+    meta["neighbour_weight"] above 0 each passage's neighbours in its document (hybrid.NeighbourWeight).
     """
 
     def __init__(self, spec: VectorSpec, faiss_index: faiss.Index, kind: str, meta: dict | None = None,
@@ -65,6 +67,7 @@ class Index(SentenceWeight):
         self._embedder = None
         self.device = None  # where the embedder runs: None picks as every command does (engine/devices.py)
         self._bm25 = None  # BM25 over every row's text: built by the first hybrid search, dropped by add
+        self._follows: np.ndarray | None = None  # each row's Passage.follows: read when first needed, kept by add
         self._ids: UniqueIds | None = None
         self._gpu: faiss.Index | None | bool = False  # False: not made yet; None: no GPU to use
 
@@ -78,7 +81,8 @@ class Index(SentenceWeight):
               kind: str = "auto", pooling: str | None = None, normalize: bool = True, batch_size: int = 32,
               progress: bool | None = None, tune_queries: Sequence[str] | None = None,
               dense_weight: float | None = None, device: str | torch.device | None = None,
-              sentence_weight: float | None = None) -> "Index":
+              sentence_weight: float | None = None, neighbour_weight: float | None = None,
+              follows: Sequence[bool] | None = None) -> "Index":
         """Embed texts with `model` (a checkpoint folder or packaged name) and index them.
 
         ids: one per text (str or int), default the row numbers. kind: auto, flat, ivf or hnsw
@@ -87,21 +91,26 @@ class Index(SentenceWeight):
         dense_weight: the index's default for `search` (see set_dense_weight); None: vectors alone.
         device: where the model runs: cpu, cuda, cuda:N; None or "auto": the GPU if there is one.
         sentence_weight: above 0, passages' sentences are embedded too, for searches (set_sentence_weight).
-        Raises ValueError for no texts, a non-str text, ids of the wrong length or repeated, a
-        dense_weight or sentence_weight outside 0..1, or a dense_weight below 1 without bm25s installed.
+        neighbour_weight: searches mix each passage's score with its best neighbour's (set_neighbour_weight).
+        follows: one bool per text: it continues the previous text's document (the first's is ignored); None: every
+        text is a document of its own.
+        Raises ValueError for no texts, a non-str text, ids or follows of the wrong length, ids repeated, a
+        weight outside 0..1, or a dense_weight below 1 without bm25s installed.
         """
         texts = check_texts(texts)
         if not texts:
             raise ValueError("no texts to index; pass a non-empty list of texts")
         dense_weight = check_dense_weight(dense_weight)  # before the slow part, embedding
         sentence_weight = check_sentence_weight(sentence_weight)
+        neighbour_weight = check_neighbour_weight(neighbour_weight)
+        passages = make_passages(texts, ids, first_row=0, follows=follows)
         spec, embedder = open_model(model, pooling=pooling, normalize=normalize, batch_size=batch_size,
                                     progress=progress, device=device)
         query_vectors = embedder.encode(check_texts(tune_queries)) if tune_queries else None
-        index = cls.from_vectors(spec, embedder.encode(texts), make_passages(texts, ids, first_row=0), kind,
-                                 tune_queries=query_vectors)
+        index = cls.from_vectors(spec, embedder.encode(texts), passages, kind, tune_queries=query_vectors)
         index._embedder = embedder
         index.set_dense_weight(dense_weight)
+        index.set_neighbour_weight(neighbour_weight or None)
         if sentence_weight:
             index.sentences = SentenceVectors.embed(embedder, texts, first_row=0)
             index.set_sentence_weight(sentence_weight)
@@ -171,16 +180,18 @@ class Index(SentenceWeight):
         yield from self.store.ids() if self.store is not None else ()
         yield from (passage.id for passage in self.pending)
 
-    def add(self, texts: Sequence[str], ids: Sequence[PassageId] | None = None) -> None:
+    def add(self, texts: Sequence[str], ids: Sequence[PassageId] | None = None,
+            follows: Sequence[bool] | None = None) -> None:
         """Embed and append texts (ids default to their row numbers), and their sentences where the index holds
-        some (SentenceWeight); kept in memory until `save`.
+        some (SentenceWeight); kept in memory until `save`. follows: as `build`'s, the first text's as well (it may
+        continue the index's last row's document).
 
-        Raises ValueError for no texts, a non-str text, or an id already in the index.
+        Raises ValueError for no texts, a non-str text, follows of the wrong length, or an id already in the index.
         """
         texts = check_texts(texts)
         if not texts:
             raise ValueError("no texts to add; pass a non-empty list of texts")
-        passages = make_passages(texts, ids, first_row=len(self))
+        passages = make_passages(texts, ids, first_row=len(self), follows=follows)
         self.ids.check(passages, "the texts added")  # before the slow part, embedding
         sentences = self.new_sentences(self.embedder, texts, first_row=len(self))
         self.add_vectors(self.embedder.encode(texts), passages, sentences)
@@ -199,6 +210,7 @@ class Index(SentenceWeight):
             self.sentences.extend(sentences)
         self._gpu = False  # the replica is stale
         self._bm25 = None  # and so is BM25 (its document frequencies change too): rebuilt on the next hybrid search
+        self.extend_follows(passages)
         self.ids.remember(passages)
         self.pending.extend(passages)
 
@@ -276,7 +288,8 @@ class Index(SentenceWeight):
         return self._embedder
 
     def search(self, queries: str | Sequence[str] | np.ndarray, top_k: int = 10, *,
-               dense_weight: float | None = None, sentence_weight: float | None = None) -> list[Hit] | list[list[Hit]]:
+               dense_weight: float | None = None, sentence_weight: float | None = None,
+               neighbour_weight: float | None = None) -> list[Hit] | list[list[Hit]]:
         """The top_k passages nearest each query, best first.
 
         queries: one str (returns [Hit, ...]), a list of str, or vectors (n, dim) / (dim,) made
@@ -286,36 +299,42 @@ class Index(SentenceWeight):
         over the passages (hybrid.py: which rows are scored), Hit.score the fused score and
         Hit.dense_score / lexical_score its parts; queries must then be texts. None: the index's
         (`dense_weight`, from meta.json). sentence_weight: above 0 the dense score mixes in each passage's best
-        sentence (sentence_vectors.py); None: the index's. Raises ValueError for top_k < 1, vectors of the wrong
-        size, a weight outside 0..1, vectors with a dense weight below 1, a hybrid search without bm25s installed,
-        or a sentence weight above 0 on an index without sentence vectors.
+        sentence (sentence_vectors.py); None: the index's. neighbour_weight: above 0 the score (the fused one
+        in a hybrid search) mixes in each passage's best neighbour's in its document (hybrid.NeighbourWeight; None:
+        the index's). Raises ValueError for top_k < 1, vectors of the wrong size, a weight outside 0..1, vectors
+        with a dense weight below 1, a hybrid search without bm25s installed, or a sentence weight above 0 on an
+        index without sentence vectors.
         """
         checked("top_k", top_k)
         weight = self.dense_weight if dense_weight is None else checked("dense_weight", dense_weight, float)
         sentence_weight = check_sentence_weight(sentence_weight)
         self.sentence_mix(sentence_weight)  # refused before the queries are embedded
+        neighbour_weight = check_neighbour_weight(neighbour_weight)
         single = isinstance(queries, str) or (isinstance(queries, np.ndarray) and queries.ndim == 1)
         if isinstance(queries, np.ndarray) and weight < 1.0:
             raise UsageError(f"a hybrid search (dense_weight {weight:g}) needs query texts, for BM25; "
                              "pass texts, or dense_weight=1.0 to search by vectors alone")
         queries = [queries] if isinstance(queries, str) else queries
         queries = queries if isinstance(queries, np.ndarray) else check_texts(queries)  # a generator read once
-        results = self.hits(self.rank(self.query_vectors(queries), queries, top_k, weight, None, sentence_weight))
+        results = self.hits(self.rank(self.query_vectors(queries), queries, top_k, weight, None, sentence_weight,
+                                      neighbour_weight))
         return results[0] if single else results
 
     def rank(self, vectors: np.ndarray, texts: Sequence[str], top_k: int, dense_weight: float,
-             exclude: Sequence | None = None, sentence_weight: float | None = None) -> Ranked:
+             exclude: Sequence | None = None, sentence_weight: float | None = None,
+             neighbour_weight: float | None = None) -> Ranked:
         """The top_k rows of each query, as `search` ranks them: vectors (queries, dim) of the queries, texts their
         texts (for BM25; unused at weight 1). Inputs are trusted: `search` checks them; a caller that ranks the
         same queries at several weights (weights.py) embeds them once. exclude[q]: rows (an array, or None) query
         q never ranks: below weight 1 they set no bound of the fusion's normalisation (hybrid_top_k) and come
-        last; the caller drops them from the rows, at weight 1 too. sentence_weight: None, the index's."""
-        mix = self.sentence_mix(sentence_weight)
+        last; the caller drops them from the rows, at weight 1 too. sentence_weight, neighbour_weight: None, the
+        index's. At neighbour weight 0, or on an index whose rows follow none, the ranking is the one without."""
+        mix, neighbours = self.sentence_mix(sentence_weight), self.neighbour_mix(neighbour_weight)
         if dense_weight < 1.0:
             return hybrid_top_k(self.faiss_index, self.kind, self.searcher(), self.bm25(), vectors, texts, top_k,
-                                dense_weight, exclude, mix)
-        if mix is not None:
-            return dense_top_k(self.faiss_index, self.kind, self.searcher(), vectors, top_k, mix)
+                                dense_weight, exclude, mix, neighbours)
+        if mix is not None or neighbours is not None:  # every row of a small flat index mixed, else FAISS's pool
+            return dense_top_k(self.faiss_index, self.kind, self.searcher(), vectors, top_k, mix, neighbours, exclude)
         scores, rows = self.searcher().search(vectors, min(top_k, len(self)))
         # Equal scores in corpus order, as `tasks.retrieval.metrics.top_k` and the hybrid ranking break ties
         # (FAISS put the later row first): the same duplicate passage ranked the same way at every weight.
@@ -365,12 +384,22 @@ class Index(SentenceWeight):
         return [found[row] if row < committed else self.pending[row - committed] for row in rows]
 
 
-def make_passages(texts: list[str], ids: Sequence[PassageId] | None, first_row: int) -> list[Passage]:
+def make_passages(texts: list[str], ids: Sequence[PassageId] | None, first_row: int,
+                  follows: Sequence[bool] | None = None) -> list[Passage]:
+    """Passages of `texts` from row `first_row` on; ValueError for ids or follows that are not one per text (a
+    follows that is not a bool: a ValueError too, as a file's record says). Row 0 follows nothing."""
     if ids is None:
         ids = range(first_row, first_row + len(texts))
     elif isinstance(ids, str) or len(ids) != len(texts):
         raise ValueError(f"ids must be a list with one id per text ({len(texts)}); leave them out to number rows")
-    return [Passage(passage_id, text) for passage_id, text in zip(ids, texts)]
+    if follows is None:
+        follows = [False] * len(texts)
+    elif isinstance(follows, (str, bytes)) or len(follows) != len(texts) \
+            or not all(isinstance(flag, (bool, np.bool_)) for flag in follows):
+        raise ValueError(f"follows must be a list of one bool per text ({len(texts)}): whether it continues the "
+                         "previous text's document; leave it out for documents of their own")
+    follows = [bool(flag) and row > 0 for row, flag in enumerate(follows, start=first_row)]
+    return [Passage(passage_id, text, flag) for passage_id, text, flag in zip(ids, texts, follows)]
 
 
 def check_vectors(vectors, dim: int) -> np.ndarray:

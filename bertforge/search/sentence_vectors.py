@@ -13,6 +13,7 @@ holds them when it was built with a sentence weight (meta.json's sentence_weight
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,10 +21,10 @@ import numpy as np
 
 from ..atomic import append_array, replaced_file
 from ..errors import UsageError
-from ..tasks.retrieval.metrics import top_k as best_columns
+from ..tasks.retrieval.metrics import left_out, top_k as best_columns
 from ..tasks.retrieval.sentences import best_sentence_scores, mixed, sentence_owners
 from ..validation import checked
-from . import hybrid
+from . import ann, hybrid
 from .ann import faiss
 from .hybrid import Ranked
 
@@ -194,23 +195,49 @@ class SentenceMix:
 
 
 def dense_top_k(faiss_index: faiss.Index, kind: str, searcher: faiss.Index, vectors: np.ndarray, top_k: int,
-                mix: SentenceMix) -> Ranked:
-    """A dense-only search ranked by the mixed score: over every row of a flat index up to EXACT_HYBRID_UP_TO (as
-    the exact hybrid search scores), else over FAISS's top pool_size(top_k) rows (the passage vectors' nearest)."""
+                mix: SentenceMix | None, neighbours: hybrid.NeighbourMix | None = None,
+                exclude: Sequence | None = None) -> Ranked:
+    """A dense-only search ranked by the mixed score (`mix`'s, or the inner product: None), mixed with `neighbours`
+    (or not: None): over every row of a flat index up to EXACT_HYBRID_UP_TO (as the exact hybrid search scores),
+    else over FAISS's top pool_size(top_k) rows (the passage vectors' nearest), joined by their neighbours.
+    exclude[q]: rows query q never ranks (hybrid_top_k's), or None: with neighbours they score -inf, no row's
+    neighbour, and come last; without, the caller drops them."""
     count = int(faiss_index.ntotal)
     k = min(top_k, count)
     if kind == "flat" and count <= hybrid.EXACT_HYBRID_UP_TO:  # each block's top k: never every query's scores
         rows, best = [], []
-        for _, scores in hybrid.every_row_dense(faiss_index, vectors, mix):
+        for part, scores in hybrid.every_row_dense(faiss_index, vectors, mix):
+            if neighbours is not None:  # the left-out rows -inf first: no row's neighbour (in place: a fresh block)
+                scores = neighbours.mixed(left_out(scores, None if exclude is None else exclude[part]))
             rows.append(best_columns(scores, k))
             best.append(np.take_along_axis(scores, rows[-1], 1))
         return Ranked(np.concatenate(rows), np.concatenate(best), None, None)
     passage_scores, pools = searcher.search(vectors, hybrid.pool_size(top_k, count))
     ranked_rows = np.full((len(vectors), k), -1, np.int64)  # -1 and nan past what an ivf search found, as FAISS pads
     ranked_scores = np.full((len(vectors), k), np.nan, np.float32)
-    for query, (vector, pool, scores) in enumerate(zip(vectors, pools, passage_scores)):
-        found = pool >= 0  # an ivf search may find fewer
-        pool, scores = pool[found], mix.of_rows(vector, pool[found], scores[found])
+    exclude = exclude if exclude is not None else [None] * len(vectors)
+    for query, (vector, pool, scores, left) in enumerate(zip(vectors, pools, passage_scores, exclude)):
+        pool, scores = pooled_scores(faiss_index, kind, vector, pool, scores, mix, neighbours, left)
         order = np.lexsort((pool, -scores))[:k]  # equal scores in row order, as every other ranking here
         ranked_rows[query, :len(order)], ranked_scores[query, :len(order)] = pool[order], scores[order]
     return Ranked(ranked_rows, ranked_scores, None, None)
+
+
+def pooled_scores(faiss_index: faiss.Index, kind: str, vector: np.ndarray, pool: np.ndarray, scores: np.ndarray,
+                  mix: SentenceMix | None, neighbours: hybrid.NeighbourMix | None,
+                  exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, their final dense scores) of one query's pool: FAISS's rows (-1 past what it found) and inner
+    products `scores`, mixed by `mix`; with `neighbours`, the pool joined by its rows' neighbours, every one's inner
+    product from the stored vectors (FAISS's cover only its own), the `exclude` rows -inf, then mixed with its best
+    neighbour's."""
+    found = pool >= 0  # an ivf search may find fewer
+    pool, scores = pool[found], scores[found]
+    if neighbours is not None:
+        pool = neighbours.pool(pool)
+        scores = ann.stored_vectors(faiss_index, kind, pool) @ vector
+    scores = scores if mix is None else mix.of_rows(vector, pool, scores)
+    if neighbours is None:
+        return pool, scores
+    if exclude is not None:
+        scores = np.where(np.isin(pool, exclude), -np.inf, scores).astype(np.float32)
+    return pool, neighbours.mixed(scores[None], pool)[0]

@@ -3,6 +3,8 @@
 texts.jsonl only ever grows: an append writes past the end that meta.json records, and the
 new rows count only once meta.json (with the new offsets file) has been replaced. Bytes past
 the recorded end are what a killed append left behind; the next append writes over them.
+A row that continues the previous row's document (corpus.Passage.follows) says `"follows": true`; the key is
+absent otherwise, so a folder written before neighbours reads as rows of documents of their own.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ class TextStore:
             for row in rows:
                 file.seek(int(self.offsets[row]))
                 record = json.loads(file.read(int(self.offsets[row + 1] - self.offsets[row])))
-                passages.append(Passage(record["id"], record["text"]))
+                passages.append(Passage(record["id"], record["text"], record.get("follows", False)))
         return passages
 
     def ids(self) -> Iterator:
@@ -47,6 +49,14 @@ class TextStore:
     def texts(self) -> Iterator[str]:
         """Every row's text, in order, streamed (for BM25 over the passages)."""
         return (record["text"] for record in self.all_records())
+
+    def follows(self) -> Iterator[bool]:
+        """Every row's follows (corpus.Passage.follows), in order, streamed: only a line naming the key is parsed,
+        so the rows of a corpus of records cost a read, not a JSON parse each."""
+        with open(self.path, "rb") as file:
+            for _ in range(self.count):
+                line = file.readline()
+                yield b'"follows"' in line and json.loads(line).get("follows", False)
 
     def all_records(self) -> Iterator[dict]:
         """Every row's {"id", "text"} in order, read sequentially (bytes past the recorded end are not rows)."""
@@ -66,7 +76,8 @@ def append_passages(path: Path, end: int, passages: Iterable[Passage]) -> np.nda
         file.seek(end)
         file.truncate()
         for passage in passages:
-            line = (json.dumps({"id": passage.id, "text": passage.text}, ensure_ascii=False) + "\n").encode("utf-8")
+            record = {"id": passage.id, "text": passage.text, **({"follows": True} if passage.follows else {})}
+            line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
             file.write(line)
             offsets.append(offsets[-1] + len(line))
         file.flush()

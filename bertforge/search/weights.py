@@ -1,4 +1,5 @@
-"""An existing index's dense weight picked from judged queries (`bertforge index weight --tune`).
+"""An existing index's dense weight picked from judged queries (`bertforge index weight --tune`), with its sentence
+and neighbour weights where it has sentence vectors and neighbours (the command tries each, `weight_ndcg` a time).
 
 Each weight of tasks/retrieval/hybrid.py's WEIGHTS is scored by the nDCG@10 of what the index's own
 search ranks at that weight (`Index.rank`: the rows `search` returns, the pool of a large or
@@ -83,9 +84,10 @@ def document_id(passage_id: PassageId, named: set[str]) -> str:
 
 
 def weight_ndcg(index: Index, judged: JudgedQueries, sentence_weight: float | None = None,
-                vectors: np.ndarray | None = None) -> dict[float, float]:
+                vectors: np.ndarray | None = None, neighbour_weight: float | None = None) -> dict[float, float]:
     """{weight: nDCG@10} over the judged queries for each weight of WEIGHTS, as `index.search` ranks at it (and at
-    `sentence_weight`: None, the index's). vectors: the queries' (`index.query_vectors`), when already made.
+    `sentence_weight` and `neighbour_weight`: None, the index's). vectors: the queries' (`index.query_vectors`),
+    when already made.
 
     Raises ValueError naming the install when bm25s is missing (every weight below 1 needs it).
     """
@@ -97,7 +99,7 @@ def weight_ndcg(index: Index, judged: JudgedQueries, sentence_weight: float | No
     own_rows = [None if own is None else np.flatnonzero(judged.row_documents == own) for own in judged.own_documents]
     scores = {}
     for weight in WEIGHTS:
-        rows = index.rank(vectors, judged.texts, depth, weight, own_rows, sentence_weight).rows
+        rows = index.rank(vectors, judged.texts, depth, weight, own_rows, sentence_weight, neighbour_weight).rows
         ranked = np.full((len(rows), NDCG_AT), -1, dtype=np.int64)  # -1: past a ranking shorter than 10
         for query, (query_rows, own_document) in enumerate(zip(rows, judged.own_documents)):
             documents = ranked_documents(query_rows, judged.row_documents, own_document)[:NDCG_AT]

@@ -214,6 +214,6 @@ async def search(body: SearchRequest, request: Request, server: Server = Depends
     queries = as_list(body.query, "query", server.settings.max_client_batch_size)
     truncate = server.settings.auto_truncate if body.truncate is None else body.truncate
     hits = await server.run_on_model_thread(request, search_within, index, queries, body.top_k, body.dense_weight,
-                                            server.settings, truncate, body.sentence_weight)
+                                            server.settings, truncate, body.sentence_weight, body.neighbour_weight)
     return [[SearchHit(id=str(hit.id), text=hit.text, score=float(hit.score), dense_score=hit.dense_score,
                        lexical_score=hit.lexical_score) for hit in row] for row in hits]

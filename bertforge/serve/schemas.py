@@ -170,6 +170,9 @@ class SearchRequest(BaseModel):
     sentence_weight: StrictFloat | None = Field(None, ge=0, le=1, description="the share of each passage's best "
                                                 "sentence in the encoder's score (0: the passage vectors alone; above "
                                                 "0 needs an index built with sentence vectors; default: the index's)")
+    neighbour_weight: StrictFloat | None = Field(None, ge=0, le=1, description="the share of each passage's best "
+                                                 "neighbour in the same document in its score (0: each passage "
+                                                 "alone; default: the index's)")
     truncate: StrictBool | None = TRUNCATE
 
 

@@ -26,19 +26,27 @@ from .evaluation import Scorer
 SENTENCE_WEIGHTS = (0.0, 0.25, 0.5, 0.75)  # the grid adapt picks from on its dev queries
 
 
-def best_weights(scores: Mapping[tuple[float, float], float]) -> tuple[float, float]:
-    """The (sentence weight, dense weight) of the highest score ({pair: e.g. dev nDCG@10}); ties go to the smaller
-    sentence weight (no sentence vectors needed), then the larger dense weight (hybrid.best_weight's rule). adapt
-    picks its index's pair by this rule, `bertforge index weight --tune` an existing index's."""
-    return max(scores, key=lambda pair: (scores[pair], -pair[0], pair[1]))
+def simplicity(settings: tuple[float, ...]) -> tuple[float, float, float]:
+    """How simple an engine's settings are, smaller first: (sentence weight, dense weight[, neighbour weight]) ->
+    (neighbour weight, sentence weight, -dense weight): the fewest neighbours (tasks/retrieval/neighbours.py), then
+    the fewest sentences (no sentence vectors needed), then the least BM25 (hybrid.best_weight's tie rule)."""
+    sentence, dense, *neighbour = settings
+    return (neighbour[0] if neighbour else 0.0, sentence, -dense)
 
 
-def simplest_within_one_se(per_query: Mapping[tuple[float, float], np.ndarray]) -> tuple[float, float]:
-    """The (sentence weight, dense weight) adapt serves: of the pairs whose per-query scores ({pair: (queries,)
-    nDCG@10}, the same queries for every pair) are within one standard error of the best pair's (`best_weights` of
-    the means; the error of the paired differences), the one with the smallest sentence weight, then the largest
-    dense weight: the one-standard-error rule (Breiman et al. 1984), the simplest model the queries cannot tell
-    from the best.
+def best_weights(scores: Mapping[tuple[float, ...], float]) -> tuple[float, ...]:
+    """The settings (sentence weight, dense weight[, neighbour weight]) of the highest score ({settings: e.g. dev
+    nDCG@10}); ties go to the simplest (`simplicity`). adapt picks its index's settings by this rule, `bertforge
+    index weight --tune` an existing index's."""
+    return max(scores, key=lambda settings: (scores[settings], *(-part for part in simplicity(settings))))
+
+
+def simplest_within_one_se(per_query: Mapping[tuple[float, ...], np.ndarray]) -> tuple[float, ...]:
+    """The settings (sentence weight, dense weight[, neighbour weight]) adapt serves: of those whose per-query
+    scores ({settings: (queries,) nDCG@10}, the same queries for every one) are within one standard error of the
+    best's (`best_weights` of the means; the error of the paired differences), the simplest (`simplicity`: the
+    fewest neighbours, then sentences, then BM25): the one-standard-error rule (Breiman et al. 1984), the simplest
+    model the queries cannot tell from the best.
 
     Why: adapt's dev queries are ICT sentences cut from the corpus, which share their neighbours' words, so they
     favour both BM25 and the best sentence more than people's questions do. Picked at the best dev mean, Python's
@@ -52,7 +60,7 @@ def simplest_within_one_se(per_query: Mapping[tuple[float, float], np.ndarray]) 
         error = differences.std(ddof=1) / np.sqrt(len(differences)) if len(differences) > 1 else 0.0
         return differences.mean() >= -error
 
-    return min((pair for pair in per_query if within(pair)), key=lambda pair: (pair[0], -pair[1]))
+    return min((pair for pair in per_query if within(pair)), key=simplicity)
 
 
 def passage_sentences(text: str) -> list[str]:
