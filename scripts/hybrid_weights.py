@@ -42,7 +42,8 @@ def held_out_evaluator(args: argparse.Namespace) -> Evaluator:
     corpus = read_adapt_corpus(args.corpus, load_tokenizer(base), base.max_seq_length,
                                args.text_column)
     held_out = held_out_queries(corpus.passages, query_count("quick", len(corpus.passages)),
-                                np.random.default_rng(args.seed), max_scored=scored_passages("quick"))
+                                np.random.default_rng(args.seed), max_scored=scored_passages("quick"),
+                                follows=corpus.passages.follows)
     print(f"{len(corpus.passages):,} passages, queries {({k: len(v) for k, v in held_out.queries.items()})}")
     return Evaluator(held_out, BertTokenizer.from_pretrained(resolve_model("minilm")),
                      read_beir_folder(args.eval) if args.eval else None)

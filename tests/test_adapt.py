@@ -450,15 +450,43 @@ def test_the_served_pair_is_picked_by_the_one_standard_error_rule_on_each_dev_qu
 
     def rule(per_query):
         seen.update(per_query)
-        return (0.25, 0.9)
+        return (0.25, 0.9, 0.0)
 
     monkeypatch.setattr(evaluation, "simplest_within_one_se", rule)
     chosen = evaluation.Evaluator(six_queries(), tokenizer=None, lexical=misleading).sentence_hybrid(
         lambda weight: perfect)
-    assert (chosen["sentence_weight"], chosen["dense_weight"]) == (0.25, 0.9)
-    assert set(seen) == {(s, w) for s in SENTENCE_WEIGHTS for w in WEIGHTS}
+    assert (chosen["sentence_weight"], chosen["dense_weight"], chosen["neighbour_weight"]) == (0.25, 0.9, 0.0)
+    # a corpus that says nothing of its documents (records): no neighbour weight but 0 is tried
+    assert set(seen) == {(s, w, 0.0) for s in SENTENCE_WEIGHTS for w in WEIGHTS}
     assert all(scores.shape == (3,) for scores in seen.values())  # one nDCG@10 per dev query, paired across pairs
-    np.testing.assert_allclose(seen[(0.0, 1.0)], 1.0)  # the perfect scorer alone ranks every dev query right
+    np.testing.assert_allclose(seen[(0.0, 1.0, 0.0)], 1.0)  # the perfect scorer alone ranks every dev query right
+
+
+def test_the_neighbour_weight_is_picked_on_dev_where_passages_follow_one_another():
+    from bertforge.adapt.evaluation import Evaluator
+    from bertforge.adapt.ict import HeldOut
+
+    corpus = [Passage(str(i), [f"passage {i}."]) for i in range(12)]
+    queries = {"dev": [(f"q{i}", i) for i in (2, 3, 4)], "test": [(f"q{i}", i) for i in (7, 8, 9)]}
+
+    def scene(texts, documents):
+        """Query qi's passage i scores 0.5 and its neighbours 0.45; a decoy six rows on 0.6, its neighbours 0:
+        the decoy wins alone, passage i once its neighbours count (neighbour weight above 0.18)."""
+        scores = np.zeros((len(texts), len(documents)))
+        for row, text in enumerate(texts):
+            i = int(text[1:])
+            scores[row, [i - 1, i + 1]], scores[row, i], scores[row, (i + 6) % 12] = 0.45, 0.5, 0.6
+        return scores
+
+    one_document = HeldOut(corpus, queries, follows=np.arange(12) > 0)
+    chosen = Evaluator(one_document, tokenizer=None, lexical=lambda q, d: np.zeros((len(q), len(d)))
+                       ).sentence_hybrid(lambda weight: scene)
+    assert (chosen["sentence_weight"], chosen["dense_weight"], chosen["neighbour_weight"]) == (0.0, 1.0, 0.2)
+    assert chosen["metrics"]["dev"]["ndcg@10"] == chosen["metrics"]["test"]["ndcg@10"] == 1.0
+    records = HeldOut(corpus, queries)  # the same passages as records, documents of their own: the decoy wins
+    alone = Evaluator(records, tokenizer=None, lexical=lambda q, d: np.zeros((len(q), len(d)))
+                      ).sentence_hybrid(lambda weight: scene)
+    assert alone["neighbour_weight"] == 0.0 and alone["metrics"]["test"]["ndcg@10"] < 1.0
 
 
 def test_the_report_shows_each_engine_after_its_model():
@@ -469,9 +497,12 @@ def test_the_report_shows_each_engine_after_its_model():
     plain = {**system("ict", 0.5), "passage_hybrid": {"dense_weight": 1.0, "metrics": system("x", 0.5)["metrics"]},
              "hybrid": {"dense_weight": 1.0, "sentence_weight": 0.0, "metrics": system("x", 0.5)["metrics"]}}
     old = {**system("old", 0.5), "hybrid": {"dense_weight": 0.8, "metrics": system("x", 0.52)["metrics"]}}
-    names = [row["name"] for row in report_rows([base, plain, old])]
+    scene = {**system("novel", 0.5), "hybrid": {"dense_weight": 0.9, "sentence_weight": 0.25, "neighbour_weight": 0.3,
+                                                 "metrics": system("x", 0.7)["metrics"]}}
+    names = [row["name"] for row in report_rows([base, plain, old, scene])]
     assert names == ["base", "base + BM25 (0.7)", "base + sentences (0.5) + BM25 (0.6)", "ict", "old",
-                     "old + BM25 (0.8)"]  # a record made before sentences: its one engine, read as before
+                     "old + BM25 (0.8)",  # a record made before sentences: its one engine, read as before
+                     "novel", "novel + sentences (0.25) + BM25 (0.9) + neighbours (0.3)"]
     assert engine_name(base) == "base + sentences (0.5) + BM25 (0.6)" and engine_name(plain) == "ict"
 
 

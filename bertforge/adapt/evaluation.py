@@ -12,14 +12,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 from ..embeddings.similarity import l2_normalized
 from ..tasks.retrieval.baselines import bm25_scores
 from ..tasks.retrieval.evaluation import (RememberedVectors, Scorer, encoder_embedder, encoder_scorer,
                                           evaluate_retrieval)
 from ..tasks.retrieval.hybrid import WEIGHTS, best_weight, hybrid_scorer, remembered
 from ..tasks.retrieval.metrics import ndcg_per_query, retrieval_metrics
+from ..tasks.retrieval.neighbours import NEIGHBOUR_WEIGHTS, neighbour_mixed
 from ..tasks.retrieval.reader import RetrievalSet, beir_qrels, read_retrieval_set
 from ..tasks.retrieval.sentences import (SENTENCE_WEIGHTS, mixed, score_parts, sentence_owners,
                                          simplest_within_one_se)
@@ -37,7 +36,8 @@ HYBRID_METRIC = "hybrid_ndcg@10"
 # 0.311 -> 0.266). 3 (2026-11-28): each encoder also scored with its passages' best sentences mixed in
 # (tasks/retrieval/sentences.py), the engine the index serves; a digest without a BEIR set carries the rule too.
 # 4 (2026-11-28): that engine's pair of weights picked by the one-standard-error rule (sentences.simplest_within_one_se)
-SCORING_RULE = 4
+# 5 (2026-11-28): and each passage's best neighbour in its document mixed in (tasks/retrieval/neighbours.py)
+SCORING_RULE = 5
 
 
 def ict_metrics(scorer: Scorer, held_out: HeldOut) -> dict[str, dict[str, float]]:
@@ -140,22 +140,38 @@ class Evaluator:
         return {"dense_weight": weight, "metrics": self.everything(hybrid_scorer(dense, self.lexical, weight))}
 
     def sentence_hybrid(self, dense_at: Callable[[float], Scorer]) -> dict:
-        """{"sentence_weight", "dense_weight", "metrics"}: the pair of weights (tasks/retrieval/sentences.py's share
-        of each passage's best sentence, then the fusion's dense share) the dev queries pick, scored on every set at
-        that pair: what the index serves. dense_at(w): the model's scorer at sentence weight w. The pick is the
-        simplest pair within one standard error of the best (`sentences.simplest_within_one_se`: ICT queries favour
-        BM25 and sentences more than real ones)."""
+        """{"sentence_weight", "dense_weight", "neighbour_weight", "metrics"}: the engine's settings the dev queries
+        pick (tasks/retrieval/sentences.py's share of each passage's best sentence, the fusion's dense share, and
+        tasks/retrieval/neighbours.py's share of its best neighbour), scored on every set with them: what the index
+        serves. dense_at(w): the model's scorer at sentence weight w. The pick is the simplest settings within one
+        standard error of the best (`sentences.simplest_within_one_se`: ICT queries favour BM25 and sentences more
+        than real ones)."""
         texts = [query for query, _ in self.held_out.queries["dev"]]
         relevant = relevant_columns(self.held_out, "dev")
+        follows = self.held_out.scored_follows()
+        neighbour_weights = NEIGHBOUR_WEIGHTS if follows is not None and follows.any() else (0.0,)
+        per_query, documents = {}, self.held_out.scored_texts()
+        for sentence in SENTENCE_WEIGHTS:
+            for weight in WEIGHTS:
+                fused = hybrid_scorer(dense_at(sentence), self.lexical, weight)(texts, documents)
+                for neighbour in neighbour_weights:
+                    per_query[sentence, weight, neighbour] = ndcg_per_query(
+                        neighbour_mixed(fused, follows, neighbour), relevant)
+        sentence, weight, neighbour = simplest_within_one_se(per_query)
+        fused = hybrid_scorer(dense_at(sentence), self.lexical, weight)
+        return {"sentence_weight": sentence, "dense_weight": weight, "neighbour_weight": neighbour,
+                "metrics": self.everything(fused, ict_metrics(self.with_neighbours(fused, neighbour), self.held_out))}
 
-        def dev(sentence_weight: float, weight: float) -> np.ndarray:
-            fused = hybrid_scorer(dense_at(sentence_weight), self.lexical, weight)
-            return ndcg_per_query(fused(texts, self.held_out.scored_texts()), relevant)
+    def with_neighbours(self, scorer: Scorer, neighbour_weight: float) -> Scorer:
+        """`scorer` of the held-out queries against the held-out passages, each passage's best neighbour's score
+        mixed in (tasks/retrieval/neighbours.py). Only for those passages: a BEIR set's documents are records,
+        documents of their own, which have no neighbours (search/documents.py reads a .jsonl so)."""
+        follows = self.held_out.scored_follows()
 
-        sentence, weight = simplest_within_one_se({(sentence, weight): dev(sentence, weight)
-                                                   for sentence in SENTENCE_WEIGHTS for weight in WEIGHTS})
-        return {"sentence_weight": sentence, "dense_weight": weight,
-                "metrics": self.everything(hybrid_scorer(dense_at(sentence), self.lexical, weight))}
+        def scores(queries, documents):
+            return neighbour_mixed(scorer(queries, documents), follows, neighbour_weight)
+
+        return scores
 
     def best_weight(self, dense: Scorer) -> float:
         """The dense weight at which `dense` fused with BM25 ranks the dev queries best (ties: the larger)."""

@@ -21,6 +21,7 @@ import torch
 
 from ..embeddings.folder_vectors import with_prompt
 from ..search.documents import Passage, passage_text
+from ..tasks.retrieval.neighbours import continuing
 
 if TYPE_CHECKING:  # mining reads the query candidates from here
     from ..tasks.retrieval.baselines import Bm25Statistics
@@ -73,6 +74,12 @@ class HeldOut:
     corpus: Sequence[Passage]
     queries: dict[str, list[tuple[str, int]]]  # split -> [(query text, index of its passage in corpus)]
     scored: list[int] | None = None  # indices into corpus, ascending; None: every passage
+    follows: np.ndarray | None = None  # (corpus,) bool: each passage continues the previous one's document
+
+    def scored_follows(self) -> np.ndarray | None:
+        """Whether each scored passage continues the document of the scored passage before it
+        (tasks/retrieval/neighbours.py), None where the corpus says nothing of its documents."""
+        return None if self.follows is None else continuing(self.follows, self.scored_indices())
 
     def texts(self) -> IndexedTexts:
         return IndexedTexts(self.corpus)
@@ -90,7 +97,8 @@ def query_candidates(passage: Passage) -> list[int]:
 
 
 def held_out_queries(passages: Sequence[Passage], count: int, rng: np.random.Generator,
-                     dev_share: float = 0.5, max_scored: int | None = None) -> HeldOut:
+                     dev_share: float = 0.5, max_scored: int | None = None, follows: np.ndarray | None = None
+                     ) -> HeldOut:
     """Cut one sentence from each of `count` passages (those with >= MIN_SENTENCES sentences) drawn by rng.
 
     Returns the corpus in the passages' order with those sentences removed, and the queries
@@ -113,7 +121,7 @@ def held_out_queries(passages: Sequence[Passage], count: int, rng: np.random.Gen
     dev_size = int(round(len(queries) * dev_share))
     return HeldOut(corpus, {"dev": [queries[i] for i in order[:dev_size]],
                             "test": [queries[i] for i in order[dev_size:]]},
-                   scored_passages(len(corpus), chosen, max_scored, rng))
+                   scored_passages(len(corpus), chosen, max_scored, rng), follows)
 
 
 def scored_passages(size: int, queried: list[int], max_scored: int | None, rng: np.random.Generator

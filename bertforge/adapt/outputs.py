@@ -32,10 +32,12 @@ def write_model(run: Run, final: dict, report: dict) -> None:
         write_card(model, report)
 
 
-def build_corpus_index(run: Run, dense_weight: float, sentence_weight: float = 0.0) -> None:
+def build_corpus_index(run: Run, dense_weight: float, sentence_weight: float = 0.0,
+                       neighbour_weight: float = 0.0) -> None:
     """DIR/index: every passage (whole, as read) embedded by DIR/model, a `bertforge search` index that ranks
     by the model's cosines, each passage's best sentence mixed in at `sentence_weight` (0: none; its sentences are
-    embedded too), fused with BM25 at `dense_weight` (1: the model alone)."""
+    embedded too), fused with BM25 at `dense_weight` (1: the model alone), each passage's best neighbour in its
+    document mixed in at `neighbour_weight` (0: none; which passages follow which is in passages.jsonl)."""
     from ..search.build import build_index
 
     passages = run.output / "passages.jsonl"
@@ -44,4 +46,4 @@ def build_corpus_index(run: Run, dense_weight: float, sentence_weight: float = 0
     shutil.rmtree(index, ignore_errors=True)
     shutil.rmtree(index.with_name("index.partial"), ignore_errors=True)
     build_index(passages, index, model=run.output / "model", dense_weight=dense_weight,
-                sentence_weight=sentence_weight or None)
+                sentence_weight=sentence_weight or None, neighbour_weight=neighbour_weight or None)

@@ -42,7 +42,8 @@ from .outputs import build_corpus_index, require_index_library, write_model
 from .presets import PRESETS, mlm_settings, query_count, scored_passages, stage_settings, with_lexical_teacher
 from .pseudo_queries import (GENERATED_SHARE, QUERY_SHARE, QueryGenerator, QuerySettings, check_generator,
                              generate_queries, read_queries)
-from .report import build_report, engine, engine_name, metrics_table, passage_engine, report_rows, write_report
+from .report import (build_report, engine, engine_name, metrics_table, passage_engine, report_rows, settings_of,
+                     write_report)
 from .stages import Stage, base_system, claim_output, remove_stale, stage_key
 from .vocabulary import Fragmentation, fragmentation, fragmentation_table
 
@@ -151,9 +152,7 @@ def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
     if not topology.is_main:
         return {}
     final = pick_final(systems)
-    dense_weight, sentence_weight = engine(final)["dense_weight"], engine(final)["sentence_weight"]
-    index_stage = Stage.of(run.output, "index", run.corpus_key, final.get("key", run.base_key), dense_weight,
-                           *([sentence_weight] if sentence_weight else []))  # an index made before sentences: kept
+    index_stage = index_stage_of(run, final)
     removed = remove_stale(run.output, [baseline, *stages, index_stage])
     if removed:
         print(f"removed stale stages (made for another corpus, base or settings): {', '.join(removed)}")
@@ -162,7 +161,8 @@ def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
     if not index_stage.done:
         print(f"indexing {len(run.corpus.passages):,} passages with the final model ({final['name']}): "
               f"{engine_name(final)}", flush=True)
-        build_corpus_index(run, dense_weight, sentence_weight)
+        sentence_weight, dense_weight, neighbour_weight = settings_of(engine(final))
+        build_corpus_index(run, dense_weight, sentence_weight, neighbour_weight)
         index_stage.finish({"model": final["name"]})
     report["seconds"] = round(time.time() - started, 1)
     write_report(run.output, report)
@@ -170,6 +170,14 @@ def adapt_in(options: AdaptOptions, topology: Topology) -> dict:
     print(report["note"])
     print(f"model: {run.output / 'model'}   index: {run.output / 'index'}   report: {run.output / 'report.md'}")
     return report
+
+
+def index_stage_of(run: Run, final: dict) -> Stage:
+    """DIR/index's stage: keyed by the corpus, the final model and the engine's settings; an index made before
+    sentences or neighbours were picked keeps its key (the settings that are 0 are left out of it)."""
+    sentence_weight, dense_weight, neighbour_weight = settings_of(engine(final))
+    extra = [sentence_weight, neighbour_weight] if neighbour_weight else [sentence_weight] if sentence_weight else []
+    return Stage.of(run.output, "index", run.corpus_key, final.get("key", run.base_key), dense_weight, *extra)
 
 
 def planned_stages(run: Run, baseline: Stage) -> list[tuple[str, MethodSettings]]:
@@ -221,7 +229,7 @@ def open_run(options: AdaptOptions, topology: Topology = Topology()) -> Run:
     check_corpus(corpus, " ".join(options.corpus))
     rng = np.random.default_rng(options.seed)
     held_out = held_out_queries(corpus.passages, query_count(options.preset, len(corpus.passages)), rng,
-                                max_scored=scored_passages(options.preset))
+                                max_scored=scored_passages(options.preset), follows=corpus.passages.follows)
     check_held_out(held_out, " ".join(options.corpus))  # before the output folder is claimed: nothing left there
     output = Path(options.output)
     if topology.is_main:

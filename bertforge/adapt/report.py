@@ -23,11 +23,17 @@ if TYPE_CHECKING:  # the pipeline builds its report here
 
 
 def engine(system: dict) -> dict:
-    """{"dense_weight", "sentence_weight", "metrics"}: what an index built with this system ranks by (BM25 has none of
-    its own): the model, its passages' best sentences mixed in at sentence_weight (0: none; a record made before
-    them has none), fused with BM25 at dense_weight (1: none)."""
+    """{"dense_weight", "sentence_weight", "neighbour_weight", "metrics"}: what an index built with this system ranks
+    by (BM25 has none of its own): the model, its passages' best sentences mixed in at sentence_weight (0: none; a
+    record made before them has none), fused with BM25 at dense_weight (1: none), each passage's best neighbour's
+    score mixed in at neighbour_weight (0: none)."""
     chosen = system.get("hybrid") or {"dense_weight": 1.0, "metrics": system["metrics"]}
-    return {"sentence_weight": 0.0, **chosen}
+    return {"sentence_weight": 0.0, "neighbour_weight": 0.0, **chosen}
+
+
+def settings_of(chosen: dict) -> tuple[float, float, float]:
+    """(sentence weight, dense weight, neighbour weight) of an engine record (the missing ones 0, 0)."""
+    return chosen.get("sentence_weight", 0.0), chosen["dense_weight"], chosen.get("neighbour_weight", 0.0)
 
 
 def passage_engine(system: dict) -> dict:
@@ -37,13 +43,12 @@ def passage_engine(system: dict) -> dict:
 
 
 def engine_name(system: dict, chosen: dict | None = None) -> str:
-    """How a system's engine is named in the report: "ict + sentences (0.5) + BM25 (0.7)"; chosen: which of its
-    engines (default `engine(system)`)."""
-    chosen = engine(system) if chosen is None else chosen
-    name = system["name"]
-    if chosen.get("sentence_weight", 0.0) > 0:
-        name += f" + sentences ({chosen['sentence_weight']:g})"
-    return name + (f" + BM25 ({chosen['dense_weight']:g})" if chosen["dense_weight"] < 1 else "")
+    """How a system's engine is named in the report: "ict + sentences (0.5) + BM25 (0.7) + neighbours (0.3)";
+    chosen: which of its engines (default `engine(system)`)."""
+    sentence, dense, neighbour = settings_of(engine(system) if chosen is None else chosen)
+    name = system["name"] + (f" + sentences ({sentence:g})" if sentence > 0 else "")
+    name += f" + BM25 ({dense:g})" if dense < 1 else ""
+    return name + (f" + neighbours ({neighbour:g})" if neighbour > 0 else "")
 
 
 def report_rows(systems: list[dict]) -> list[dict]:
@@ -53,8 +58,9 @@ def report_rows(systems: list[dict]) -> list[dict]:
     for system in systems:
         rows.append(system)
         for chosen in unique_engines(system):
-            rows.append({"name": engine_name(system, chosen), "metrics": chosen["metrics"],
-                         "dense_weight": chosen["dense_weight"], "sentence_weight": chosen.get("sentence_weight", 0.0)})
+            sentence, dense, neighbour = settings_of(chosen)
+            rows.append({"name": engine_name(system, chosen), "metrics": chosen["metrics"], "dense_weight": dense,
+                         "sentence_weight": sentence, "neighbour_weight": neighbour})
     return rows
 
 
@@ -63,10 +69,8 @@ def unique_engines(system: dict) -> list[dict]:
     sentences mixed in, each once (a record made before sentences has one; a pick of no sentences is the first)."""
     engines = []
     for chosen in (passage_engine(system), engine(system)):
-        plain = chosen["dense_weight"] >= 1 and chosen.get("sentence_weight", 0.0) == 0
-        same = any(e["dense_weight"] == chosen["dense_weight"] and e.get("sentence_weight", 0.0)
-                   == chosen.get("sentence_weight", 0.0) for e in engines)
-        if not plain and not same:
+        plain = settings_of(chosen) == (0.0, 1.0, 0.0)
+        if not plain and all(settings_of(e) != settings_of(chosen) for e in engines):
             engines.append(chosen)
     return engines
 
@@ -95,7 +99,7 @@ def build_report(run: Run, systems: list[dict], final: dict, seconds: float, que
     settings = final.get("settings") or {}
     return {"base": run.options.base, "preset": run.options.preset, "final": final["name"],
             "final_engine": engine_name(final), "dense_weight": engine(final)["dense_weight"],
-            "sentence_weight": engine(final)["sentence_weight"],
+            "sentence_weight": engine(final)["sentence_weight"], "neighbour_weight": engine(final)["neighbour_weight"],
             "note": final_note(systems, final), "pooling": run.pooling, "bm25": BM25_ANALYZER,
             "corpus": {"files": [str(f) for f in corpus.files], "passages": len(corpus.passages),
                        "words": corpus.words, "duplicates": corpus.duplicates, "split": corpus.split},
@@ -115,8 +119,8 @@ def final_note(systems: list[dict], final: dict) -> str:
     lines = ["No stage beat the base model on the held-out dev queries: DIR/model is the base model, unchanged."
              if final is base else f"Final model: stage {final['name']}."]
     lines.append(f"DIR/index ranks by {engine_name(final)} (weights picked on the dev queries)."
-                 if chosen["dense_weight"] < 1 or chosen["sentence_weight"] > 0
-                 else "DIR/index ranks by it alone (neither BM25 nor sentences helped on the dev queries).")
+                 if settings_of(chosen) != (0.0, 1.0, 0.0)
+                 else "DIR/index ranks by it alone (neither BM25, sentences nor neighbours helped on the dev queries).")
     for split in ("test", "beir"):
         if split not in chosen["metrics"]:
             continue
