@@ -39,6 +39,7 @@ from bertforge.cli.parser import main
 from bertforge.models.folder import read_model_folder
 from bertforge.resources import checkout_environment
 from bertforge.tasks.retrieval.hybrid import WEIGHTS
+from bertforge.tasks.retrieval.neighbours import NEIGHBOUR_WEIGHTS
 from bertforge.tasks.retrieval.sentences import SENTENCE_WEIGHTS
 from bertforge.tokenization.tokenizer import BertTokenizer
 
@@ -682,6 +683,7 @@ def test_the_run_writes_model_index_and_report(adapted):
         for engine in (encoder["hybrid"], encoder["passage_hybrid"]):
             assert engine["dense_weight"] in WEIGHTS and {"dev", "test"} <= set(engine["metrics"])
         assert encoder["hybrid"]["sentence_weight"] in SENTENCE_WEIGHTS
+        assert encoder["hybrid"]["neighbour_weight"] in NEIGHBOUR_WEIGHTS  # a text file: its passages follow
     final = next(s for s in report["systems"] if s["name"] == report["final"])
     assert (report["dense_weight"], report["sentence_weight"]) == (final["hybrid"]["dense_weight"],
                                                                    final["hybrid"]["sentence_weight"])
@@ -690,6 +692,9 @@ def test_the_run_writes_model_index_and_report(adapted):
     meta = json.loads((adapted / "index" / "meta.json").read_text())
     assert meta.get("dense_weight", 1.0) == report["dense_weight"]  # the index ranks as the report measured
     assert meta.get("sentence_weight", 0.0) == report["sentence_weight"]
+    assert meta.get("neighbour_weight", 0.0) == report["neighbour_weight"] == final["hybrid"]["neighbour_weight"]
+    records = [json.loads(line) for line in (adapted / "index" / "texts.jsonl").read_text().splitlines()]
+    assert [record.get("follows", False) for record in records] == [False] + [True] * (len(records) - 1)  # one book
     card = (adapted / "model" / "README.md").read_text()
     assert f"{read_model_folder(adapted / 'model').pooling} pooling" in card
     share = ict["settings"]["distill_lexical"]
