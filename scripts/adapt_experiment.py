@@ -32,8 +32,19 @@ from bertforge.tokenization.tokenizer import BertTokenizer
 RESULTS = Path(__file__).parent / "results" / "adapt_experiments.jsonl"
 
 
-def corpus_slice(paths, words: int, text_column: str):
-    passages = read_corpus(paths, text_column=text_column).passages
+def corpus_slice(paths, words: int, text_column: str, as_adapt: bool = False):
+    """The corpus's first passages up to `words` words; as_adapt: read as `bertforge adapt` reads it with its default
+    base (passages split to fit its word pieces), so that a whole corpus draws adapt's held-out queries."""
+    if as_adapt:
+        from bertforge.adapt.corpus_checks import read_adapt_corpus
+        from bertforge.models.folder import read_model_folder
+        from bertforge.resources import resolve_model
+        from bertforge.tokenization.folder import load_tokenizer
+
+        base = read_model_folder(resolve_model("minilm"))
+        passages = read_adapt_corpus(paths, load_tokenizer(base), base.max_seq_length, text_column).passages
+    else:
+        passages = read_corpus(paths, text_column=text_column).passages
     kept, total = [], 0
     for passage in passages:
         if total >= words:

@@ -23,7 +23,7 @@ import torch
 
 from bertforge.adapt.evaluation import Evaluator, ict_metrics
 from bertforge.adapt.ict import held_out_queries, query_candidates, training_passages
-from bertforge.adapt.presets import query_count
+from bertforge.adapt.presets import query_count, scored_passages
 from bertforge.resources import resolve_model
 from bertforge.tasks.retrieval.baselines import bm25_scores
 from bertforge.tasks.retrieval.hybrid import remembered
@@ -79,8 +79,9 @@ def main() -> None:
     parser.add_argument("--report", help="DIR/report.json of `bertforge adapt` on the same corpus: print beside it")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    passages, words = corpus_slice(args.corpus, args.words, args.text_column)
-    held_out = held_out_queries(passages, query_count("quick", len(passages)), np.random.default_rng(0))  # adapt's
+    passages, words = corpus_slice(args.corpus, args.words, args.text_column, as_adapt=True)
+    held_out = held_out_queries(passages, query_count("quick", len(passages)), np.random.default_rng(0),
+                                max_scored=scored_passages("quick"))  # adapt's
     rng = np.random.default_rng(0)
     anchors, positives = [], []
     for index in training_passages(held_out.corpus):
@@ -95,6 +96,7 @@ def main() -> None:
         systems = {system["name"]: system for system in report["systems"]}
         record["base"], record["adapt"] = systems["base"]["metrics"], systems[report["final"]]["metrics"]
         if "hybrid" in systems[report["final"]]:
+            # what DIR/index serves: fused with BM25, and since 2026-11-28 with best sentences and neighbours mixed in
             record["adapt + bm25"] = systems[report["final"]]["hybrid"]["metrics"]
     else:
         record["base"] = ict_metrics(st_scorer(model), held_out)
