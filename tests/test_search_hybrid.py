@@ -432,9 +432,9 @@ def test_serve_info_shows_the_index_dense_weight(saved_index, cassette_dir, tmp_
 
     folder = shutil.copytree(saved_index, tmp_path / "index")
     for argv, shown in ((["--dense-weight", "0.7"], {"dense_weight": 0.7, "hybrid": True, "sentence_weight": 0.0,
-                                                   "neighbour_weight": 0.0}),
+                                                   "sentence_vectors": False, "neighbour_weight": 0.0}),
                         (["--dense-weight", "1"], {"dense_weight": 1.0, "hybrid": False, "sentence_weight": 0.0,
-                                                 "neighbour_weight": 0.0})):
+                                                 "sentence_vectors": False, "neighbour_weight": 0.0})):
         assert main(["index", "weight", str(folder), *argv]) == 0
         with TestClient(create_app(load_models(str(cassette_dir), index=load_index(str(folder))))) as client:
             assert client.get("/info").json()["index"] == shown

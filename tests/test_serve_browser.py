@@ -183,6 +183,26 @@ def test_search_results_are_the_index_top_five_with_scores(page, served):
         assert item.get_attribute("data-id") == str(hit.id)
 
 
+def test_the_search_weights_start_at_the_index_and_rerank_as_it_does(page, served):
+    """The explorer's weights are the index's (GET /info); a changed one searches again as Index.search ranks."""
+    _, models = served
+    assert [page.input_value(f"#{name}-weight") for name in ("dense", "sentence", "neighbour")] == ["1", "0", "0"]
+    assert page.locator("#sentence-weight").is_disabled()  # no sentence vectors in this index: the server says 422
+    try:
+        page.fill("#dense-weight", "0.6")
+        page.dispatch_event("#dense-weight", "change")
+        page.wait_for_selector('#search-results[data-weights="0.6,0,0"] li')
+        expected = models.index.search([SENTENCE], 5, dense_weight=0.6)[0]
+        assert expected != models.index.search([SENTENCE], 5)[0]  # BM25 does move this query's ranking
+        items = page.locator("#search-results li")
+        assert [item.get_attribute("data-id") for item in items.all()] == [str(hit.id) for hit in expected]
+        assert [item.locator(".score").inner_text() for item in items.all()] == [f"{h.score:.3f}" for h in expected]
+    finally:  # the page is the module's: the other tests read the index's own ranking
+        page.fill("#dense-weight", "1")
+        page.dispatch_event("#dense-weight", "change")
+        page.wait_for_selector('#search-results[data-weights="1,0,0"] li')
+
+
 def test_word_in_context_table_and_plot(page, served, minilm_dir):
     _, models = served
     page.wait_for_selector("#cosine-table[data-word=bank]")

@@ -85,7 +85,7 @@ def test_search_ranks_by_a_sentence_weight_the_index_holds_vectors_for(minilm_di
     with TestClient(create_app(models)) as client:
         info = client.get("/info").json()["index"]
         answer = client.post("/search", json={"query": "sleeping cats", "top_k": 3, "sentence_weight": 1.0})
-    assert info["sentence_weight"] == 0.5
+    assert info["sentence_weight"] == 0.5 and info["sentence_vectors"]  # the explorer enables its sentence weight
     expected = sentence_scorer(with_sentences.embedder.encode, 1.0)(["sleeping cats"], texts)[0]
     scores = {hit["text"]: hit["score"] for hit in answer.json()[0]}
     np.testing.assert_allclose([scores[text] for text in texts], expected, atol=1e-4)

@@ -31,7 +31,8 @@ async def info(server: Server = Depends(current_server)) -> dict:
         "search": index is not None,
         # what POST /search ranks by when a request names no weights (the index's meta.json at start)
         "index": {"dense_weight": index.dense_weight, "hybrid": index.dense_weight < 1.0,
-                  "sentence_weight": index.sentence_weight, "neighbour_weight": index.neighbour_weight}
+                  "sentence_weight": index.sentence_weight, "sentence_vectors": index.sentences is not None,
+                  "neighbour_weight": index.neighbour_weight}
         if index else None,
         "prompts": list(models.prompts), "default_prompt": server.encoders["embed"].prompts.default,
         "word_layers": list(embedding.word_embedders),  # the first is the default, as word-in-context takes it

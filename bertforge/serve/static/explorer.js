@@ -45,6 +45,7 @@ async function loadInfo() {
     (info.fill_mask ? ` · fill-mask: ${info.fill_mask}` : "") +
     (info.classifier ? ` · classifier: ${info.classifier.name}` : "") +
     ` · search: ${info.search ? "on" : "off"}`;
+  showIndexWeights(info.index);
   const layers = $("word-layers");
   layers.replaceChildren(...info.word_layers.map((name) => element("option", name.replaceAll("_", " "), { value: name })));
 }
@@ -225,13 +226,36 @@ async function showSearch(text) {
     list.replaceChildren();
     return;
   }
-  const hits = (await api("/search", { query: text, top_k: 5 }))[0];
+  const weights = searchWeights();
+  const hits = (await api("/search", { query: text, top_k: 5, ...weights }))[0];
   list.replaceChildren(...hits.map((hit) => {
     const item = element("li", null, { "data-id": hit.id });
     item.append(element("span", hit.score.toFixed(3), { class: "score" }), element("span", hit.text, { class: "text" }));
     return item;
   }));
   list.dataset.query = text;
+  list.dataset.weights = WEIGHT_NAMES.map((name) => weights[name]).join(",");
+}
+
+// The index's weights (GET /info: what a search naming none ranks by), changeable here to see what each adds.
+const WEIGHT_NAMES = ["dense_weight", "sentence_weight", "neighbour_weight"];
+const weightInput = (name) => $(name.replace("_", "-"));
+
+function showIndexWeights(index) {
+  $("search-weights").hidden = !index;
+  if (!index) return;
+  WEIGHT_NAMES.forEach((name) => { weightInput(name).value = String(index[name]); });
+  weightInput("sentence_weight").disabled = !index.sentence_vectors;  // the server refuses one above 0 without them
+}
+
+function searchWeights() {
+  if (!state.info.index) return {};
+  return Object.fromEntries(WEIGHT_NAMES.map((name) => [name, Number(weightInput(name).value)]));
+}
+
+async function searchAgain() {
+  const text = $("search-results").dataset.query || $("sentence").value.trim();
+  if (text) await guarded($("explore"), [() => showSearch(text)], [clearSearch]);
 }
 
 // --- a word in context (seed 003's picture) -------------------------------------------------
@@ -391,6 +415,7 @@ function start() {
   $("layer").addEventListener("change", (e) => selectHead(Number(e.target.value), state.head));
   $("head").addEventListener("change", (e) => selectHead(state.layer, Number(e.target.value)));
   $("fill-form").addEventListener("submit", fill);
+  WEIGHT_NAMES.forEach((name) => weightInput(name).addEventListener("change", searchAgain));
   $("attention-heatmap").addEventListener("mousemove", hoverHeatmap);
   $("attention-heatmap").addEventListener("mouseleave", () => { $("attention-hover").textContent = ""; });
   $("save-key").addEventListener("click", () => {
