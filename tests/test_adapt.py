@@ -436,11 +436,11 @@ def test_the_sentence_weight_is_picked_on_dev_with_the_fusion_weight():
     at = {0.0: misleading, 0.25: lambda q, d: 0.75 * misleading(q, d) + 0.25 * perfect(q, d),
           0.5: lambda q, d: 0.5 * misleading(q, d) + 0.5 * perfect(q, d),
           0.75: lambda q, d: 0.25 * misleading(q, d) + 0.75 * perfect(q, d)}
-    chosen = Evaluator(held_out, tokenizer=None, lexical=misleading).sentence_hybrid(at.__getitem__)
+    chosen = Evaluator(held_out, tokenizer=None, lexical=misleading).served_engine(at.__getitem__)
     # BM25 misleads too: the dense side alone (1.0), at the smallest sentence weight that ranks every query right
     assert (chosen["sentence_weight"], chosen["dense_weight"]) == (0.5, 1.0)
     assert chosen["metrics"]["dev"]["ndcg@10"] == chosen["metrics"]["test"]["ndcg@10"] == 1.0
-    no_help = Evaluator(held_out, tokenizer=None, lexical=misleading).sentence_hybrid(lambda w: perfect)
+    no_help = Evaluator(held_out, tokenizer=None, lexical=misleading).served_engine(lambda w: perfect)
     assert no_help["sentence_weight"] == 0.0  # a tie: no sentence vectors to store
 
 
@@ -454,7 +454,7 @@ def test_the_served_pair_is_picked_by_the_one_standard_error_rule_on_each_dev_qu
         return (0.25, 0.9, 0.0)
 
     monkeypatch.setattr(evaluation, "simplest_within_one_se", rule)
-    chosen = evaluation.Evaluator(six_queries(), tokenizer=None, lexical=misleading).sentence_hybrid(
+    chosen = evaluation.Evaluator(six_queries(), tokenizer=None, lexical=misleading).served_engine(
         lambda weight: perfect)
     assert (chosen["sentence_weight"], chosen["dense_weight"], chosen["neighbour_weight"]) == (0.25, 0.9, 0.0)
     # a corpus that says nothing of its documents (records): no neighbour weight but 0 is tried
@@ -481,12 +481,12 @@ def test_the_neighbour_weight_is_picked_on_dev_where_passages_follow_one_another
 
     one_document = HeldOut(corpus, queries, follows=np.arange(12) > 0)
     chosen = Evaluator(one_document, tokenizer=None, lexical=lambda q, d: np.zeros((len(q), len(d)))
-                       ).sentence_hybrid(lambda weight: scene)
+                       ).served_engine(lambda weight: scene)
     assert (chosen["sentence_weight"], chosen["dense_weight"], chosen["neighbour_weight"]) == (0.0, 1.0, 0.2)
     assert chosen["metrics"]["dev"]["ndcg@10"] == chosen["metrics"]["test"]["ndcg@10"] == 1.0
     records = HeldOut(corpus, queries)  # the same passages as records, documents of their own: the decoy wins
     alone = Evaluator(records, tokenizer=None, lexical=lambda q, d: np.zeros((len(q), len(d)))
-                      ).sentence_hybrid(lambda weight: scene)
+                      ).served_engine(lambda weight: scene)
     assert alone["neighbour_weight"] == 0.0 and alone["metrics"]["test"]["ndcg@10"] < 1.0
 
 

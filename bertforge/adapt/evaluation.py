@@ -111,8 +111,8 @@ class Evaluator:
 
     def encoder(self, model) -> dict:
         """{"metrics": the model alone, "passage_hybrid": the model fused with BM25 at its best weight, "hybrid": the
-        same with each passage's best sentence mixed in at its best weight (`sentence_hybrid`; what the index
-        serves)} on every evaluation set, "held_out_seconds": what ranking the held-out queries took, which is
+        same with each passage's best sentence and best neighbour mixed in at the weights picked (`served_engine`;
+        what the index serves)} on every evaluation set, "held_out_seconds": what ranking the held-out queries took, which is
         what an evaluation during training costs (the time budget prices those by it), and "sentence_seconds":
         what embedding their passages' sentences took (the index embeds every passage's)."""
         vectors = self.vectors(model)
@@ -130,7 +130,7 @@ class Evaluator:
             return lambda queries, documents: mixed(*parts(queries, documents), sentence_weight)
 
         return {"metrics": self.everything(dense, held_out), "passage_hybrid": self.hybrid(dense),
-                "hybrid": self.sentence_hybrid(dense_at), "held_out_seconds": held_out_seconds,
+                "hybrid": self.served_engine(dense_at), "held_out_seconds": held_out_seconds,
                 "sentence_seconds": sentence_seconds, "eval_key": self.eval_key}
 
     def hybrid(self, dense: Scorer) -> dict:
@@ -139,7 +139,7 @@ class Evaluator:
         weight = self.best_weight(dense)
         return {"dense_weight": weight, "metrics": self.everything(hybrid_scorer(dense, self.lexical, weight))}
 
-    def sentence_hybrid(self, dense_at: Callable[[float], Scorer]) -> dict:
+    def served_engine(self, dense_at: Callable[[float], Scorer]) -> dict:
         """{"sentence_weight", "dense_weight", "neighbour_weight", "metrics"}: the engine's settings the dev queries
         pick (tasks/retrieval/sentences.py's share of each passage's best sentence, the fusion's dense share, and
         tasks/retrieval/neighbours.py's share of its best neighbour), scored on every set with them: what the index
