@@ -24,7 +24,8 @@ import torch
 import bertforge.search
 from bertforge import BertForMaskedLM
 from bertforge.adapt.budget import budgeted_steps
-from bertforge.search.documents import Passage, PassageStore, passage_text, read_corpus, split_long
+from bertforge.search.documents import Passage, passage_text, read_corpus, split_long
+from bertforge.search.passage_store import PassageStore
 from bertforge.search.token_limit import TokenLimit
 from bertforge.adapt.evaluation import HYBRID_METRIC
 from bertforge.adapt.domain_vocabulary import corpus_pieces, grow_checkpoint, old_pieces, vocabulary_change

@@ -16,7 +16,8 @@ from bertforge.cli.parser import main
 from bertforge.errors import UsageError
 from bertforge.search import hybrid
 from bertforge.search.encoder import open_model
-from bertforge.search.index import Index, make_passages
+from bertforge.search.corpus import make_passages
+from bertforge.search.index import Index
 from bertforge.tasks.pretraining.corpus import read_documents
 from bertforge.tasks.retrieval.baselines import bm25_scores
 from bertforge.tasks.retrieval.evaluation import RememberedVectors, encoder_scorer

@@ -16,7 +16,8 @@ from bertforge.errors import UsageError
 from bertforge.search import hybrid
 from bertforge.search.build import add_corpus, build_index
 from bertforge.search.corpus import Passage, read_passages
-from bertforge.search.index import Index, make_passages
+from bertforge.search.corpus import make_passages
+from bertforge.search.index import Index
 from bertforge.search.sentence_vectors import SentenceVectors
 from bertforge.tasks.retrieval.baselines import bm25_scores
 from bertforge.tasks.retrieval.evaluation import RememberedVectors

@@ -40,10 +40,13 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
         sentence_weight: embed every passage's sentences too, and rank by (1 - W) * the passage's cosine + W * its best sentence's (0.25 to 0.5 measured best with all-MiniLM-L6-v2, docs/adapt.md; about 4x the passages to embed; default: the passage vectors alone)
         neighbour_weight: 0..1: each passage's score mixes in its best neighbour's in the same document (a text file's passages, a long record's parts); 0.2 to 0.4 measured best on a novel (default: each passage alone)
     """
+    from pathlib import Path
+
     from ..engine.devices import device_from_option
     from ..models.folder import read_model_folder
     from ..resources import resolve_model
     from ..search.build import build_index
+    from ..search.store import TextStore
     from .commands import say_overrides
 
     if pooling is not None:  # said as embed says it: the index's vectors are no longer the folder's own
@@ -58,7 +61,7 @@ def index_build(corpus: str, *, output: str, model: str = "minilm", kind: IndexK
     if meta.get("sentence_weight"):
         print(f"the dense score mixes in each passage's best sentence: weight {meta['sentence_weight']:g}")
     if meta.get("neighbour_weight"):
-        print(neighbour_words(meta["neighbour_weight"], has_neighbours(output, meta)))
+        print(neighbour_words(meta["neighbour_weight"], TextStore.of_folder(Path(output), meta).any_follows()))
     print_recall(meta)
 
 
@@ -123,11 +126,10 @@ def index_weight(index: str, *, dense_weight: float | None = None, tune: str | N
     print(f"{index}: dense weight {before[0]:g} -> {searcher.dense_weight:g}; {ranking_words(searcher.dense_weight)}")
     if searcher.sentences is not None:
         print(f"sentence weight {before[1]:g} -> {searcher.sentence_weight:g}")
-    if tune or before[2] or searcher.neighbour_weight:  # else texts.jsonl is not read (an index of records: as before)
-        neighbours = searcher.follows[1:].any()
-        if neighbours or before[2] or searcher.neighbour_weight:
-            print(f"neighbour weight {before[2]:g} -> {searcher.neighbour_weight:g}"
-                  + ("" if neighbours or not searcher.neighbour_weight else NO_NEIGHBOURS))
+    # texts.jsonl is read for its follows only where a neighbour weight is or was set, or tried: else as before
+    if before[2] or searcher.neighbour_weight or (tune and searcher.has_neighbours):
+        print(f"neighbour weight {before[2]:g} -> {searcher.neighbour_weight:g}"
+              + ("" if not searcher.neighbour_weight or searcher.has_neighbours else NO_NEIGHBOURS))
 
 
 def tuned_weights(searcher, folder: str) -> tuple[float | None, float, float | None]:
@@ -141,7 +143,7 @@ def tuned_weights(searcher, folder: str) -> tuple[float | None, float, float | N
 
     judged = read_judged_queries(folder, searcher)
     sentence_weights = SENTENCE_WEIGHTS if searcher.sentences is not None else (0.0,)
-    neighbour_weights = NEIGHBOUR_WEIGHTS if searcher.follows[1:].any() else (0.0,)
+    neighbour_weights = NEIGHBOUR_WEIGHTS if searcher.has_neighbours else (0.0,)
     vectors = searcher.query_vectors(judged.texts)  # once, for every setting
     scores = {(sentence, weight, neighbour): score for neighbour in neighbour_weights for sentence in sentence_weights
               for weight, score in weight_ndcg(searcher, judged, sentence, vectors, neighbour).items()}
@@ -181,20 +183,6 @@ def neighbour_words(neighbour_weight: float, neighbours: bool) -> str:
     """How an index at this neighbour weight ranks, in words; `neighbours`: whether any passage follows another."""
     words = f"each passage's score mixes in its best neighbour's in the same document: weight {neighbour_weight:g}"
     return words if neighbours else words + NO_NEIGHBOURS
-
-
-def has_neighbours(folder: str, meta: dict) -> bool:
-    """Whether any passage of a new index folder continues the previous one's document (read from texts.jsonl,
-    stopping at the first that does)."""
-    from itertools import islice
-    from pathlib import Path
-
-    import numpy as np
-
-    from ..search.store import TEXTS_FILE, TextStore
-
-    store = TextStore(Path(folder) / TEXTS_FILE, np.load(Path(folder) / meta["files"]["offsets"]))
-    return any(islice(store.follows(), 1, None))
 
 
 def ranking_words(dense_weight: float) -> str:

@@ -42,10 +42,10 @@ from .documents import (corpus_summary, no_text_found, read_corpus, reads_as_doc
                         write_passages_file)
 from .encoder import open_model
 from .folder import format_version, refuse_existing_output, write_new_folder
-from .hybrid import check_dense_weight, check_neighbour_weight
+from .hybrid import check_dense_weight, check_weight
 from .ann import gather_rows, measure_recall
 from .index import Index
-from .sentence_vectors import SentenceVectors, check_sentence_weight
+from .sentence_vectors import SentenceVectors
 from .token_limit import TokenLimit
 
 logger = logging.getLogger(__name__)
@@ -253,8 +253,8 @@ def build_index(corpus: str | Path, output: str | Path, model: str | Path = "min
     refuse_existing_output(output, source)
     if kind not in ann.KINDS:
         raise UsageError(f"index kind {kind!r} is not one of {ann.KINDS}")
-    dense_weight, sentence_weight = check_dense_weight(dense_weight), check_sentence_weight(sentence_weight)
-    neighbour_weight = check_neighbour_weight(neighbour_weight)
+    dense_weight, sentence_weight = check_dense_weight(dense_weight), check_weight("sentence_weight", sentence_weight)
+    neighbour_weight = check_weight("neighbour_weight", neighbour_weight)
     query_texts = tune_query_texts(tune_queries, kind)
     read_file = output.with_name(output.name + ".passages.jsonl")
     # opened once, when first asked for: by index_input for a folder (its passages are split to fit the model), else

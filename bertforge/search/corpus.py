@@ -20,7 +20,9 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
 
 from ..input_files import corpus_record, is_jsonl, jsonl_objects, open_bytes, open_text, require_file, titled
 
@@ -129,3 +131,21 @@ class UniqueIds:
 
     def remember(self, passages: list[Passage]) -> None:
         self.seen.update(str(passage.id) for passage in passages)
+
+
+def make_passages(texts: list[str], ids: Sequence[PassageId] | None, first_row: int,
+                  follows: Sequence[bool] | None = None) -> list[Passage]:
+    """Passages of `texts` from row `first_row` on; ValueError for ids or follows that are not one per text (a
+    follows that is not a bool: a ValueError too, as a file's record says). Row 0 follows nothing."""
+    if ids is None:
+        ids = range(first_row, first_row + len(texts))
+    elif isinstance(ids, str) or len(ids) != len(texts):
+        raise ValueError(f"ids must be a list with one id per text ({len(texts)}); leave them out to number rows")
+    if follows is None:
+        follows = [False] * len(texts)
+    elif isinstance(follows, (str, bytes)) or len(follows) != len(texts) \
+            or not all(isinstance(flag, (bool, np.bool_)) for flag in follows):
+        raise ValueError(f"follows must be a list of one bool per text ({len(texts)}): whether it continues the "
+                         "previous text's document; leave it out for documents of their own")
+    follows = [bool(flag) and row > 0 for row, flag in enumerate(follows, start=first_row)]
+    return [Passage(passage_id, text, flag) for passage_id, text, flag in zip(ids, texts, follows)]

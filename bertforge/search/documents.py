@@ -19,26 +19,20 @@ Whitespace and HTML entities are normalised, exact duplicates are dropped (after
 over `max_words` is split on sentence boundaries into passages of about that many words; with `max_tokens` (adapt's
 base, the index's model for `index build`) one longer than the model's length in word pieces is split to fit it.
 
-The passages are not held in memory: they are spooled to a temporary file as they are read (`PassageStore`)
-and read back by position, so a corpus larger than memory streams through (the full preset's big corpora).
+The passages are not held in memory: they are spooled to a temporary file as they are read (passage_store.py's
+`PassageStore`) and read back by position, so a corpus larger than memory streams through (the full preset's big
+corpora).
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import mmap
-import operator
 import os
 import re
-import tempfile
-from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import numpy as np
 
 from ..atomic import replaced_file
 from ..input_files import (DELIMITERS, JSONL_SUFFIX, corpus_record, jsonl_objects, not_utf8, text_suffix, titled,
@@ -47,9 +41,8 @@ from ..markup import HTML_SUFFIXES, MARKUP_SUFFIXES, text_blocks
 from ..tasks.classification.reader import read_rows, table_columns
 from ..tasks.pretraining.corpus import expand_paths, folder_files, normalise, sentences_of
 from .corpus import UniqueIds, part_id
-
-if TYPE_CHECKING:  # token_limit.py reads Passage from here
-    from .token_limit import TokenLimit
+from .passage_store import Passage, PassageStore
+from .token_limit import TokenLimit
 
 TEXT_SUFFIXES = (".txt", ".text", "")
 READABLE = (*TEXT_SUFFIXES, *MARKUP_SUFFIXES, JSONL_SUFFIX, *DELIMITERS)  # what a folder stands for
@@ -61,80 +54,6 @@ MIN_WORDS = 40  # plain text: shorter blocks are joined with the next
 MAX_WORDS = 150  # ~200 word pieces: inside MiniLM's 256 tokens with room for rare words' pieces
 _WORD = re.compile(r"\w+")
 SAME_TEXT = 0.6  # a source whose page holds this share of its words is that page's text again (page_sources)
-
-
-@dataclass
-class Passage:
-    id: str
-    sentences: list[str]
-    title: str = ""
-
-    @property
-    def text(self) -> str:
-        return " ".join(self.sentences)
-
-    @property
-    def words(self) -> int:
-        return sum(len(sentence.split()) for sentence in self.sentences)
-
-
-class PassageStore(Sequence):
-    """Passages spooled to an unnamed temporary file as they come (a JSON line each) and read back by position.
-
-    Memory holds 8 bytes a passage (its line's offset), not its text: ~16 MB for a million passages where the
-    Passage objects would take ~2 GB. The file is made in the temporary folder (TMPDIR) and is gone with the
-    store. `digest` hashes every line in order: the corpus's content, for the stage cache's keys.
-    """
-
-    def __init__(self, passages: Iterable[Passage] = ()):
-        self._file = tempfile.TemporaryFile(prefix="bertforge-passages-")
-        self._offsets = array("q", [0])
-        self._follows = bytearray()  # a byte a passage: 1 where it continues the previous passage's document
-        self._hash = hashlib.blake2b(digest_size=16)
-        self._mapped: mmap.mmap | None = None
-        for passage in passages:
-            self.append(passage)
-
-    def append(self, passage: Passage, follows: bool = False) -> None:
-        """Spool `passage`; follows: it continues the previous passage's document (tasks/retrieval/neighbours.py),
-        kept beside the lines, not in them, so the digest (the stage cache's key) is the passages' alone."""
-        line = json.dumps([passage.id, passage.sentences, passage.title], ensure_ascii=False).encode() + b"\n"
-        try:
-            self._file.write(line)
-        except OSError as error:  # the file has no name: say where it is and how to move it
-            raise OSError(error.errno, f"{error.strerror} (the corpus's passages are spooled to a temporary file "
-                          "there; set TMPDIR to a folder with room for about the corpus's size)",
-                          tempfile.gettempdir()) from None
-        self._offsets.append(self._offsets[-1] + len(line))
-        self._follows.append(bool(follows) and len(self._offsets) > 2)
-        self._hash.update(line)
-        self._mapped = None  # the file grew: map it again on the next read
-
-    @property
-    def digest(self) -> str:
-        return self._hash.hexdigest()
-
-    @property
-    def follows(self) -> np.ndarray:
-        """(passages,) bool: whether each passage continues the previous one's document (read_corpus's rule)."""
-        return np.frombuffer(bytes(self._follows), dtype=np.uint8).astype(bool)
-
-    def __len__(self) -> int:
-        return len(self._offsets) - 1
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        index = operator.index(index)
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(f"passage {index} of {len(self)}")
-        if self._mapped is None:
-            self._file.flush()
-            self._mapped = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-        passage_id, sentences, title = json.loads(self._mapped[self._offsets[index]:self._offsets[index + 1]])
-        return Passage(passage_id, sentences, title)
 
 
 @dataclass

@@ -81,9 +81,10 @@ class NeighbourMix:
         return neighbour_mixed(scores, follows, self.weight)
 
 
-def check_neighbour_weight(neighbour_weight) -> float | None:
-    """A user's neighbour weight (0..1, validation.BOUNDS, as the dense weight is checked), None kept."""
-    return None if neighbour_weight is None else checked("neighbour_weight", neighbour_weight, float)
+def check_weight(name: str, weight) -> float | None:
+    """A user's weight `name` (dense_weight, sentence_weight, neighbour_weight: 0..1, validation.BOUNDS), None kept;
+    UsageError outside 0..1 or not a number."""
+    return None if weight is None else checked(name, weight, float)
 
 
 class NeighbourWeight:
@@ -106,7 +107,7 @@ class NeighbourWeight:
         this weight (0..1; None: not at all). Kept in meta.json as the dense weight is; above 0 the folder is of
         format 5 (folder.NEIGHBOURS_VERSION). An index whose rows follow none (a corpus of records) takes it and
         ranks as at 0. Raises UsageError outside 0..1."""
-        weight = check_neighbour_weight(neighbour_weight)
+        weight = check_weight("neighbour_weight", neighbour_weight)
         if weight is None:
             self.meta.pop("neighbour_weight", None)
         else:
@@ -122,6 +123,11 @@ class NeighbourWeight:
             self._follows = np.fromiter(chain(committed, (passage.follows for passage in self.pending)), dtype=bool)
         return self._follows
 
+    @property
+    def has_neighbours(self) -> bool:
+        """Whether any row continues the previous row's document: else a neighbour weight ranks as 0 does."""
+        return bool(self.follows[1:].any())
+
     def extend_follows(self, passages: Sequence) -> None:
         """Rows added: their passages' follows, where the index's have been read."""
         if self._follows is not None:
@@ -131,7 +137,7 @@ class NeighbourWeight:
         """The final score's mix with each row's best neighbour's at `neighbour_weight` (None: the index's); None at
         0 or where no row follows another, so a search ranks as without neighbours, by the same code."""
         weight = self.neighbour_weight if neighbour_weight is None else neighbour_weight
-        if not weight or not self.follows[1:].any():
+        if not weight or not self.has_neighbours:
             return None
         return NeighbourMix(self.follows, weight)
 
@@ -141,10 +147,8 @@ def check_dense_weight(dense_weight) -> float | None:
 
     Raises UsageError for a weight outside 0..1 or not a number, ValueError naming the install for bm25s.
     """
-    if dense_weight is None:
-        return None
-    dense_weight = checked("dense_weight", dense_weight, float)
-    if dense_weight < 1.0:
+    dense_weight = check_weight("dense_weight", dense_weight)
+    if dense_weight is not None and dense_weight < 1.0:
         require_bm25s()
     return dense_weight
 

@@ -26,11 +26,11 @@ from ..tasks.retrieval.baselines import bm25_index
 from ..validation import checked
 from . import ann
 from .ann import faiss
-from .corpus import Passage, PassageId, UniqueIds
+from .corpus import Passage, PassageId, UniqueIds, make_passages
 from .encoder import VectorSpec, open_model
 from .folder import append_to_folder, read_folder, rebuild_advice, write_meta, write_new_folder
-from .hybrid import NeighbourWeight, Ranked, check_dense_weight, check_neighbour_weight, hybrid_top_k
-from .sentence_vectors import SentenceVectors, SentenceWeight, check_sentence_weight, dense_top_k
+from .hybrid import NeighbourWeight, Ranked, check_dense_weight, check_weight, hybrid_top_k
+from .sentence_vectors import SentenceVectors, SentenceWeight, dense_top_k
 from .store import TextStore
 
 logger = logging.getLogger(__name__)
@@ -101,8 +101,8 @@ class Index(SentenceWeight, NeighbourWeight):
         if not texts:
             raise ValueError("no texts to index; pass a non-empty list of texts")
         dense_weight = check_dense_weight(dense_weight)  # before the slow part, embedding
-        sentence_weight = check_sentence_weight(sentence_weight)
-        neighbour_weight = check_neighbour_weight(neighbour_weight)
+        sentence_weight = check_weight("sentence_weight", sentence_weight)
+        neighbour_weight = check_weight("neighbour_weight", neighbour_weight)
         passages = make_passages(texts, ids, first_row=0, follows=follows)
         spec, embedder = open_model(model, pooling=pooling, normalize=normalize, batch_size=batch_size,
                                     progress=progress, device=device)
@@ -232,7 +232,7 @@ class Index(SentenceWeight, NeighbourWeight):
             self.meta = write_new_folder(target, self.meta, self.faiss_index, [*committed, *self.pending],
                                          self.sentences)
         self.folder, self.saved_meta = target, dict(self.meta)
-        self.store = TextStore(target / "texts.jsonl", np.load(target / self.meta["files"]["offsets"]))
+        self.store = TextStore.of_folder(target, self.meta)
         self.pending = []
         if self.sentences is not None:  # read back from the folder: the pending ones leave memory, as the texts do
             self.sentences = SentenceVectors.read(target, self.meta, rebuild_advice(target))
@@ -307,9 +307,9 @@ class Index(SentenceWeight, NeighbourWeight):
         """
         checked("top_k", top_k)
         weight = self.dense_weight if dense_weight is None else checked("dense_weight", dense_weight, float)
-        sentence_weight = check_sentence_weight(sentence_weight)
+        sentence_weight = check_weight("sentence_weight", sentence_weight)
         self.sentence_mix(sentence_weight)  # refused before the queries are embedded
-        neighbour_weight = check_neighbour_weight(neighbour_weight)
+        neighbour_weight = check_weight("neighbour_weight", neighbour_weight)
         single = isinstance(queries, str) or (isinstance(queries, np.ndarray) and queries.ndim == 1)
         if isinstance(queries, np.ndarray) and weight < 1.0:
             raise UsageError(f"a hybrid search (dense_weight {weight:g}) needs query texts, for BM25; "
@@ -382,24 +382,6 @@ class Index(SentenceWeight, NeighbourWeight):
         on_disk = [row for row in rows if row < committed]
         found = dict(zip(on_disk, self.store.records(on_disk))) if on_disk else {}
         return [found[row] if row < committed else self.pending[row - committed] for row in rows]
-
-
-def make_passages(texts: list[str], ids: Sequence[PassageId] | None, first_row: int,
-                  follows: Sequence[bool] | None = None) -> list[Passage]:
-    """Passages of `texts` from row `first_row` on; ValueError for ids or follows that are not one per text (a
-    follows that is not a bool: a ValueError too, as a file's record says). Row 0 follows nothing."""
-    if ids is None:
-        ids = range(first_row, first_row + len(texts))
-    elif isinstance(ids, str) or len(ids) != len(texts):
-        raise ValueError(f"ids must be a list with one id per text ({len(texts)}); leave them out to number rows")
-    if follows is None:
-        follows = [False] * len(texts)
-    elif isinstance(follows, (str, bytes)) or len(follows) != len(texts) \
-            or not all(isinstance(flag, (bool, np.bool_)) for flag in follows):
-        raise ValueError(f"follows must be a list of one bool per text ({len(texts)}): whether it continues the "
-                         "previous text's document; leave it out for documents of their own")
-    follows = [bool(flag) and row > 0 for row, flag in enumerate(follows, start=first_row)]
-    return [Passage(passage_id, text, flag) for passage_id, text, flag in zip(ids, texts, follows)]
 
 
 def check_vectors(vectors, dim: int) -> np.ndarray:

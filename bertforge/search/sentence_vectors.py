@@ -23,17 +23,11 @@ from ..atomic import append_array, replaced_file
 from ..errors import UsageError
 from ..tasks.retrieval.metrics import left_out, top_k as best_columns
 from ..tasks.retrieval.sentences import best_sentence_scores, mixed, sentence_owners
-from ..validation import checked
 from . import ann, hybrid
 from .ann import faiss
 from .hybrid import Ranked
 
 FILES = {"sentences": "sentences-{}.npy", "sentence_rows": "sentence_rows-{}.npy"}
-
-
-def check_sentence_weight(sentence_weight) -> float | None:
-    """A user's sentence weight (0..1, validation.BOUNDS, as the dense weight is checked), None kept."""
-    return None if sentence_weight is None else checked("sentence_weight", sentence_weight, float)
 
 
 def no_sentences(weight: float) -> UsageError:
@@ -118,7 +112,7 @@ class SentenceWeight:
         UsageError outside 0..1, or above 0 on an index built without sentence vectors (they are embedded from
         every passage: a rebuild).
         """
-        weight = check_sentence_weight(sentence_weight)
+        weight = hybrid.check_weight("sentence_weight", sentence_weight)
         self.sentence_mix(weight)  # refuses a weight the index has no vectors for
         if weight is None:
             self.meta.pop("sentence_weight", None)

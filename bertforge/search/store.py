@@ -8,6 +8,7 @@ absent otherwise, so a folder written before neighbours reads as rows of documen
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -29,6 +30,12 @@ class TextStore:
     def __init__(self, path: Path, offsets: np.ndarray):
         self.path, self.offsets = path, offsets
 
+    @classmethod
+    def of_folder(cls, folder: Path, meta: dict) -> "TextStore":
+        """The rows of an index folder whose meta.json is `meta` (unchecked: folder.read_folder checks a folder
+        it reads)."""
+        return cls(folder / TEXTS_FILE, np.load(folder / meta["files"]["offsets"]))
+
     @property
     def count(self) -> int:
         return len(self.offsets) - 1
@@ -49,6 +56,10 @@ class TextStore:
     def texts(self) -> Iterator[str]:
         """Every row's text, in order, streamed (for BM25 over the passages)."""
         return (record["text"] for record in self.all_records())
+
+    def any_follows(self) -> bool:
+        """Whether any row continues the previous row's document, read up to the first that does."""
+        return any(itertools.islice(self.follows(), 1, None))
 
     def follows(self) -> Iterator[bool]:
         """Every row's follows (corpus.Passage.follows), in order, streamed: only a line naming the key is parsed,

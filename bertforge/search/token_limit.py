@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from .corpus import part_id
-from .documents import Passage
+from .passage_store import Passage
 
 
 @dataclass(frozen=True)
