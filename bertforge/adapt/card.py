@@ -18,7 +18,8 @@ def write_card(folder: Path, report: dict) -> None:
              f"- **Final stage**: {report['final']} (best nDCG@10 on the held-out dev queries as its index ranks, "
              f"{report['final_engine']}; each stage's checkpoint was picked by the dev queries fused with BM25, "
              "hybrid_ndcg@10; the tables' plain rows are the model alone, `+ sentences (w)` mixes in each passage's "
-             "best sentence at weight w, `+ BM25 (w)` fuses with BM25 at dense weight w)",
+             "best sentence at weight w, `+ BM25 (w)` fuses with BM25 at dense weight w, `+ neighbours (w)` mixes in "
+             "each passage's best neighbour in its document at weight w)",
              f"- **Corpus**: {corpus['passages']:,} passages, {corpus['words']:,} words, from "
              f"{len(corpus['files'])} file(s); {corpus['duplicates']} exact duplicates dropped",
              f"- **Max sequence length**: {report['max_seq_length']} tokens; {report['pooling']} pooling; cosine "
