@@ -32,7 +32,7 @@ def test_a_byte_order_mark_is_not_part_of_the_first_header_word_or_sentence(tmp_
     (tmp_path / "ADMISSIONS.csv").write_text(BOM + admissions_text(), encoding="utf-8")
     assert [a.hadm_id for a in read_admissions(tmp_path / "ADMISSIONS.csv", Report())] == [101]
     (tmp_path / "qrels.tsv").write_text(BOM + "query-id\tcorpus-id\tscore\nq1\td1\t1\n", encoding="utf-8")
-    assert read_qrels(tmp_path / "qrels.tsv") == {"q1": ["d1"]}
+    assert read_qrels(tmp_path / "qrels.tsv") == {"q1": {"d1": 1.0}}
     book = tmp_path / "books" / "book.txt"
     book.parent.mkdir()
     book.write_text(BOM + "The first sentence of the book is here. A second one follows it.\n", encoding="utf-8")

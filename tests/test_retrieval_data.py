@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from bertforge.cli.parser import main
-from bertforge.tasks.retrieval.reader import read_pairs, read_retrieval_set
+from bertforge.tasks.retrieval.reader import RetrievalSet, read_pairs, read_retrieval_set, write_retrieval_set
 from bertforge.tasks.retrieval.sets import SETS, build_set, prepare_set, tweet_key
 
 SPLITS = Path(__file__).resolve().parents[1] / "data" / "retrieval"
@@ -46,10 +46,10 @@ def test_retrieval_set_reading_and_its_errors(tmp_path):
     write(tmp_path / "corpus.jsonl", '{"_id": "d1", "title": "Cats", "text": "a cat"}\n{"_id": "d2", "text": "dog"}\n')
     write(tmp_path / "qrels.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t0\n")
     loaded = read_retrieval_set(tmp_path / "queries.jsonl", tmp_path / "corpus.jsonl", tmp_path / "qrels.tsv")
-    assert (loaded.query_ids, loaded.corpus, loaded.relevant) == (["q1"], ["Cats a cat", "dog"], {"q1": ["d1"]})
+    assert (loaded.query_ids, loaded.corpus, loaded.relevant) == (["q1"], ["Cats a cat", "dog"], {"q1": {"d1": 1.0}})
     write(tmp_path / "some-missing.tsv", "q1\td9\t1\nq1\td1\t1\n")  # kept: d9 counts as never found (BEIR's sets)
     kept = read_retrieval_set(tmp_path / "queries.jsonl", tmp_path / "corpus.jsonl", tmp_path / "some-missing.tsv")
-    assert kept.relevant == {"q1": ["d9", "d1"]}
+    assert kept.relevant == {"q1": {"d9": 1.0, "d1": 1.0}}
     write(tmp_path / "bad-qrels.tsv", "q1\td9\t1\n")  # none of its documents in the corpus: ids that do not match
     with pytest.raises(ValueError, match="none of the documents it names is in .* \\(e.g. 'd9'\\)"):
         read_retrieval_set(tmp_path / "queries.jsonl", tmp_path / "corpus.jsonl", tmp_path / "bad-qrels.tsv")
@@ -88,7 +88,7 @@ def test_prepared_files_hold_the_real_texts(data_dir, tmp_path):
     texts = dict(zip(test.corpus_ids, test.corpus))
     for query_id, query in zip(test.query_ids[:50], test.queries[:50]):
         assert query.startswith("RT @")
-        original = texts[test.relevant[query_id][0]]
+        original = texts[next(iter(test.relevant[query_id]))]  # the first judged
         assert tweet_key(query.split(":", 1)[1]) == tweet_key(original)
 
 
@@ -198,6 +198,13 @@ def torch_equal(a, b) -> bool:
     return bool((a == b).all())
 
 
+def test_a_graded_set_is_written_and_read_back_with_its_grades(tmp_path):
+    graded = RetrievalSet(["q1"], ["cat"], ["d1", "d2", "d3"], ["a cat", "a kitten", "dog"], {"q1": {"d1": 2.0, "d2": 1.0}})
+    write_retrieval_set(tmp_path, graded)
+    assert "q1\td1\t2\n" in (tmp_path / "qrels.tsv").read_text()
+    assert read_retrieval_set(tmp_path / "queries.jsonl", tmp_path / "corpus.jsonl", tmp_path / "qrels.tsv") == graded
+
+
 def test_sbert_reads_a_beir_folder_in_beirs_own_layout(tmp_path):
     """sbert evaluate --data and data.dev read only qrels.tsv; adapt --eval and index weight --tune took BEIR's
     qrels/test.tsv too (the repository's own python-faq set is laid out so)."""
@@ -207,4 +214,4 @@ def test_sbert_reads_a_beir_folder_in_beirs_own_layout(tmp_path):
     write(tmp_path / "corpus.jsonl", '{"_id": "d1", "text": "a cat"}\n{"_id": "d2", "text": "dog"}\n')
     (tmp_path / "qrels").mkdir()
     write(tmp_path / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\n")
-    assert load_held_out(str(tmp_path)).relevant == {"q1": ["d1"]}
+    assert load_held_out(str(tmp_path)).relevant == {"q1": {"d1": 1.0}}

@@ -4,7 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from bertforge.tasks.retrieval.metrics import ranking_metrics, relevant_indices, retrieval_metrics, spearman, top_k
+from bertforge.tasks.retrieval.metrics import (ndcg_per_query, ranking_metrics, relevant_indices, retrieval_metrics,
+                                               spearman, top_k)
 
 
 def test_hand_computed_ranking():
@@ -72,7 +73,9 @@ def test_a_relevant_document_missing_from_the_corpus_is_relevant_and_never_found
     """As pytrec_eval and sentence-transformers' evaluator count it (the whole set was refused before)."""
     with caplog.at_level("WARNING", logger="bertforge"):
         relevant = relevant_indices(["q1", "q2"], ["a", "b"], {"q1": ["a", "c"], "q2": ["c", "d"]})
-    assert relevant[0][0] == 0 and relevant[0][1] < -1 and relevant[1][0] == relevant[0][1] != relevant[1][1] < -1
+    (found, first_missing), (again, second_missing) = list(relevant[0]), list(relevant[1])
+    assert found == 0 and first_missing < -1 and again == first_missing != second_missing < -1
+    assert relevant[0] == {found: 1.0, first_missing: 1.0}
     assert "2 relevant document(s) in the qrels are not in the corpus (e.g. 'c')" in caplog.text
     metrics = retrieval_metrics(np.array([[0.9, 0.1], [0.5, 0.4]]), relevant)
     assert metrics["recall@10"] == pytest.approx((0.5 + 0.0) / 2)
@@ -103,6 +106,46 @@ def test_equal_to_sentence_transformers_information_retrieval_evaluator():
     assert ours["recall@10"] == pytest.approx(expected["recall@k"][10])
     assert ours["mrr@10"] == pytest.approx(expected["mrr@k"][10])
     assert ours["ndcg@10"] == pytest.approx(expected["ndcg@k"][10])
+
+
+def test_graded_relevance_is_the_gain_of_ndcg_by_hand():
+    """Document 2 (grade 2) ranked second, document 0 (grade 1) first: DCG 1 + 2/log2(3) over the ideal 2 + 1/log2(3).
+    A sequence is grade 1 each: binary nDCG as before."""
+    scores = np.array([[0.9, 0.1, 0.5, 0.2]])
+    graded = retrieval_metrics(scores, [{0: 1.0, 2: 2.0}])
+    assert graded["ndcg@10"] == pytest.approx((1 + 2 / math.log2(3)) / (2 + 1 / math.log2(3)))
+    assert graded["recall@1"] == 0.5 and graded["mrr@10"] == 1.0  # binary measures: a grade above 0 is relevant
+    assert retrieval_metrics(scores, [{0: 1.0, 2: 1.0}]) == retrieval_metrics(scores, [[0, 2]])
+    assert ndcg_per_query(scores, [{0: 1.0, 2: 2.0}])[0] == pytest.approx(graded["ndcg@10"])
+    assert retrieval_metrics(scores, [{0: 1.0, 3: 0.0}])["recall@10"] == 1.0  # grade 0: judged, not relevant
+    with pytest.raises(ValueError, match="no relevant document"):
+        retrieval_metrics(scores, [{3: 0.0}])
+
+
+def test_graded_metrics_equal_pytrec_eval():
+    """BEIR's and MTEB's evaluation (pytrec_eval's ndcg_cut_10, recall_10, recall_100) on graded qrels with grade-0
+    judgments, a relevant document missing from the corpus, and no ties (pytrec_eval breaks them by document id)."""
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    rng = np.random.default_rng(3)
+    num_queries, num_documents = 50, 400
+    scores = rng.standard_normal((num_queries, num_documents))
+    corpus_ids = [f"d{i:04d}" for i in range(num_documents)]
+    qrels = {}
+    for query in range(num_queries):
+        judged = rng.choice(num_documents, rng.integers(1, 9), replace=False)
+        qrels[f"q{query}"] = {corpus_ids[d]: int(rng.integers(0, 4)) for d in judged}
+        qrels[f"q{query}"][corpus_ids[int(np.argmax(scores[query]))]] = 3  # some found at rank 1
+    qrels["q0"]["not-in-corpus"] = 2
+    query_ids = [q for q, grades in qrels.items() if any(grade > 0 for grade in grades.values())]
+    run = {f"q{q}": {corpus_ids[d]: float(scores[q, d]) for d in np.argsort(-scores[q])[:100]}
+           for q in range(num_queries)}
+    expected = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.10,100"}).evaluate(run)
+    relevant = relevant_indices(query_ids, corpus_ids,
+                                {q: {d: g for d, g in qrels[q].items() if g > 0} for q in query_ids})
+    ours = retrieval_metrics(scores[[int(q[1:]) for q in query_ids]], relevant, recall_at=(10, 100))
+    for ours_name, theirs in (("ndcg@10", "ndcg_cut_10"), ("recall@10", "recall_10"), ("recall@100", "recall_100")):
+        assert ours[ours_name] == pytest.approx(np.mean([expected[q][theirs] for q in query_ids]), abs=1e-9)
+    assert len({expected[q]["ndcg_cut_10"] for q in query_ids}) > 10  # grades that differ, not all found or none
 
 
 def test_top_k_is_a_stable_argsort_cut_to_k():

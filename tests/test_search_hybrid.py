@@ -339,11 +339,12 @@ def test_index_weight_refuses_bad_input_in_one_line_and_leaves_the_index_alone(c
     assert code == 1 and "is not a bertforge index" in err and len(err.strip().splitlines()) == 1
 
 
-def write_beir(folder, queries: dict, qrels: list[tuple[str, str]]):
+def write_beir(folder, queries: dict, qrels: list[tuple]):
+    """qrels: (query, document) pairs of grade 1, or (query, document, grade)."""
     (folder / "qrels").mkdir(parents=True)
     (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
-    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n"
-                                                                                        for q, d in qrels))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t{grade[0] if grade else 1}\n" for q, d, *grade in qrels))
     return folder
 
 
@@ -531,6 +532,18 @@ def test_a_judged_document_the_index_lacks_stays_in_the_ideal_ranking(saved_inde
     judged = read_judged_queries(beir, index)
     assert len(judged.relevant_documents[0]) == 2 and judged.left_out == 0
     assert weight_ndcg(index, judged)[1.0] == pytest.approx(1 / (1 + 1 / math.log2(3)))
+
+
+def test_tune_takes_a_graded_judgment_as_its_gain(saved_index, tmp_path):
+    """The first hit judged 1 and the second 3 (BEIR's graded qrels, pytrec_eval's gain): nDCG@10 is
+    (1 + 3/log2(3)) / (3 + 1/log2(3)), not the 1.0 of binary relevance."""
+    from bertforge.search.weights import read_judged_queries, weight_ndcg
+
+    index = Index.load(saved_index)
+    first, second = (hit.id for hit in index.search(QUERIES[0], top_k=2, dense_weight=1.0))
+    beir = write_beir(tmp_path / "graded", {"q0": QUERIES[0]}, [("q0", first, 1), ("q0", second, 3)])
+    assert weight_ndcg(index, read_judged_queries(beir, index))[1.0] == pytest.approx(
+        (1 + 3 / math.log2(3)) / (3 + 1 / math.log2(3)))
 
 
 def test_equal_scores_rank_in_corpus_order_at_every_weight(index, tmp_path):

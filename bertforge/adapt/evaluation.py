@@ -37,7 +37,8 @@ HYBRID_METRIC = "hybrid_ndcg@10"
 # (tasks/retrieval/sentences.py), the engine the index serves; a digest without a BEIR set carries the rule too.
 # 4 (2026-11-28): that engine's pair of weights picked by the one-standard-error rule (sentences.simplest_within_one_se)
 # 5 (2026-11-28): and each passage's best neighbour in its document mixed in (tasks/retrieval/neighbours.py)
-SCORING_RULE = 5
+# 6 (2026-11-28): a BEIR set's graded qrels give nDCG their grades as gains, as BEIR's pytrec_eval does (binary before)
+SCORING_RULE = 6
 
 
 def ict_metrics(scorer: Scorer, held_out: HeldOut) -> dict[str, dict[str, float]]:

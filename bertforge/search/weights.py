@@ -31,7 +31,7 @@ class JudgedQueries:
     parts; documents are numbered in order of their first row, then the judged ones the index lacks."""
 
     texts: list[str]
-    relevant_documents: list[list[int]]
+    relevant_documents: list[dict[int, float]]  # each query's {document: grade}
     own_documents: list[int | None]  # the one whose id is the query's: never ranked for it, as BEIR leaves it out
     left_out: int                    # judged queries none of whose relevant ids is in the index
     row_documents: np.ndarray        # (rows,): the document each row of the index is (part of)
@@ -66,11 +66,11 @@ def read_judged_queries(folder: str | Path, index: Index) -> JudgedQueries:
         judged.texts.append(queries[query_id])
         # A judged document the index lacks (a duplicate adapt dropped) stays relevant, never found, as BEIR and
         # pytrec_eval count it: left out, it lowered the ideal and a query scored 1.0 for finding the rest.
-        judged.relevant_documents.append([documents.setdefault(doc_id, len(documents))
-                                          for doc_id in relevant[query_id]])
+        judged.relevant_documents.append({documents.setdefault(doc_id, len(documents)): grade
+                                          for doc_id, grade in relevant[query_id].items()})
         judged.own_documents.append(documents.get(query_id))
     if not judged.texts:
-        example = relevant[judged_ids[0]][0]
+        example = next(iter(relevant[judged_ids[0]]))
         raise ValueError(f"no document id in {qrels} is a passage id of the index ({example!r} is not; the index's "
                          f"ids look like {next(index.row_ids())!r}); build the index with the corpus's ids "
                          "(a BEIR corpus.jsonl's _id is read as it is; --id-field names another field)")

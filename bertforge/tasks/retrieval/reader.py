@@ -18,6 +18,7 @@ from pathlib import Path
 from ...atomic import replaced_file
 from ...input_files import DELIMITERS, corpus_record, jsonl_objects, open_table, require_file, text_suffix, titled
 from ..classification.reader import JSONL_SUFFIX, read_rows, table_columns
+from .metrics import graded
 
 PAIR_COLUMNS = ["anchor", "positive"]
 TRIPLET_COLUMNS = ["anchor", "positive", "negative"]
@@ -115,13 +116,14 @@ def parse_score(value, path: Path, line: int) -> float:
 
 @dataclass
 class RetrievalSet:
-    """Queries, a corpus and which documents are relevant to each query, by id."""
+    """Queries, a corpus and which documents are relevant to each query, by id: a list of ids (each of grade 1), or
+    {id: grade} as graded qrels give them (`read_qrels`)."""
 
     query_ids: list[str]
     queries: list[str]
     corpus_ids: list[str]
     corpus: list[str]
-    relevant: dict[str, list[str]]
+    relevant: dict[str, list[str] | dict[str, float]]
 
 
 def read_retrieval_set(queries: str | os.PathLike, corpus: str | os.PathLike, qrels: str | os.PathLike
@@ -168,10 +170,11 @@ def read_texts_by_id(path: Path) -> dict[str, str]:
     return texts
 
 
-def read_qrels(path: Path) -> dict[str, list[str]]:
-    """query-id -> relevant corpus-ids (score > 0) from a TSV with or without BEIR's header line."""
+def read_qrels(path: Path) -> dict[str, dict[str, float]]:
+    """query-id -> {relevant corpus-id: its grade} (score > 0: BEIR's 0 is judged not relevant) from a TSV with or
+    without BEIR's header line. The grade is nDCG's gain (`metrics`), as BEIR's pytrec_eval takes it."""
     require_file(path, "qrels file", "BEIR's are qrels/test.tsv: query-id, corpus-id, score")
-    relevant: dict[str, list[str]] = {}
+    relevant: dict[str, dict[str, float]] = {}
     with open_table(path) as rows:  # BEIR's qrels are .tsv
         for line, row in enumerate(rows, start=1):
             if not row or (line == 1 and row[0] == "query-id"):
@@ -181,7 +184,7 @@ def read_qrels(path: Path) -> dict[str, list[str]]:
             except (IndexError, ValueError):
                 raise ValueError(f"{path}:{line}: expected query-id<TAB>corpus-id<TAB>score, got {row}") from None
             if score > 0:
-                relevant.setdefault(query_id, []).append(doc_id)
+                relevant.setdefault(query_id, {})[doc_id] = score
     return relevant
 
 
@@ -194,6 +197,6 @@ def write_retrieval_set(folder: Path, retrieval_set: RetrievalSet) -> None:
             temporary.write_text("".join(json.dumps({"_id": i, "text": t}, ensure_ascii=False) + "\n"
                                          for i, t in zip(ids, texts)), encoding="utf-8")
     with replaced_file(folder / "qrels.tsv") as temporary:
-        lines = ["query-id\tcorpus-id\tscore\n"] + [f"{q}\t{d}\t1\n" for q in retrieval_set.query_ids
-                                                    for d in retrieval_set.relevant[q]]
+        lines = ["query-id\tcorpus-id\tscore\n"] + [f"{q}\t{d}\t{grade:g}\n" for q in retrieval_set.query_ids
+                                                    for d, grade in graded(retrieval_set.relevant[q]).items()]
         temporary.write_text("".join(lines), encoding="utf-8")
