@@ -198,6 +198,31 @@ def torch_equal(a, b) -> bool:
     return bool((a == b).all())
 
 
+def test_each_split_reads_its_own_beir_qrels_and_says_when_it_reads_the_others(tmp_path, caplog):
+    """One BEIR folder, qrels/dev.tsv and qrels/test.tsv: data.dev (and index weight --tune) picks by dev, data.test
+    and adapt --eval report test. The dev set of a folder with only test judgments picked checkpoints on the
+    reported scores without a word; MS MARCO's only split is dev."""
+    from bertforge.tasks.retrieval.reader import beir_qrels
+    from bertforge.tasks.retrieval.recipe import load_held_out
+
+    write(tmp_path / "queries.jsonl", '{"_id": "q1", "text": "cat"}\n{"_id": "q2", "text": "dog"}\n')
+    write(tmp_path / "corpus.jsonl", '{"_id": "d1", "text": "a cat"}\n{"_id": "d2", "text": "a dog"}\n')
+    (tmp_path / "qrels").mkdir()
+    write(tmp_path / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    with caplog.at_level("WARNING", logger="bertforge"):
+        assert load_held_out(str(tmp_path), "test").query_ids == ["q1"] and not caplog.text
+        assert load_held_out(str(tmp_path), "dev").query_ids == ["q1"]  # only test judgments: read, and said
+    assert "has no qrels/dev.tsv: judging by" in caplog.text and "not held out" in caplog.text
+    write(tmp_path / "qrels" / "dev.tsv", "query-id\tcorpus-id\tscore\nq2\td2\t1\n")
+    assert load_held_out(str(tmp_path), "dev").query_ids == ["q2"]
+    assert load_held_out(str(tmp_path), "test").query_ids == ["q1"]
+    (tmp_path / "qrels" / "test.tsv").unlink()  # MS MARCO's layout
+    assert beir_qrels(tmp_path, "test") == tmp_path / "qrels" / "dev.tsv"
+    (tmp_path / "qrels" / "dev.tsv").unlink()
+    with pytest.raises(ValueError, match=r"qrels/dev.tsv does not exist"):
+        load_held_out(str(tmp_path), "dev")
+
+
 def test_a_graded_set_is_written_and_read_back_with_its_grades(tmp_path):
     graded = RetrievalSet(["q1"], ["cat"], ["d1", "d2", "d3"], ["a cat", "a kitten", "dog"], {"q1": {"d1": 2.0, "d2": 1.0}})
     write_retrieval_set(tmp_path, graded)

@@ -63,8 +63,9 @@ def relevant_columns(held_out: HeldOut, split: str) -> list[list[int]]:
 
 
 def read_beir_folder(folder: str | Path) -> RetrievalSet:
-    """A BEIR folder: corpus.jsonl, queries.jsonl and qrels/test.tsv (BEIR's own layout) or qrels.tsv
-    (what `bertforge sbert prepare` writes). Raises ValueError naming what is missing."""
+    """A BEIR folder: corpus.jsonl, queries.jsonl and qrels/test.tsv (BEIR's own layout; dev.tsv where it has no
+    test split: `beir_qrels`) or qrels.tsv (what `bertforge sbert prepare` writes). Raises ValueError naming what is
+    missing."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"--eval {folder} is not a folder; give a BEIR folder (corpus.jsonl, queries.jsonl, "

@@ -19,7 +19,7 @@ def adapt(corpus: list[str], *, output: str, base: str = "minilm", preset: Liter
             and the stage cache (run again after a kill: finished stages are kept)
         base: the model to adapt: a sentence-transformers or BERT folder, or minilm
         preset: quick (CPU: ~20 minutes for 150k words) or full (a GPU: longer ICT, then SimCSE)
-        eval: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) scored beside the held-out queries
+        eval: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv; qrels/dev.tsv where it has no test split) scored beside the held-out queries
         text_column: the column of a .csv/.tsv corpus, or the field of a .jsonl one, that holds the text
         id_column: the column of a .csv/.tsv corpus, or the field of a .jsonl one, that holds each passage's id,
             which the index and the server give back; every row or record must have it (default: FILE:ROW for a

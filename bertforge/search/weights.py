@@ -38,7 +38,8 @@ class JudgedQueries:
 
 
 def read_judged_queries(folder: str | Path, index: Index) -> JudgedQueries:
-    """The queries of a BEIR folder (queries.jsonl, qrels/test.tsv or qrels.tsv) judged against `index`'s passages.
+    """The queries of a BEIR folder (queries.jsonl; its dev split's qrels, `beir_qrels`) judged against `index`'s
+    passages.
 
     Ids are compared as text: qrels hold text, an index's ids are str or int; a part ID#k of a passage is judged
     as ID (`document_id`). Raises ValueError for a missing or malformed file, or when no query has a relevant id
@@ -46,9 +47,9 @@ def read_judged_queries(folder: str | Path, index: Index) -> JudgedQueries:
     """
     folder = Path(folder)
     if not folder.is_dir():
-        raise ValueError(f"--tune {folder} is not a folder; give a BEIR folder (queries.jsonl and qrels/test.tsv, "
+        raise ValueError(f"--tune {folder} is not a folder; give a BEIR folder (queries.jsonl and qrels/dev.tsv, "
                          "whose document ids are the index's passage ids)")
-    qrels = beir_qrels(folder)
+    qrels = beir_qrels(folder, "dev")  # what picks a weight: the dev split where the folder has one
     queries, relevant = read_texts_by_id(folder / "queries.jsonl"), read_qrels(qrels)
     judged_ids = [query_id for query_id in queries if relevant.get(query_id)]
     if not judged_ids:

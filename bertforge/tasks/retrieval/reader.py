@@ -10,6 +10,7 @@ is relevant). Every problem with a file is one ValueError naming the file and th
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from ...atomic import replaced_file
 from ...input_files import DELIMITERS, corpus_record, jsonl_objects, open_table, require_file, text_suffix, titled
 from ..classification.reader import JSONL_SUFFIX, read_rows, table_columns
 from .metrics import graded
+
+logger = logging.getLogger("bertforge")
 
 PAIR_COLUMNS = ["anchor", "positive"]
 TRIPLET_COLUMNS = ["anchor", "positive", "negative"]
@@ -149,11 +152,24 @@ def read_retrieval_set(queries: str | os.PathLike, corpus: str | os.PathLike, qr
                         list(corpus_texts.values()), {q: relevant[q] for q in query_ids})
 
 
-def beir_qrels(folder: Path) -> Path:
-    """A BEIR folder's qrels: qrels/test.tsv (BEIR's own layout) or qrels.tsv (what `bertforge sbert prepare`
-    writes); qrels/test.tsv when neither is there, for read_qrels to name as missing."""
-    return next((path for path in (folder / "qrels" / "test.tsv", folder / "qrels.tsv") if path.is_file()),
-                folder / "qrels" / "test.tsv")
+def beir_qrels(folder: Path, split: str = "test") -> Path:
+    """A BEIR folder's qrels for `split` ("test": what is reported; "dev": what picks a checkpoint or a weight):
+    qrels/SPLIT.tsv (BEIR's own layout, every split in one folder) or qrels.tsv (what `bertforge sbert prepare` writes,
+    a folder a split). Without either, the other split's qrels/*.tsv, said in a warning: a test set of only dev
+    judgments is BEIR's MS MARCO; a dev set of only test judgments picks by the scores it then reports, so they
+    are not held out. qrels/SPLIT.tsv when none is there, for read_qrels to name as missing."""
+    other = {"test": "dev", "dev": "test"}[split]
+    wanted = folder / "qrels" / f"{split}.tsv"
+    found = next((path for path in (wanted, folder / "qrels.tsv") if path.is_file()), None)
+    if found is not None:
+        return found
+    fallback = folder / "qrels" / f"{other}.tsv"
+    if not fallback.is_file():
+        return wanted
+    consequence = ("the checkpoint or weight it picks is picked on the test queries, whose scores are then not "
+                   "held out" if split == "dev" else "its dev judgments stand for a test split (BEIR's MS MARCO)")
+    logger.warning("%s has no qrels/%s.tsv: judging by %s; %s", folder, split, fallback, consequence)
+    return fallback
 
 
 def read_texts_by_id(path: Path) -> dict[str, str]:
@@ -173,7 +189,7 @@ def read_texts_by_id(path: Path) -> dict[str, str]:
 def read_qrels(path: Path) -> dict[str, dict[str, float]]:
     """query-id -> {relevant corpus-id: its grade} (score > 0: BEIR's 0 is judged not relevant) from a TSV with or
     without BEIR's header line. The grade is nDCG's gain (`metrics`), as BEIR's pytrec_eval takes it."""
-    require_file(path, "qrels file", "BEIR's are qrels/test.tsv: query-id, corpus-id, score")
+    require_file(path, "qrels file", "BEIR's are qrels/test.tsv (and dev.tsv): query-id, corpus-id, score")
     relevant: dict[str, dict[str, float]] = {}
     with open_table(path) as rows:  # BEIR's qrels are .tsv
         for line, row in enumerate(rows, start=1):

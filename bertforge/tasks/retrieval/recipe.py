@@ -78,7 +78,7 @@ def run_sbert_training(recipe: SbertRecipe, resume: bool = False, overwrite: boo
 
 def train_sbert_in(recipe: SbertRecipe, run: RecipeRun) -> dict:
     pairs = read_pairs(recipe.data.train, recipe.data.columns or None, scored=recipe.loss.needs_scores)
-    held_out = {split: load_held_out(path) for split in ("dev", "test") if (path := getattr(recipe.data, split))}
+    held_out = {split: load_held_out(path, split) for split in ("dev", "test") if (path := getattr(recipe.data, split))}
     model = run.build(BiEncoder, pooling=recipe.pooling or None, normalize=recipe.normalize,
                       max_seq_length=recipe.max_length or None, objective=recipe.loss)
     collate = PairCollator(pairs, run.tokenizer, model.max_seq_length, prompt=model.default_prompt)
@@ -97,12 +97,12 @@ def train_sbert_in(recipe: SbertRecipe, run: RecipeRun) -> dict:
     return results
 
 
-def load_held_out(path: str):
-    """A BEIR folder (its qrels where `beir_qrels` finds them: qrels/test.tsv or qrels.tsv) -> RetrievalSet; a file ->
-    scored pairs (sentence1, sentence2, score)."""
+def load_held_out(path: str, split: str = "test"):
+    """A BEIR folder (the split's qrels where `beir_qrels` finds them: qrels/SPLIT.tsv or qrels.tsv) -> RetrievalSet;
+    a file -> scored pairs (sentence1, sentence2, score)."""
     folder = Path(path)
     if folder.is_dir():
-        return read_retrieval_set(folder / "queries.jsonl", folder / "corpus.jsonl", beir_qrels(folder))
+        return read_retrieval_set(folder / "queries.jsonl", folder / "corpus.jsonl", beir_qrels(folder, split))
     return read_pairs(folder, scored=True, held_out=True)
 
 
