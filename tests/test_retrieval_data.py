@@ -224,7 +224,8 @@ def test_each_split_reads_its_own_beir_qrels_and_says_when_it_reads_the_others(t
 
 
 def test_a_graded_set_is_written_and_read_back_with_its_grades(tmp_path):
-    graded = RetrievalSet(["q1"], ["cat"], ["d1", "d2", "d3"], ["a cat", "a kitten", "dog"], {"q1": {"d1": 2.0, "d2": 1.0}})
+    graded = RetrievalSet(["q1"], ["cat"], ["d1", "d2", "d3"], ["a cat", "a kitten", "dog"],
+                          {"q1": {"d1": 2.0, "d2": 1.0}})
     write_retrieval_set(tmp_path, graded)
     assert "q1\td1\t2\n" in (tmp_path / "qrels.tsv").read_text()
     assert read_retrieval_set(tmp_path / "queries.jsonl", tmp_path / "corpus.jsonl", tmp_path / "qrels.tsv") == graded

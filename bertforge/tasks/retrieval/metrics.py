@@ -5,8 +5,8 @@ A query's relevant documents are a sequence (each of grade 1) or a mapping docum
 the reciprocal rank of the first relevant one (0 past k); nDCG@k the discounted gain grade/log2(rank + 1) of the
 ranked documents in the top k over the best achievable (the grades sorted, best first). Each is the mean over
 queries. These are BEIR's and MTEB's definitions (pytrec_eval's recall_k and ndcg_cut_k, the grade as the gain),
-and with grades of 1 sentence-transformers' InformationRetrievalEvaluator's too, which reads qrels as sets. Ties are broken by corpus position, so a
-ranking never depends on luck (sentence-transformers breaks them by corpus id: the same on a corpus
+and with grades of 1 sentence-transformers' InformationRetrievalEvaluator's too, which reads qrels as sets.
+Ties are broken by corpus position, so a ranking never depends on luck (sentence-transformers breaks them by corpus id: the same on a corpus
 in id order; an audit's exact duplicates, 2026-11-27, moved nDCG@10 0.745 -> 0.802 between the two).
 `evaluation.evaluate_retrieval` leaves out a document with the query's own id, as BEIR does
 (`ignore_identical_ids`) and sentence-transformers does not: review-to-review sets hold each query.
@@ -60,8 +60,8 @@ def retrieval_metrics(scores: np.ndarray, relevant: Sequence[Relevant], *,
     """recall@k for k in recall_at (1 and 10 by default), mrr@10, ndcg@10 (means over queries) from a score matrix.
 
     scores: (queries, documents), higher is better. relevant[q]: the indices of query q's
-    relevant documents (at least one each), or a mapping index -> grade. exclude[q]: a document index never ranked for
-    query q (the query's own copy in the corpus, as BEIR leaves it out), or None.
+    relevant documents (at least one each), or a mapping index -> grade. exclude[q]: a document index never
+    ranked for query q (the query's own copy in the corpus, as BEIR leaves it out), or None.
     Raises ValueError for a query without relevant documents or mismatched lengths.
     """
     scores = np.array(scores, dtype=np.float64)  # a copy: excluded documents are set to -inf below

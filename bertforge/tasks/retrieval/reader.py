@@ -5,7 +5,7 @@ Training files are .csv, .tsv or .jsonl (a header / JSON keys name the columns):
 - scored pairs (sentence1, sentence2, score) for CoSENT / cosine losses and Spearman.
 A retrieval set is BEIR's layout: queries.jsonl and corpus.jsonl ({"_id", "text"} per line,
 corpus "title" prepended when present) and a qrels .tsv (query-id, corpus-id, score; score > 0
-is relevant). Every problem with a file is one ValueError naming the file and the fix.
+is relevant, and nDCG's gain: `read_qrels`). Every problem with a file is one ValueError naming the file and the fix.
 """
 from __future__ import annotations
 
