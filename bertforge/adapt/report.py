@@ -36,6 +36,11 @@ def settings_of(chosen: dict) -> tuple[float, float, float]:
     return chosen.get("sentence_weight", 0.0), chosen["dense_weight"], chosen.get("neighbour_weight", 0.0)
 
 
+def model_alone(chosen: dict) -> bool:
+    """Whether an engine record ranks by the model's passage cosines alone: no sentences, BM25 or neighbours."""
+    return settings_of(chosen) == (0.0, 1.0, 0.0)
+
+
 def passage_engine(system: dict) -> dict:
     """{"dense_weight", "metrics"}: the model's passage vectors alone fused with BM25 at the weight its dev queries
     pick, what the distillation teacher's BM25 share is read from (a record made before sentences: its engine)."""
@@ -69,8 +74,7 @@ def unique_engines(system: dict) -> list[dict]:
     sentences mixed in, each once (a record made before sentences has one; a pick of no sentences is the first)."""
     engines = []
     for chosen in (passage_engine(system), engine(system)):
-        plain = settings_of(chosen) == (0.0, 1.0, 0.0)
-        if not plain and all(settings_of(e) != settings_of(chosen) for e in engines):
+        if not model_alone(chosen) and all(settings_of(e) != settings_of(chosen) for e in engines):
             engines.append(chosen)
     return engines
 
@@ -97,9 +101,10 @@ def label(evaluation_set: str) -> str:
 def build_report(run: Run, systems: list[dict], final: dict, seconds: float, queries: dict | None = None) -> dict:
     corpus = run.corpus
     settings = final.get("settings") or {}
+    sentence_weight, dense_weight, neighbour_weight = settings_of(engine(final))
     return {"base": run.options.base, "preset": run.options.preset, "final": final["name"],
-            "final_engine": engine_name(final), "dense_weight": engine(final)["dense_weight"],
-            "sentence_weight": engine(final)["sentence_weight"], "neighbour_weight": engine(final)["neighbour_weight"],
+            "final_engine": engine_name(final), "dense_weight": dense_weight,
+            "sentence_weight": sentence_weight, "neighbour_weight": neighbour_weight,
             "note": final_note(systems, final), "pooling": run.pooling, "bm25": BM25_ANALYZER,
             "corpus": {"files": [str(f) for f in corpus.files], "passages": len(corpus.passages),
                        "words": corpus.words, "duplicates": corpus.duplicates, "split": corpus.split},
@@ -119,7 +124,7 @@ def final_note(systems: list[dict], final: dict) -> str:
     lines = ["No stage beat the base model on the held-out dev queries: DIR/model is the base model, unchanged."
              if final is base else f"Final model: stage {final['name']}."]
     lines.append(f"DIR/index ranks by {engine_name(final)} (weights picked on the dev queries)."
-                 if settings_of(chosen) != (0.0, 1.0, 0.0)
+                 if not model_alone(chosen)
                  else "DIR/index ranks by it alone (neither BM25, sentences nor neighbours helped on the dev queries).")
     for split in ("test", "beir"):
         if split not in chosen["metrics"]:

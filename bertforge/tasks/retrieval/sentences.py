@@ -52,15 +52,15 @@ def simplest_within_one_se(per_query: Mapping[tuple[float, ...], np.ndarray]) ->
     favour both BM25 and the best sentence more than people's questions do. Picked at the best dev mean, Python's
     FAQ's trained model served sentences 0.75 and BM25 0.3 (its 175 real questions 0.725), where 0.25 and 0.1 rank
     them at 0.780 (2026-11-28)."""
-    means = {pair: float(np.mean(scores)) for pair, scores in per_query.items()}
+    means = {settings: float(np.mean(scores)) for settings, scores in per_query.items()}
     best = best_weights(means)
 
-    def within(pair: tuple[float, float]) -> bool:
-        differences = np.asarray(per_query[pair]) - np.asarray(per_query[best])
+    def within(settings: tuple[float, ...]) -> bool:
+        differences = np.asarray(per_query[settings]) - np.asarray(per_query[best])
         error = differences.std(ddof=1) / np.sqrt(len(differences)) if len(differences) > 1 else 0.0
         return differences.mean() >= -error
 
-    return min((pair for pair in per_query if within(pair)), key=simplicity)
+    return min((settings for settings in per_query if within(settings)), key=simplicity)
 
 
 def passage_sentences(text: str) -> list[str]:
