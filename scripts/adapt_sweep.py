@@ -83,16 +83,18 @@ def main() -> None:
     parser.add_argument("--results", required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--minutes", type=float, default=None, help="the run's time budget (default: the preset's)")
     args = parser.parse_intermixed_args()
     corpus = [item for item in args.corpus if "=" not in item and item != "reference"]
     variants = [item for item in args.corpus if item not in corpus]
     pipeline.require_index_library = lambda: None
-    pipeline.build_corpus_index = lambda run, dense_weight: None
+    pipeline.build_corpus_index = lambda run, *weights: None
     for variant in variants:
         pipeline.with_lexical_teacher = with_variant(variant)
         name = "".join(c if c.isalnum() or c in ".-" else "_" for c in variant)
         options = pipeline.AdaptOptions(corpus=corpus, output=str(Path(args.root) / name), eval=args.eval,
-                                        text_column=args.text_column, seed=args.seed)
+                                        text_column=args.text_column, seed=args.seed,
+                                        minutes=args.minutes)
         if args.threads:
             import torch
             torch.set_num_threads(args.threads)
