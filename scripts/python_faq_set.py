@@ -70,19 +70,20 @@ def build(sources: Path) -> RetrievalSet:
                         relevant=relevant)
 
 
-def extract(deb: Path | None, into: Path) -> Path:
-    """The package's reStructuredText sources under `into` (downloaded with apt-get unless --deb names it)."""
+def extract(deb: Path | None, into: Path, package: str = PACKAGE, holds: str = SOURCES) -> Path:
+    """The folder `holds` of the Debian `package`, unpacked under `into` (downloaded with apt-get unless --deb
+    names the .deb)."""
     if deb is None:
-        run_tool(["apt-get", "download", PACKAGE], into, f"could not download {PACKAGE} (a Debian or Ubuntu "
+        run_tool(["apt-get", "download", package], into, f"could not download {package} (a Debian or Ubuntu "
                  "machine with its package lists is needed); download the .deb elsewhere and pass --deb FILE")
-        deb = next(into.glob(f"{PACKAGE}_*.deb"))
+        deb = next(into.glob(f"{package}_*.deb"))
     elif not deb.is_file():
-        raise SystemExit(f"--deb {deb}: no such file; give the {PACKAGE} .deb that apt-get download fetched")
+        raise SystemExit(f"--deb {deb}: no such file; give the {package} .deb that apt-get download fetched")
     run_tool(["dpkg-deb", "-x", str(deb), str(into / "root")], into,
-             f"could not unpack {deb}: is it the {PACKAGE} .deb? (dpkg-deb is needed)")
-    if not (into / "root" / SOURCES).is_dir():
-        raise SystemExit(f"{deb} holds no {SOURCES}: give the {PACKAGE} package")
-    return into / "root" / SOURCES
+             f"could not unpack {deb}: is it the {package} .deb? (dpkg-deb is needed)")
+    if not (into / "root" / holds).is_dir():
+        raise SystemExit(f"{deb} holds no {holds}: give the {package} package")
+    return into / "root" / holds
 
 
 def run_tool(command: list[str], folder: Path, advice: str) -> None:
@@ -102,12 +103,17 @@ def main() -> None:
         raise SystemExit(f"--output {args.output} is a file; give a folder for the BEIR set")
     with tempfile.TemporaryDirectory() as temporary:
         retrieval_set = build(extract(args.deb, Path(temporary)))
-    (args.output / "qrels").mkdir(parents=True, exist_ok=True)
-    write_retrieval_set(args.output, retrieval_set)
-    (args.output / "qrels.tsv").replace(args.output / "qrels" / "test.tsv")  # BEIR's own place for it
+    write_beir_folder(args.output, retrieval_set)
+
+
+def write_beir_folder(output: Path, retrieval_set: RetrievalSet) -> None:
+    """The set as a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv), and one line saying what it holds."""
+    (output / "qrels").mkdir(parents=True, exist_ok=True)
+    write_retrieval_set(output, retrieval_set)
+    (output / "qrels.tsv").replace(output / "qrels" / "test.tsv")  # BEIR's own place for it
     words = sum(len(text.split()) for text in retrieval_set.corpus)
-    print(f"{args.output}: {len(retrieval_set.queries)} questions, {len(retrieval_set.corpus):,} passages, "
-          f"{words:,} words; adapt with: bertforge adapt {args.output / 'corpus.jsonl'} --eval {args.output}")
+    print(f"{output}: {len(retrieval_set.queries)} questions, {len(retrieval_set.corpus):,} passages, "
+          f"{words:,} words; adapt with: bertforge adapt {output / 'corpus.jsonl'} --eval {output}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,97 @@
+"""A second technical corpus with real user questions: the Debian FAQ and the Debian Reference, as a BEIR folder.
+
+    python scripts/debian_faq_set.py                       # -> runs/retrieval/debian-faq
+    python scripts/debian_faq_set.py --faq-deb debian-faq_*.deb --reference-deb debian-reference-en_*.deb
+
+Python's FAQ (scripts/python_faq_set.py) is the set issue 23's recipe was measured on; this one was not used to
+choose anything, so it shows what a user's own technical corpus would get. The questions are the Debian FAQ's
+(package debian-faq: "How can I install a package that I have downloaded?", "Why does Debian not include the
+latest kernel?"): its section headings that end in a question mark. The corpus is the FAQ's answers with their
+headings (and each page's table of contents, which lists them) taken out, plus the Debian Reference (package
+debian-reference-en: the same domain, answering no question of its own), ~100,000 words, cut into passages of
+whole paragraphs as the Python set is. A question's relevant passages are its answer's. Both packages come from the
+Debian archive with `apt-get download`: no dataset hub. HTML is read by bertforge.markup, as adapt reads it.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bertforge.markup import html_blocks  # noqa: E402
+from bertforge.tasks.retrieval.reader import RetrievalSet  # noqa: E402
+from python_faq_set import extract, passages, write_beir_folder  # noqa: E402
+
+FAQ = ("debian-faq", "usr/share/doc/debian/FAQ")
+REFERENCE = ("debian-reference-en", "usr/share/debian-reference")
+# Each question is an <h2> of DocBook's HTML, numbered ("8.1.\xa0What programs does Debian provide ...?"); its
+# answer is all that follows it up to the next <h2> (its <h3> subsections included).
+QUESTION = re.compile(r'<h2 class="title">(.*?)</h2>', re.S)
+NUMBERING = re.compile(r"^[\d.]+\s*")
+# DocBook writes a cross-reference as the section's number and title: 'see Section 4.4, "How source code compatible
+# is Debian with other Unix systems?"' (262 of them). The title is another question's text, so the number alone stays,
+# as a question's own heading is taken out of its answer.
+CROSS_REFERENCE = re.compile(r"((?:Section|Chapter) [\d.]*\d),\s*\u201c[^\u201d]*\u201d")
+
+
+def sections(page: str) -> list[tuple[str, list[str]]]:
+    """(heading, its answer's paragraphs) for every <h2> of a DocBook page; the part before the first (the
+    chapter's title and its table of contents, which lists the questions) is left out."""
+    found = []
+    starts = [match.start() for match in QUESTION.finditer(page)] + [len(page)]
+    for start, end in zip(starts, starts[1:]):
+        part = page[start:end]
+        title = html.unescape(re.sub(r"<[^>]+>", "", QUESTION.match(part).group(1)))
+        heading = NUMBERING.sub("", " ".join(title.split()))
+        blocks = html_blocks(f"<html><body>{part}</body></html>")[1:]  # the first block is the heading
+        paragraphs = [CROSS_REFERENCE.sub(r"\1", block) for block in blocks]
+        found.append((heading, paragraphs))
+    return found
+
+
+def build(faq: Path, reference: Path) -> RetrievalSet:
+    """The FAQ's questions against every passage of its answers and of the Debian Reference."""
+    query_ids, queries, corpus_ids, corpus, relevant = [], [], [], [], {}
+    for path in sorted(faq.glob("*.en.html")):
+        page = path.name.removesuffix(".en.html")
+        for number, (heading, paragraphs) in enumerate(sections(path.read_text(encoding="utf-8"))):
+            texts = passages(paragraphs)
+            ids = [f"faq-{page}-{number}-{piece}" for piece in range(len(texts))]
+            corpus_ids += ids
+            corpus += texts
+            if heading.endswith("?") and ids:
+                query_ids.append(f"q-{page}-{number}")
+                queries.append(heading)
+                relevant[query_ids[-1]] = ids
+    for path in sorted(reference.glob("*.en.html")):
+        for piece, text in enumerate(passages(html_blocks(path.read_text(encoding="utf-8")))):
+            corpus_ids.append(f"reference-{path.name.removesuffix('.en.html')}-{piece}")
+            corpus.append(text)
+    return RetrievalSet(query_ids=query_ids, queries=queries, corpus_ids=corpus_ids, corpus=corpus,
+                        relevant=relevant)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=ROOT / "runs" / "retrieval" / "debian-faq")
+    parser.add_argument("--faq-deb", type=Path, help="a downloaded debian-faq .deb (default: apt-get download)")
+    parser.add_argument("--reference-deb", type=Path,
+                        help="a downloaded debian-reference-en .deb (default: apt-get download)")
+    args = parser.parse_args()
+    if args.output.exists() and not args.output.is_dir():
+        raise SystemExit(f"--output {args.output} is a file; give a folder for the BEIR set")
+    with tempfile.TemporaryDirectory() as faq_folder, tempfile.TemporaryDirectory() as reference_folder:
+        retrieval_set = build(extract(args.faq_deb, Path(faq_folder), *FAQ),
+                              extract(args.reference_deb, Path(reference_folder), *REFERENCE))
+    write_beir_folder(args.output, retrieval_set)
+
+
+if __name__ == "__main__":
+    main()
