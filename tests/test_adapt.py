@@ -508,6 +508,28 @@ def test_the_report_shows_each_engine_after_its_model():
     assert engine_name(base) == "base + sentences (0.5) + BM25 (0.6)" and engine_name(plain) == "ict"
 
 
+def test_the_note_says_when_the_eval_queries_prefer_the_model_alone_and_how_to_serve_what_they_prefer():
+    from bertforge.adapt.report import final_note
+
+    def scored(name, test, beir, hybrid_beir):
+        return {"name": name, "metrics": {"test": {"ndcg@10": test}, "beir": {"ndcg@10": beir}},
+                "hybrid": {"dense_weight": 0.8, "sentence_weight": 0.5,
+                           "metrics": {"test": {"ndcg@10": test + 0.05}, "beir": {"ndcg@10": hybrid_beir}}}}
+
+    bm25, base = scored("bm25", 0.4, 0.41, 0.41), scored("base", 0.42, 0.625, 0.641)
+    tune = "bertforge index weight out/index --tune questions"
+    alone_better = scored("ict", 0.457, 0.683, 0.661)  # Debian's FAQ questions
+    note = final_note([bm25, base, alone_better], alone_better, tune)
+    assert "rank better with the model alone" in note and tune in note
+    index_better = scored("ict", 0.493, 0.747, 0.765)  # Python's
+    note = final_note([bm25, base, index_better], index_better, tune)
+    assert "model alone than" not in note and tune not in note
+    no_eval = {"name": "ict", "metrics": {"test": {"ndcg@10": 0.5}}, "hybrid": {"dense_weight": 0.8, "metrics": {
+        "test": {"ndcg@10": 0.55}}}}
+    assert "model alone than" not in final_note([{**bm25, "metrics": {"test": {"ndcg@10": 0.4}}},
+                                                 {**base, "metrics": {"test": {"ndcg@10": 0.42}}}, no_eval], no_eval)
+
+
 def test_a_tsdae_stage_trains_on_the_corpus_sentences_and_keeps_the_encoder_alone(cassette_dir, tmp_path):
     from safetensors.torch import load_file
 
