@@ -509,7 +509,7 @@ def test_the_report_shows_each_engine_after_its_model():
 
 
 def test_the_note_says_when_the_eval_queries_prefer_the_model_alone_and_how_to_serve_what_they_prefer():
-    from bertforge.adapt.report import final_note
+    from bertforge.adapt.report import final_note, tune_command
 
     def scored(name, test, beir, hybrid_beir):
         return {"name": name, "metrics": {"test": {"ndcg@10": test}, "beir": {"ndcg@10": beir}},
@@ -528,6 +528,9 @@ def test_the_note_says_when_the_eval_queries_prefer_the_model_alone_and_how_to_s
         "test": {"ndcg@10": 0.55}}}}
     assert "model alone than" not in final_note([{**bm25, "metrics": {"test": {"ndcg@10": 0.4}}},
                                                  {**base, "metrics": {"test": {"ndcg@10": 0.42}}}, no_eval], no_eval)
+    run = SimpleNamespace(output=Path("my runs/out"), options=SimpleNamespace(eval="my questions"))
+    assert tune_command(run) == "bertforge index weight 'my runs/out/index' --tune 'my questions'"  # pastes as is
+    assert tune_command(SimpleNamespace(output=Path("out"), options=SimpleNamespace(eval=None))) is None
 
 
 def test_a_tsdae_stage_trains_on_the_corpus_sentences_and_keeps_the_encoder_alone(cassette_dir, tmp_path):

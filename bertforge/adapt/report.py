@@ -9,6 +9,7 @@ sentences.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -118,7 +119,9 @@ def build_report(run: Run, systems: list[dict], final: dict, seconds: float, que
 
 def tune_command(run: Run) -> str | None:
     """The command that re-picks the index's weights on the --eval folder's judged queries (None without one)."""
-    return f"bertforge index weight {run.output / 'index'} --tune {run.options.eval}" if run.options.eval else None
+    if not run.options.eval:
+        return None
+    return f"bertforge index weight {shlex.quote(str(run.output / 'index'))} --tune {shlex.quote(run.options.eval)}"
 
 
 def final_note(systems: list[dict], final: dict, tune: str | None = None) -> str:
