@@ -396,3 +396,37 @@ def test_a_warning_about_weights_names_a_few_blocks_and_counts_the_rest(minilm_d
         BertModel.from_pretrained(folder)
     [report] = [r.getMessage() for r in caplog.records if "newly initialised" in r.getMessage()]
     assert "80 weights" in report and "and 32 more" in report and report.count("encoder.layer.") == 8
+
+
+def test_two_threads_loading_at_once_leave_torch_init_as_it_was():
+    """Each load saves nn.init's functions, swaps in no-ops and puts the saved ones back. Interleaved in two threads,
+    the second saved the first's no-ops and restored them last: every layer built afterwards, anywhere in the
+    process, kept torch.empty's garbage. Loads now take turns."""
+    import threading
+    import time
+
+    from torch import nn
+
+    from bertforge.models.checkpoint import INIT_FUNCTIONS, initialisation_skipped
+
+    originals = {name: getattr(nn.init, name) for name in INIT_FUNCTIONS}
+    second_is_loading, first_is_done = threading.Event(), threading.Event()
+
+    def second_load():
+        second_is_loading.set()
+        with initialisation_skipped():
+            first_is_done.wait(5)
+
+    try:
+        with initialisation_skipped():
+            thread = threading.Thread(target=second_load)
+            thread.start()
+            second_is_loading.wait(5)
+            time.sleep(0.2)  # the second load, unless it waits its turn, has saved this one's no-ops by now
+        first_is_done.set()
+        thread.join(5)
+        assert {name: getattr(nn.init, name) for name in INIT_FUNCTIONS} == originals
+        assert nn.Linear(4, 4).weight.abs().sum() > 0
+    finally:
+        for name, function in originals.items():
+            setattr(nn.init, name, function)

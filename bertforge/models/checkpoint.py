@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import pickle
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -112,20 +113,27 @@ INIT_FUNCTIONS = ("normal_", "uniform_", "kaiming_uniform_", "kaiming_normal_", 
                   "trunc_normal_", "zeros_", "ones_", "constant_")
 
 
+# One load patches torch.nn.init at a time: two loads in two threads each saving "the originals" would otherwise
+# let the second save the first's no-ops and put them back for good, leaving every later layer uninitialised.
+_INIT_PATCH = threading.RLock()  # re-entrant: a load inside a load (same thread) restores in order
+
+
 @contextlib.contextmanager
 def initialisation_skipped():
     """torch.nn.init's initialisers as no-ops: a model about to be given a checkpoint's weights is not initialised
     twice first (torch's default in each layer's constructor, then BERT's), which was most of a load's time
-    (all-MiniLM-L6-v2: 0.21 of 0.25 s), as transformers' `no_init_weights` does. Not thread-safe: it patches the
-    module for its duration, as transformers' does."""
-    saved = {name: getattr(nn.init, name) for name in INIT_FUNCTIONS}
-    try:
-        for name in INIT_FUNCTIONS:
-            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
-        yield
-    finally:
-        for name, function in saved.items():
-            setattr(nn.init, name, function)
+    (all-MiniLM-L6-v2: 0.21 of 0.25 s), as transformers' `no_init_weights` does. It patches the module for its
+    duration, as transformers' does: loads in several threads take turns (`_INIT_PATCH`), but a layer another
+    thread builds meanwhile, outside a load, is left uninitialised too."""
+    with _INIT_PATCH:
+        saved = {name: getattr(nn.init, name) for name in INIT_FUNCTIONS}
+        try:
+            for name in INIT_FUNCTIONS:
+                setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+            yield
+        finally:
+            for name, function in saved.items():
+                setattr(nn.init, name, function)
 
 
 def initialise_missing(model: nn.Module, missing: list[str], state_dict: dict[str, Tensor]) -> None:
