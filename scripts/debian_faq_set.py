@@ -15,7 +15,6 @@ Debian archive with `apt-get download`: no dataset hub. HTML is read by bertforg
 from __future__ import annotations
 
 import argparse
-import html
 import re
 import sys
 import tempfile
@@ -33,7 +32,7 @@ FAQ = ("debian-faq", "usr/share/doc/debian/FAQ")
 REFERENCE = ("debian-reference-en", "usr/share/debian-reference")
 # Each question is an <h2> of DocBook's HTML, numbered ("8.1.\xa0What programs does Debian provide ...?"); its
 # answer is all that follows it up to the next <h2> (its <h3> subsections included).
-QUESTION = re.compile(r'<h2 class="title">(.*?)</h2>', re.S)
+QUESTION = re.compile(r'<h2 class="title">')
 NUMBERING = re.compile(r"^[\d.]+\s*")
 # DocBook writes a cross-reference as the section's number and title: 'see Section 4.4, "How source code compatible
 # is Debian with other Unix systems?"' (262 of them). The title is another question's text, so the number alone stays,
@@ -47,12 +46,8 @@ def sections(page: str) -> list[tuple[str, list[str]]]:
     found = []
     starts = [match.start() for match in QUESTION.finditer(page)] + [len(page)]
     for start, end in zip(starts, starts[1:]):
-        part = page[start:end]
-        title = html.unescape(re.sub(r"<[^>]+>", "", QUESTION.match(part).group(1)))
-        heading = NUMBERING.sub("", " ".join(title.split()))
-        blocks = html_blocks(f"<html><body>{part}</body></html>")[1:]  # the first block is the heading
-        paragraphs = [CROSS_REFERENCE.sub(r"\1", block) for block in blocks]
-        found.append((heading, paragraphs))
+        heading, *blocks = html_blocks(f"<html><body>{page[start:end]}</body></html>")  # the <h2> is the first block
+        found.append((NUMBERING.sub("", heading), [CROSS_REFERENCE.sub(r"\1", block) for block in blocks]))
     return found
 
 
