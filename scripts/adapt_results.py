@@ -42,20 +42,20 @@ def ndcg(metrics: dict, split: str) -> float:
     return metrics[split]["ndcg@10"]
 
 
-def naive_run(report: dict, base: dict) -> dict | None:
-    """The last naive run scored on the same held-out queries (its base row is the report's: `--report`)."""
-    same = [run for run in map(json.loads, NAIVE_RESULTS.read_text().splitlines())
-            if run["words"] == report["corpus"]["words"]
+def naive_run(naive_runs: list[dict], report: dict, base: dict) -> dict | None:
+    """The last of `naive_runs` scored on the same held-out queries (its base row is the report's: `--report`)."""
+    same = [run for run in naive_runs if run["words"] == report["corpus"]["words"]
             and all(abs(ndcg(run["base"], split) - ndcg(base, split)) < 1e-9 for split in ("dev", "test"))]
     return same[-1] if same else None
 
 
-def summary_rows(name: str, report: dict, split: str) -> str:
-    """One corpus's row on `split` (test: the held-out ICT queries; beir: the --eval ones)."""
+def summary_rows(name: str, report: dict, split: str, naive_runs: list[dict]) -> str:
+    """One corpus's row on `split` (test: the held-out ICT queries, beside the naive run on them among `naive_runs`;
+    beir: the --eval ones)."""
     systems = {system["name"]: system for system in report["systems"]}
     base, final = systems["base"], systems[report["final"]]
     base_score = ndcg(base["metrics"], split)
-    naive = naive_run(report, base["metrics"]) if split == "test" else None
+    naive = naive_run(naive_runs, report, base["metrics"]) if split == "test" else None
     cells = [ndcg(systems["bm25"]["metrics"], split), base_score, ndcg(engine(base)["metrics"], split)]
     naive_cell = " / ".join(f"{ndcg(naive[row], split):.3f} ({ndcg(naive[row], split) / base_score:.2f}x)"
                             for row in ("naive_st", "naive_st + bm25")) if naive else ""
@@ -71,17 +71,18 @@ def print_summary(named_reports: list[str]) -> None:
     for item in named_reports:
         name, _, path = item.rpartition("=")
         reports.append((name or path, json.loads(Path(path).read_text())))
+    naive_runs = [json.loads(line) for line in NAIVE_RESULTS.read_text().splitlines()]
     print("| corpus | words | BM25 | base | the base's best engine, untrained | naive ST alone / fused "
           "| the model alone | the index | index / base |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, report in reports:
-        print(summary_rows(name, report, "test"))
+        print(summary_rows(name, report, "test", naive_runs))
     print("\n| corpus, real queries | words | BM25 | base | the base's best engine, untrained | the model alone "
           "| the index | index / base |")
     print("|---|---|---|---|---|---|---|---|")
     for name, report in reports:
         if "beir" in report["systems"][0]["metrics"]:
-            print(summary_rows(name, report, "beir"))
+            print(summary_rows(name, report, "beir", naive_runs))
 
 
 def main() -> None:

@@ -36,15 +36,13 @@ def report(beir: bool) -> dict:
                          "hybrid": {"dense_weight": 0.7, "metrics": scores(0.5, real(0.64))}}]}
 
 
-def test_a_row_reads_each_piece_and_the_naive_run_on_the_same_queries(results, tmp_path, monkeypatch):
+def test_a_row_reads_each_piece_and_the_naive_run_on_the_same_queries(results):
     naive = {"words": 1234, "base": scores(0.4), "naive_st": scores(0.42), "naive_st + bm25": scores(0.46)}
     other = {**naive, "base": scores(0.41), "naive_st": scores(0.9)}  # another draw of queries: not this run's
-    (tmp_path / "naive.jsonl").write_text(json.dumps(naive) + "\n" + json.dumps(other) + "\n")
-    monkeypatch.setattr(results, "NAIVE_RESULTS", tmp_path / "naive.jsonl")
-    assert results.summary_rows("Corpus", report(beir=True), "test") == (
+    assert results.summary_rows("Corpus", report(beir=True), "test", [naive, other]) == (
         "| Corpus | 1,234 | 0.300 | 0.400 | 0.450 | 0.420 (1.05x) / 0.460 (1.15x) | 0.440 (1.10x) | **0.500** | "
         "**1.25x** |")
-    assert results.summary_rows("Corpus", report(beir=True), "beir") == (
+    assert results.summary_rows("Corpus", report(beir=True), "beir", [naive, other]) == (
         "| Corpus | 1,234 | 0.350 | 0.600 | 0.620 | 0.660 (1.10x) | **0.640** | **1.07x** |")
 
 
