@@ -70,7 +70,7 @@ def print_summary(named_reports: list[str]) -> None:
     reports = []
     for item in named_reports:
         name, _, path = item.rpartition("=")
-        reports.append((name or path, json.loads(Path(path).read_text())))
+        reports.append((name or path, read_report(path)))
     naive_runs = [json.loads(line) for line in NAIVE_RESULTS.read_text().splitlines()]
     print("| corpus | words | BM25 | base | the base's best engine, untrained | naive ST alone / fused "
           "| the model alone | the index | index / base |")
@@ -85,12 +85,23 @@ def print_summary(named_reports: list[str]) -> None:
             print(summary_rows(name, report, "beir", naive_runs))
 
 
+def read_report(path: str) -> dict:
+    """DIR/report.json of `bertforge adapt`; SystemExit with one line for a missing, unreadable or other file."""
+    try:
+        report = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SystemExit(f"{path}: not a readable report.json ({error}); give DIR/report.json of bertforge adapt")
+    if not isinstance(report, dict) or not {"systems", "corpus", "final"} <= report.keys():
+        raise SystemExit(f"{path}: not an adapt report (no systems, corpus or final); give DIR/report.json")
+    return report
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--summary"]:
         print_summary(sys.argv[2:])
         return
     for path in sys.argv[1:]:
-        report = json.loads(Path(path).read_text())
+        report = read_report(path)
         corpus = report["corpus"]
         print(f"\n{path}: {corpus['passages']:,} passages, {corpus['words']:,} words, queries {report['queries']}, "
               f"total {report['seconds']:.0f} s\n")

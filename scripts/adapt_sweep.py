@@ -21,6 +21,8 @@ from pathlib import Path
 from bertforge.adapt import pipeline
 from bertforge.adapt.methods import MethodSettings
 from bertforge.adapt.report import engine
+from bertforge.errors import UsageError
+from bertforge.validation import checked
 
 FIELDS = {field.name for field in dataclasses.fields(MethodSettings)}
 PLANNED_STAGES = pipeline.with_lexical_teacher  # the last step of planning the stages
@@ -85,6 +87,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--minutes", type=float, default=None, help="the run's time budget (default: the preset's)")
     args = parser.parse_intermixed_args()
+    if args.minutes is not None:
+        try:
+            checked("minutes", args.minutes, float)  # adapt's own bound: a budget above 0
+        except UsageError as error:
+            parser.error(str(error))
     corpus = [item for item in args.corpus if "=" not in item and item != "reference"]
     variants = [item for item in args.corpus if item not in corpus]
     pipeline.require_index_library = lambda: None

@@ -55,3 +55,13 @@ def test_the_summary_prints_the_real_queries_of_the_runs_that_have_them(results,
     ict_table, real_table = capsys.readouterr().out.split("\n\n")
     assert "| With eval |" in ict_table and "| No eval |" in ict_table and "| 0.440 (1.10x) |" in ict_table
     assert "| With eval |" in real_table and "No eval" not in real_table
+
+
+@pytest.mark.parametrize("content", [None, "not json", "[1]", '{"systems": []}'])
+def test_a_file_that_is_not_a_report_is_one_line(results, tmp_path, content):
+    path = tmp_path / "report.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit, match="report.json") as stopped:
+        results.read_report(str(path))
+    assert "\n" not in str(stopped.value)
