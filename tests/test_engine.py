@@ -93,7 +93,7 @@ def test_the_cpu_groups_by_length_for_inference_only():
 def test_packed_kernels_equal_attention_one_sequence_at_a_time(kernel, short_limit, use_kernel, monkeypatch):
     """length_grouped with every group fused (0), short groups as matmuls and long ones fused (5), all matmuls."""
     use_kernel(kernel)
-    monkeypatch.setattr(attention_module, "short_length_limit", lambda: short_limit)
+    monkeypatch.setattr(attention_module, "SHORT_ATTENTION_MAX_LENGTH", short_limit)
     g = torch.Generator().manual_seed(0)
     packing = Packing.from_attention_mask(mask_of([7, 2, 5, 1, 6], seq=7))
     query, key, value = (torch.randn(packing.num_tokens, 3, 8, generator=g, requires_grad=True) for _ in range(3))

@@ -13,7 +13,7 @@ back to back). Packed inputs go to one of two kernels:
     (sequences, heads, length, d) view with no padding and no mask (the CPU, inference: a server's
     batch of 16 texts of mixed lengths ran 1.25-1.4x faster than "repadded", all-MiniLM-L6-v2,
     1 thread; the fused CPU kernel is much slower with a mask than without). Short groups skip the
-    fused kernel for two matmuls (`short_attention`, below `short_length_limit()` tokens).
+    fused kernel for two matmuls (`short_attention`, up to SHORT_ATTENTION_MAX_LENGTH tokens).
 Neither reads a value from the device (`length_grouped` reads the lengths from the host's Packing).
 """
 from __future__ import annotations
@@ -75,15 +75,17 @@ def repadded_attention(query: Tensor, key: Tensor, value: Tensor, packing: Packi
     return unpad(context.transpose(1, 2), packing)
 
 
-def short_length_limit() -> int:
-    """The longest sequence `length_grouped_attention` gives to `short_attention` rather than the fused kernel."""
-    # The fused CPU kernel works in blocks of queries and keys sized for long sequences; on a few dozen tokens
-    # with 32-wide heads its set-up dominates, and with 2 threads it ran slower than with 1 (a group of 32
-    # sequences of 12 tokens: 1.1 ms at 1 thread, 1.9 ms at 2; two matmuls 0.7 and 0.5 ms). The 1,000 mixed
-    # texts of benchmarks/bench_inference.py (93% under 64 tokens), all-MiniLM-L6-v2's 6 layers, the AMD EPYC
-    # (AVX2): attention alone 0.93-1.10 s -> 0.86-0.89 at 1 thread with matmuls up to 32 tokens, 0.93-1.00 s
-    # -> 0.51-0.81 at 2 threads up to 64 (longer groups were slower either way).
-    return 32 if torch.get_num_threads() == 1 else 64
+# The longest sequence `length_grouped_attention` gives to `short_attention` rather than the fused kernel. The fused
+# CPU kernel works in blocks of queries and keys sized for long sequences; on a few dozen tokens with 32-wide heads its
+# set-up dominates (a group of 32 sequences of 12 tokens: 1.1 ms at 1 thread, 1.9 ms at 2; two matmuls 0.7 and 0.5
+# ms). The 1,000 mixed texts of benchmarks/bench_inference.py (93% under 64 tokens), all-MiniLM-L6-v2's 6 layers, the
+# AMD EPYC (AVX2): attention alone 0.93-1.10 s -> 0.86-0.89 at 1 thread with matmuls up to 32 tokens (longer groups
+# were slower); at 2 threads in one process 0.93-1.00 s -> 0.51-0.81 with matmuls up to 64 (a long encode runs
+# single-threaded workers instead: engine/workers.py). One length whatever the thread count: the two kernels round
+# differently, and a limit that was 64 at 2 threads (until 2026-11-28) made a text's vector change in its last bits with the count the governor chose, so a
+# resumed build or embed was not the uninterrupted one's. On the VNNI Xeon 32 and 64 ran level at 1 and 2 threads
+# (167 / 168 and 300 / 300 texts/s, five interleaved runs of 1,000 texts in calls of 32).
+SHORT_ATTENTION_MAX_LENGTH = 32
 
 
 def short_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
@@ -97,11 +99,11 @@ def length_grouped_attention(query: Tensor, key: Tensor, value: Tensor, packing:
     groups = packing.length_groups
     if groups.order is not None:
         query, key, value = (t.index_select(0, groups.order) for t in (query, key, value))
-    contexts, start, short = [], 0, short_length_limit()
+    contexts, start = [], 0
     for count, length in groups.runs:
         end = start + count * length
         grouped = [t[start:end].unflatten(0, (count, length)).transpose(1, 2) for t in (query, key, value)]
-        if length <= short and not dropout_p:
+        if length <= SHORT_ATTENTION_MAX_LENGTH and not dropout_p:
             context = short_attention(*grouped)
         else:
             context = F.scaled_dot_product_attention(*grouped, dropout_p=dropout_p)  # (count, heads, length, d)

@@ -20,13 +20,15 @@ OUTLIER_THRESHOLD = 6.0
 ONEDNN_KERNELS = ("onednn", "onednn_u8")
 UINT8_ZERO_POINT = 128  # "onednn_u8": a row's int8 levels -127..127 stored as 1..255
 GRIDS = {"onednn_u8": "uint8", "fbgemm": "float"}  # the grid each kernel takes its activations on (else int8)
-# Tokens per thread the int8 feed-forward runs on at a time (models.model.Layer, `int8_feed_forward_rows`): at
-# 384 rows a thread's share of a piece's (rows, 1536) intermediate states (2.4 MB) stays near its core's L2 cache
-# through rescale, GELU and quantisation. all-MiniLM-L6-v2, 1 thread, Xeon with AMX: +12% at 256 rows, +15% at
-# 384, +14% at 512 (500 real texts); float32 gained nothing. At 2 threads (1,000 texts, in-process interleaved
-# runs, 2026-11-26) pieces of 768 rows ran 617-620 texts/s against 584 for 384 and 611 for 512, and 453 for
-# pieces as large as a batch; at 1 thread 768 ran 367 against 375 for 384: the size goes with the threads.
-INT8_FEED_FORWARD_ROWS_PER_THREAD = 384
+# Tokens the int8 feed-forward runs on at a time (models.model.Layer): a piece's (rows, 1536) intermediate states
+# stay near the cores' L2 caches through rescale, GELU and quantisation. all-MiniLM-L6-v2, 1 thread, Xeon with AMX:
+# +12% at 256 rows, +15% at 384, +14% at 512 (500 real texts); float32 gained nothing. At 2 threads (1,000 texts,
+# 2026-11-26) 768 rows ran 617-620 texts/s, 512 611, 384 584. One size whatever the thread count: the outlier
+# channels are found piece by piece, so pieces that grew with the threads (384 a thread until 2026-11-28) gave
+# vectors that changed with the count the governor chose, by up to 0.007. On the VNNI Xeon (2026-11-28, 1,000 texts
+# in calls of 64, five interleaved runs) 384 / 512 / 768 rows: 248 / 249 / 250 texts/s at 1 thread, 401 / 401 /
+# 389 at 2.
+INT8_FEED_FORWARD_ROWS = 512
 # The command line's names (engine.DtypeName) and the long ones the Python API also takes, as it takes torch dtypes.
 DTYPE_NAMES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16,
                "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "int8": torch.qint8, "qint8": torch.qint8}
@@ -114,11 +116,6 @@ class Int8Linear(nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"kernel={self.kernel}")
-
-
-def int8_feed_forward_rows() -> int:
-    """How many tokens the int8 feed-forward takes at a time: INT8_FEED_FORWARD_ROWS_PER_THREAD per torch thread."""
-    return INT8_FEED_FORWARD_ROWS_PER_THREAD * torch.get_num_threads()
 
 
 def quantize_per_token(states: Tensor, grid: str = "int8") -> tuple[Tensor, Tensor, Tensor]:

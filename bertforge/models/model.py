@@ -13,7 +13,8 @@ from torch import Tensor, nn
 
 from ..engine.attention import attention
 from ..engine.prepacked_linear import PrepackedLinear
-from ..engine.precision import Int8Linear, int8_feed_forward_rows
+from ..engine import precision
+from ..engine.precision import Int8Linear
 from ..engine.unpadding import Packing, pad, unpad
 from .checkpoint import BertPreTrainedModel
 from .config import BertConfig
@@ -161,7 +162,7 @@ class Layer(nn.Module):
     def feed_forward(self, attended: Tensor) -> Tensor:
         """The position-wise half of the block (a decoder runs its cross-attention between the two halves)."""
         rows = attended.reshape(-1, attended.size(-1))  # (tokens, hidden)
-        piece_rows = int8_feed_forward_rows() if isinstance(self.intermediate.dense, Int8Linear) else 0
+        piece_rows = precision.INT8_FEED_FORWARD_ROWS if isinstance(self.intermediate.dense, Int8Linear) else 0
         if piece_rows and len(rows) > piece_rows:
             # int8: a piece's (rows, intermediate) states stay in the L2 caches from the product through the
             # rescale, GELU and the next quantisation. Outlier channels are then found piece by piece.
