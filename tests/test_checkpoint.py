@@ -398,35 +398,39 @@ def test_a_warning_about_weights_names_a_few_blocks_and_counts_the_rest(minilm_d
     assert "80 weights" in report and "and 32 more" in report and report.count("encoder.layer.") == 8
 
 
-def test_two_threads_loading_at_once_leave_torch_init_as_it_was():
-    """Each load saves nn.init's functions, swaps in no-ops and puts the saved ones back. Interleaved in two threads,
-    the second saved the first's no-ops and restored them last: every layer built afterwards, anywhere in the
-    process, kept torch.empty's garbage. Loads now take turns."""
+def test_a_layer_another_thread_builds_during_a_load_is_initialised():
+    """The initialisers skip only in the loading thread. They were swapped for the whole process while a model was
+    built, so a layer built meanwhile by another thread (a server's request, a thread pool) kept torch.empty's
+    memory; two loads at once in two threads had even left them swapped for good."""
     import threading
-    import time
 
     from torch import nn
 
-    from bertforge.models.checkpoint import INIT_FUNCTIONS, initialisation_skipped
+    from bertforge.models.checkpoint import initialisation_skipped
 
-    originals = {name: getattr(nn.init, name) for name in INIT_FUNCTIONS}
-    second_is_loading, first_is_done = threading.Event(), threading.Event()
+    torch.manual_seed(0)
+    expected = nn.Linear(8, 8).weight.detach().clone()
+    loading, built = threading.Event(), threading.Event()
 
-    def second_load():
-        second_is_loading.set()
+    def load():
         with initialisation_skipped():
-            first_is_done.wait(5)
+            loading.set()
+            built.wait(5)
 
+    thread = threading.Thread(target=load)
+    thread.start()
     try:
-        with initialisation_skipped():
-            thread = threading.Thread(target=second_load)
-            thread.start()
-            second_is_loading.wait(5)
-            time.sleep(0.2)  # the second load, unless it waits its turn, has saved this one's no-ops by now
-        first_is_done.set()
-        thread.join(5)
-        assert {name: getattr(nn.init, name) for name in INIT_FUNCTIONS} == originals
-        assert nn.Linear(4, 4).weight.abs().sum() > 0
+        loading.wait(5)
+        torch.manual_seed(0)
+        during = nn.Linear(8, 8).weight.detach().clone()
     finally:
-        for name, function in originals.items():
-            setattr(nn.init, name, function)
+        built.set()
+        thread.join(5)
+    untouched = torch.zeros(4)
+    with initialisation_skipped(), initialisation_skipped():  # a load within a load
+        nn.init.normal_(untouched)
+    torch.manual_seed(0)
+    after = nn.Linear(8, 8).weight.detach().clone()
+    torch.testing.assert_close(during, expected, rtol=0, atol=0)
+    torch.testing.assert_close(after, expected, rtol=0, atol=0)
+    assert untouched.eq(0).all() and nn.init.normal_(torch.zeros(4)).ne(0).any()  # skipped in a load only

@@ -9,6 +9,7 @@ TF-era LayerNorm names `gamma`/`beta`, and checkpoints without a pooler or head
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -108,32 +109,47 @@ class BertPreTrainedModel(nn.Module):
         return target
 
 
-# What a module's constructor initialises its parameters with; no-ops while a checkpoint's model is built
+# What a module's constructor initialises its parameters with; no-ops in a thread building a checkpoint's model
 INIT_FUNCTIONS = ("normal_", "uniform_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_", "xavier_normal_",
                   "trunc_normal_", "zeros_", "ones_", "constant_")
+_LOADING = threading.local()  # .depth: how many loads this thread is inside (a load within a load)
+_INSTALLING = threading.Lock()
 
 
-# One load patches torch.nn.init at a time: two loads in two threads each saving "the originals" would otherwise
-# let the second save the first's no-ops and put them back for good, leaving every later layer uninitialised.
-_INIT_PATCH = threading.RLock()  # re-entrant: a load inside a load (same thread) restores in order
+def skippable(initialiser):
+    """`initialiser` as it is, except in a thread inside `initialisation_skipped`, where it leaves the tensor alone."""
+    @functools.wraps(initialiser)
+    def initialise(tensor, *args, **kwargs):
+        if getattr(_LOADING, "depth", 0):
+            return tensor
+        return initialiser(tensor, *args, **kwargs)
+
+    initialise.skips = initialiser
+    return initialise
+
+
+def install_skippable_initialisers() -> None:
+    """Wrap torch.nn.init's initialisers in `skippable`, once: layers call them through the module at each use."""
+    with _INSTALLING:
+        for name in INIT_FUNCTIONS:
+            current = getattr(nn.init, name)
+            if not hasattr(current, "skips"):
+                setattr(nn.init, name, skippable(current))
 
 
 @contextlib.contextmanager
 def initialisation_skipped():
-    """torch.nn.init's initialisers as no-ops: a model about to be given a checkpoint's weights is not initialised
-    twice first (torch's default in each layer's constructor, then BERT's), which was most of a load's time
-    (all-MiniLM-L6-v2: 0.21 of 0.25 s), as transformers' `no_init_weights` does. It patches the module for its
-    duration, as transformers' does: loads in several threads take turns (`_INIT_PATCH`), but a layer another
-    thread builds meanwhile, outside a load, is left uninitialised too."""
-    with _INIT_PATCH:
-        saved = {name: getattr(nn.init, name) for name in INIT_FUNCTIONS}
-        try:
-            for name in INIT_FUNCTIONS:
-                setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
-            yield
-        finally:
-            for name, function in saved.items():
-                setattr(nn.init, name, function)
+    """torch.nn.init's initialisers as no-ops in this thread: a model about to be given a checkpoint's weights is not
+    initialised twice first (torch's default in each layer's constructor, then BERT's), which was most of a load's
+    time (all-MiniLM-L6-v2: 0.21 of 0.25 s), as transformers' `no_init_weights` does. transformers swaps the
+    functions for the whole process while it loads; here they skip only in the loading thread, so a layer another
+    thread builds meanwhile (a server's request, a user's thread pool) is initialised as usual."""
+    install_skippable_initialisers()
+    _LOADING.depth = getattr(_LOADING, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _LOADING.depth -= 1
 
 
 def initialise_missing(model: nn.Module, missing: list[str], state_dict: dict[str, Tensor]) -> None:
