@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bertforge.search.documents import read_corpus
+from bertforge.search.documents import no_text_found, read_corpus
 from bertforge.adapt.pipeline import print_corpus
 from bertforge.markup import (html_blocks, markdown_blocks, markdown_inline, rst_blocks, rst_inline, rst_sections,
                               text_blocks)
@@ -205,6 +205,30 @@ def test_adapt_reads_a_saved_site_and_names_what_it_left_out(tmp_path, capsys):
     assert "name a file on the command line to read it as plain text" in printed
     assert f"left out 1 table(s) in the folders without a 'text' column ({site / 'results.csv'}); --text-column" \
         in printed
+
+
+def test_a_folders_files_that_are_not_text_are_left_out_and_named(tmp_path, capsys):
+    """`bertforge adapt /usr/share/doc` stopped at its first Latin-1 file (ed's AUTHORS) of 4,530: a folder's files
+    that are not UTF-8 text (or not the .gz they say) are now left out and said in one line; named, still refused."""
+    docs = tmp_path / "doc"
+    (docs / "ed").mkdir(parents=True)
+    (docs / "ed" / "AUTHORS").write_bytes("Written by Fran\xe7ois. It is Latin-1 text.\n".encode("latin-1"))
+    (docs / "ed" / "README").write_text("ed is a line editor. It reads commands from its input.", encoding="utf-8")
+    (docs / "tool").write_bytes(bytes(range(256)))  # a program without an extension
+    (docs / "notes.txt.gz").write_bytes(b"not gzip at all")
+    corpus = read_corpus([docs])
+    assert [Path(path).name for path in corpus.not_text] == ["AUTHORS", "notes.txt.gz", "tool"]
+    assert [passage.text for passage in corpus.passages] == ["ed is a line editor. It reads commands from its input."]
+    print_corpus(corpus, BertTokenizer.from_pretrained(resolve_model("minilm")))
+    printed = capsys.readouterr().out
+    assert "corpus: 1 file(s), 1 passages" in printed
+    assert f"left out 3 file(s) in the folders that are not UTF-8 text ({docs / 'ed' / 'AUTHORS'}, ...); convert" \
+        in printed
+    with pytest.raises(ValueError, match="AUTHORS is not UTF-8 text \\(line 1, byte 0xE7\\); convert it"):
+        read_corpus([docs / "ed" / "AUTHORS"])
+    (docs / "ed" / "README").unlink()  # nothing readable left: the one line says why
+    message = no_text_found(str(docs), not_text=read_corpus([docs]).not_text)
+    assert message.startswith(f"no text found in {docs} (left out 3 file(s) in the folders that are not UTF-8 text")
 
 
 def test_a_named_file_of_another_kind_is_still_read_or_refused_in_one_line(tmp_path):

@@ -24,7 +24,7 @@ def read_adapt_corpus(paths: Sequence[str], tokenizer, max_length: int, text_col
 def check_corpus(corpus: Corpus, where: str) -> None:
     """One line saying what to do when the corpus (read from `where`) cannot be adapted to."""
     if not corpus.passages:
-        raise UsageError(no_text_found(where))
+        raise UsageError(no_text_found(where, not_text=corpus.not_text))
     if len(corpus.passages) < MIN_PASSAGES:
         raise UsageError(f"{where} holds {len(corpus.passages)} passage(s); adapt needs at least {MIN_PASSAGES} "
                          "(separate passages with blank lines, or give more text)")

@@ -191,7 +191,7 @@ def passages_file(source: Path, target: Path, limit: TokenLimit, text_column: st
         raise ValueError(f"every passage of {source} is in the index already ({corpus.duplicates:,} exact duplicates "
                          "of its passages); nothing to add")
     if not corpus.passages:
-        raise ValueError(no_text_found(str(source), text_option))
+        raise ValueError(no_text_found(str(source), text_option, corpus.not_text))
     fresh = target.with_name(target.name + ".new")
     write_passages_file(corpus.passages, fresh)
     if target.is_file() and filecmp.cmp(fresh, target, shallow=False):

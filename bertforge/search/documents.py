@@ -13,8 +13,10 @@ A passage without an id is named after its file and line, row or block. An id co
 - HTML, Markdown, reStructuredText: plain text once the markup is gone (`markup.text_blocks`: a saved
   documentation site's pages without their navigation, scripts and permalinks).
 A folder stands for the files of these kinds under it; others (a site's images, styles and scripts) are
-counted and named, not read, as are its tables without the text column (a data table beside the text) and a
-Sphinx build's `_sources` copies of its pages' sources; hidden files and folders (.git) are left alone.
+counted and named, not read, as are its tables without the text column (a data table beside the text), its files
+that are not UTF-8 text (a Latin-1 AUTHORS among a package's docs, a binary without an extension: one file named on
+the command line is refused instead, with the line of its first bad byte) and a Sphinx build's `_sources` copies of
+its pages' sources; hidden files and folders (.git) are left alone.
 Whitespace and HTML entities are normalised, exact duplicates are dropped (after normalisation), and a passage
 over `max_words` is split on sentence boundaries into passages of about that many words; with `max_tokens` (adapt's
 base, the index's model for `index build`) one longer than the model's length in word pieces is split to fit it.
@@ -67,6 +69,7 @@ class Corpus:
     skipped: dict = field(default_factory=dict)  # suffix -> files of that kind in the folders, not read
     text_column: str = "text"  # the JSONL field or CSV/TSV column read
     tables_without_text: list = field(default_factory=list)  # CSV/TSV files in the folders without that column
+    not_text: list = field(default_factory=list)  # files in the folders that are not UTF-8 text (or damaged), not read
 
 
 def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", max_words: int = MAX_WORDS,
@@ -76,8 +79,9 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
     `text_digest`s of passages held already (an index added to): those are duplicates too. max_tokens: a
     model's limit (`TokenLimit`): a passage whose parts would still be longer is split to fit it instead.
 
-    Raises ValueError (one line naming the file and the fix) for a binary or non-UTF-8 file,
-    a table without `text_column`, a malformed JSONL line, or an id that two records share.
+    Raises ValueError (one line naming the file and the fix) for a binary or non-UTF-8 file named in `paths`,
+    a table without `text_column`, a malformed JSONL line, or an id that two records share. A folder's files that
+    are not text are left out (`Corpus.not_text`): one Latin-1 file among thousands refused the whole folder.
     """
     paths = list(paths)
     files = expand_paths(paths, suffixes=READABLE, recursive=True)  # a folder: its text files, however deep
@@ -90,7 +94,11 @@ def read_corpus(paths: Iterable[str | os.PathLike], text_column: str = "text", m
     corpus = Corpus(PassageStore(), files, skipped=skipped, text_column=text_column)
     named = {Path(path) for path in paths if not Path(path).is_dir()}
     for path, name in source_names(files).items():
-        check_text_file(path)
+        if (problem := text_problem(path)) is not None:
+            if path in named:
+                raise ValueError(problem)
+            corpus.not_text.append(str(path))
+            continue
         if path not in named and text_suffix(path).lower() in DELIMITERS and text_column not in table_columns(path):
             corpus.tables_without_text.append(str(path))  # a data table beside the text, not a corpus of rows
             continue
@@ -174,7 +182,7 @@ class CachedWords:
         self._words: dict[Path, frozenset] = {}
 
     def of(self, path: Path) -> frozenset:
-        if path not in self._words:  # a binary or non-UTF-8 file has no words here; check_text_file says so later
+        if path not in self._words:  # a binary or non-UTF-8 file has no words here; text_problem says so later
             self._words[path] = frozenset() if utf8_problem(path) is not None else frozenset(
                 word for block in text_blocks(path) for word in _WORD.findall(block.lower()))
         return self._words[path]
@@ -210,9 +218,13 @@ def one_document(path: Path) -> bool:
     return suffix != JSONL_SUFFIX and suffix not in DELIMITERS
 
 
-def check_text_file(path: Path) -> None:
-    if utf8_problem(path) is not None:
-        raise ValueError(not_utf8(path))
+def text_problem(path: Path) -> str | None:
+    """Why `path` cannot be read as text, in one line (not UTF-8: where and the fix; a damaged or mislabelled .gz /
+    .xz), or None."""
+    try:
+        return None if utf8_problem(path) is None else not_utf8(path)
+    except ValueError as error:  # input_files' one-line reasons for a compressed file that is not
+        return str(error)
 
 
 def file_passages(path: Path, name: str, text_column: str, id_column: str | None = None) -> Iterator[Passage]:
@@ -289,7 +301,7 @@ def split_long(passage: Passage, max_words: int) -> list[Passage]:
 
 def corpus_summary(corpus: Corpus, command: str = "adapt", text_option: str = "--text-column") -> list[str]:
     """What was read and what was left out, a line each (adapt and `index build` print them)."""
-    read = len(corpus.files) - len(corpus.tables_without_text)  # those tables are said below, not read
+    read = len(corpus.files) - len(corpus.tables_without_text) - len(corpus.not_text)  # said below, not read
     lines = [f"corpus: {read} file(s), {len(corpus.passages):,} passages, {corpus.words:,} words "
              f"({corpus.duplicates} exact duplicates dropped, {corpus.split} long passages split on sentences)"]
     if corpus.tables_without_text:
@@ -297,6 +309,8 @@ def corpus_summary(corpus: Corpus, command: str = "adapt", text_option: str = "-
         lines.append(f"left out {len(tables)} table(s) in the folders without a {corpus.text_column!r} column "
                      f"({tables[0]}{', ...' if len(tables) > 1 else ''}); {text_option} names the column that holds "
                      "the text")
+    if corpus.not_text:
+        lines.append(not_text_line(corpus.not_text))
     if corpus.skipped:
         kinds = ", ".join(f"{kind} {count:,}" for kind, count in list(corpus.skipped.items())[:6])
         readable = ", ".join(filter(None, READABLE))
@@ -306,9 +320,17 @@ def corpus_summary(corpus: Corpus, command: str = "adapt", text_option: str = "-
     return lines
 
 
-def no_text_found(where: str, text_option: str = "--text-column") -> str:
-    """The one line for a corpus that holds no passage: what is read, and how."""
-    return (f"no text found in {where}; give text files (passages separated by blank lines), HTML, Markdown or "
+def not_text_line(files: list[str]) -> str:
+    """The line for a folder's files left out as not UTF-8 text: how many, the first, and the fix."""
+    return (f"left out {len(files):,} file(s) in the folders that are not UTF-8 text ({files[0]}"
+            f"{', ...' if len(files) > 1 else ''}); convert one that is text, e.g. iconv -f latin1 -t utf-8 FILE > "
+            "FILE.txt, or name it on the command line to see its first bad byte")
+
+
+def no_text_found(where: str, text_option: str = "--text-column", not_text: list[str] | None = None) -> str:
+    """The one line for a corpus that holds no passage: what is read, and how (and the files that were not text)."""
+    found = f" ({not_text_line(not_text)})" if not_text else ""
+    return (f"no text found in {where}{found}; give text files (passages separated by blank lines), HTML, Markdown or "
             f"reStructuredText pages, .jsonl with a 'text' field, or .csv/.tsv with {text_option}")
 
 
