@@ -209,16 +209,20 @@ def test_fragmentation_counts_pieces_per_word_and_lists_the_most_split(cassette_
     assert report.most_split[0]["word"] == "rheumatologist" and "| rheumatologist | 6 |" in fragmentation_table(report)
 
 
-def test_numbers_do_not_crowd_the_most_split_words(cassette_dir):
+def test_numbers_hashes_and_keys_do_not_crowd_the_most_split_words(cassette_dir):
     from bertforge.adapt.vocabulary import fragmentation
 
     tokenizer = BertTokenizer.from_pretrained(cassette_dir)
-    text = "the rheumatologist read 0x0000000000630ce2 and 3602879701896397 at PyArg_ParseTuple"
+    text = ("the rheumatologist read 0x0000000000630ce2 and 3602879701896397 at PyArg_ParseTuple, commit "
+            "a34a7b00f22ffb5fd7eef6933b81c7e71bc2cdfb key dktyyzxkxriktieywbhqev0xnpcxylqmbufkzhahqm3 in utf8mb4")
     report = fragmentation([text] * 3, tokenizer, min_count=3)
     listed = [row["word"] for row in report.most_split]
     assert "rheumatologist" in listed and "parsetuple" in listed  # BERT cuts at "_" and lower-cases: its words
-    assert "0x0000000000630ce2" not in listed and "3602879701896397" not in listed
-    assert report.words == 3 * (len(text.split()) + 2)  # left out of the table, still counted in the totals
+    assert "utf8mb4" in listed  # a term with digits in it
+    for noise in ("0x0000000000630ce2", "3602879701896397", "a34a7b00f22ffb5fd7eef6933b81c7e71bc2cdfb",
+                  "dktyyzxkxriktieywbhqev0xnpcxylqmbufkzhahqm3"):
+        assert noise not in listed
+    assert report.words == 3 * (len(text.split()) + 3)  # left out of the table, still counted in the totals
 
 
 def test_a_binary_file_is_one_line(tmp_path, capsys):

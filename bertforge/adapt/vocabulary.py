@@ -83,10 +83,21 @@ def counted_fragmentation(counts: Counter, tokenizer, top: int = 15, min_count: 
 
 
 def is_term(word: str) -> bool:
-    """Whether a word can stand in the most-split table: mostly letters. A number or a hex address
-    (0x0000000000630ce2) is cut into many pieces by any vocabulary and would crowd out the domain's terms
-    (parsetuple, rheumatologist), which a domain vocabulary or more training can do something about."""
-    return 2 * sum(character.isdigit() for character in word) <= len(word)
+    """Whether a word can stand in the most-split table: mostly letters, and not a hash or a key. A number, a hex
+    address (0x0000000000630ce2), a commit id (a34a7b00f22f...) or a base64 key is cut into many pieces by any
+    vocabulary and would crowd out the domain's terms (parsetuple, rheumatologist), which a domain vocabulary or
+    more training can do something about: a package's docs (/usr/share/doc) filled the table with commit ids."""
+    digits = sum(character.isdigit() for character in word)
+    if 2 * digits > len(word):
+        return False
+    if digits and len(word) >= HEX_RUN and all(character in HEX_DIGITS for character in word.lower()):
+        return False
+    return not (digits and len(word) >= KEY_LENGTH)  # letters and digits run together that long: a key or a token
+
+
+HEX_DIGITS = frozenset("0123456789abcdef")
+HEX_RUN = 8  # a hex string this long with a digit in it is an id (a short commit id has 7, most 8 or more)
+KEY_LENGTH = 24  # a word of letters and digits this long is a key (utf8mb4, sha256sum, python3 are short)
 
 
 def fragmentation_table(report: Fragmentation) -> str:
