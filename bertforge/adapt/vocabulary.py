@@ -33,8 +33,8 @@ class Fragmentation:
 
 def fragmentation(texts: Iterable[str], tokenizer, top: int = 15, min_count: int = 3) -> Fragmentation:
     """Counts over the corpus's words as `tokenizer` pre-tokenizes them (each distinct word tokenized once);
-    most_split: the `top` words seen at least min_count times with the most pieces, ties by frequency, numbers
-    left out (`is_term`)."""
+    most_split: the `top` words seen at least min_count times with the most pieces, ties by frequency, numbers,
+    hashes and keys left out (`is_term`)."""
     return counted_fragmentation(word_counts(texts, tokenizer), tokenizer, top, min_count)
 
 
