@@ -629,9 +629,10 @@ def test_the_budget_prices_evaluations_during_training_at_the_held_out_ranking_a
     # 20 minutes, less the final scoring's 100 s, the index (1,000 passages at 500 per 10 s) and the 30 s margin;
     # the evaluations during training, 10 s each, are the stage's to charge for the steps it chooses
     assert left.seconds == pytest.approx(1200 - 100 - 20 - 30, abs=1) and left.evaluation == 10.0
+    assert left.index == 20.0  # kept apart too, for the stage to say when the index took the budget
     cached = {"name": "base", "seconds": 100.0}  # a baseline from before the held-out time was kept
     two = training_seconds(run_, [cached], settings, time.time(), 2)
-    assert two == StageTime(pytest.approx((1200 - 100 - 200 - 30) / 2, abs=1), 100.0)
+    assert two == StageTime(pytest.approx((1200 - 100 - 200 - 30) / 2, abs=1), 100.0, 200.0)
 
 
 def test_a_budgeted_stage_pays_for_the_evaluations_of_the_steps_it_chooses():

@@ -103,6 +103,22 @@ def test_the_budget_file_keeps_the_steps_and_the_epochs_they_are(tmp_path, monke
     assert (kept["epochs"], kept["epochs_without_budget"]) == (round(40 / 3125, 4), 0.5)  # for the report
 
 
+def test_a_stage_the_index_left_no_time_says_so_and_what_to_give(tmp_path, monkeypatch, capsys):
+    """quick on /usr/share/doc (10M words, 191,721 passages): the index was priced past the 20 minutes and ICT trained
+    its 10 steps, and the line said only that no time was left."""
+    timed(monkeypatch, None, 0.0)
+    run = RecipeRun(FinetuningConfig(output_dir=str(tmp_path)), device=torch.device("cpu"))
+    fresh = lambda: ShuffledBatches(100_000, 32, collate=Counted(100_000))  # noqa: E731
+    assert budget.budgeted_stage_steps(run, torch.nn.Linear(1, 1), fresh, 0.5, StageTime(-400.0, 27.0, 1560.0)) \
+        == MIN_BUDGET_STEPS
+    assert "indexing every passage is expected to take ~26 min of the budget: --minutes above that" in \
+        capsys.readouterr().out
+    assert budget.budgeted_stage_steps(RecipeRun(FinetuningConfig(output_dir=str(tmp_path / "small")),
+                                                 device=torch.device("cpu")), torch.nn.Linear(1, 1), fresh, 0.5,
+                                       StageTime(30.0, 0.0, 20.0)) < 1563
+    assert "indexing" not in capsys.readouterr().out  # cut by training's own length, not by the index
+
+
 @pytest.mark.parametrize("kept, examples, steps", [
     ({"steps": 12, "steps_without_budget": 1562, "epochs": 0.0038, "epochs_without_budget": 0.5}, 100_000, 12),
     # Written before steps were kept: the epochs chosen, which that stage's schedule trains as these steps (31.25

@@ -490,3 +490,17 @@ def test_a_stray_carriage_return_leaves_the_line_whole_and_the_ids_on_their_line
         ("notes.txt:1", "first line"), ("notes.txt:2", "second\rline with a stray return"),
         ("notes.txt:3", "third line")]
     assert read_texts(path, "text") == [p.text for p in passages]
+
+
+def test_a_build_written_to_a_log_shows_its_progress_there(tmp_path, monkeypatch, corpus_lines, cassette_dir, capsys):
+    """tqdm showed only on a terminal: an index of /usr/share/doc's 191,721 passages said nothing in its log for the
+    whole run. In a log it now writes every LOG_INTERVAL_SECONDS, after the first; a short build writes nothing."""
+    from bertforge import progress
+
+    corpus = write_lines(tmp_path / "sentences.txt", corpus_lines[:60])
+    build_index(corpus, tmp_path / "short", cassette_dir)
+    assert "embedding" not in capsys.readouterr().err  # an error, had there been one, would be the only line
+    monkeypatch.setattr(progress, "LOG_INTERVAL_SECONDS", 0.0)  # a build that runs past the interval
+    build_index(corpus, tmp_path / "long", cassette_dir)
+    logged = capsys.readouterr().err
+    assert "embedding: 100%" in logged and "60/60" in logged

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
+from ..progress import progress_bar
 
 from ..atomic import replaced_file, write_array
 from ..models.folder import ModelFolder, model_fingerprint, read_model_folder
@@ -76,9 +76,10 @@ def embed_file(texts: list[str], output: str | Path, embedder: Embedder, setting
     mine = range(topology.rank, num_parts, topology.world_size)
     todo = [i for i in mine if not part_is_whole(folder, i, part_rows(i, len(texts), part_texts), embedder.dim)]
     reused = len(mine) - len(todo)
-    # As index build shows it: on a terminal only (None), moving a batch at a time (on_rows), not a part at a time
-    with tqdm(total=sum(part_rows(i, len(texts), part_texts) for i in todo), unit="text", desc="embedding",
-              disable=None if topology.is_main and todo else True) as bar:
+    # As index build shows it (bertforge.progress: on a terminal, and in a log every 30 s), moving a batch at a time
+    # (on_rows), not a part at a time
+    with progress_bar(total=sum(part_rows(i, len(texts), part_texts) for i in todo), unit="text", desc="embedding",
+                      disable=not (topology.is_main and todo)) as bar:
         for index in todo:
             vectors = embedder.encode(texts[index * part_texts:(index + 1) * part_texts], on_rows=bar.update)
             write_array(part_file(folder, index), vectors)

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..embeddings.embed import Embedder
 from ..atomic import replaced_file, write_array
 from ..errors import UsageError
+from ..progress import progress_bar
 from ..input_files import require_file
 from . import ann
 from .corpus import ID_ADVICE, UniqueIds, check_corpus_file, chunked, count_passages, read_passages
@@ -98,7 +98,7 @@ class ChunkFiles:
     def embed(self, passages, embedder, total: int, ids: UniqueIds, source: str, advice: str = ID_ADVICE) -> int:
         """Embed every chunk not already on disk; check ids on the way. Returns the number of chunks reused."""
         reused = 0
-        with tqdm(total=total, unit="text", desc="embedding", disable=None) as bar:
+        with progress_bar(total=total, unit="text", desc="embedding") as bar:
             for number, chunk in enumerate(chunked(passages, self.chunk_size)):
                 ids.check(chunk, source, advice)
                 ids.remember(chunk)
