@@ -154,7 +154,8 @@ def budgeted_stage_steps(run: RecipeRun, model: BiEncoder, fresh_batches: Callab
 
 def index_note(budget: StageTime, cut: bool) -> str:
     """Why a stage was cut, when the index is most of it: a big corpus's index can take the whole budget (quick on
-    /usr/share/doc's 10M words: 191,721 passages, ~26 minutes of embedding against the 20, and 10 steps trained)."""
+    /usr/share/doc's 10M words: 191,721 passages and their sentences to embed, far past the 20 minutes, and 10 steps
+    trained)."""
     if not cut or budget.index <= max(budget.seconds, 0.0):
         return ""
     return (f"; indexing every passage is expected to take ~{budget.index / 60:.0f} min of the budget: "
