@@ -29,7 +29,7 @@ ROWS = (
     ("cli",),
     ("__main__",),  # __main__.py: `python -m bertforge`, the command line again
 )
-PLUMBING = {"atomic", "errors", "input_files", "markup", "resources", "settings", "validation"}
+PLUMBING = {"atomic", "errors", "input_files", "markup", "progress", "resources", "settings", "validation"}
 ROW = {unit: number for number, row in enumerate(ROWS) for unit in row}
 
 # Upward imports known today, each with the reason it stays for now: (importing file, imported module).
