@@ -188,6 +188,7 @@ def test_adapt_reads_a_saved_site_and_names_what_it_left_out(tmp_path, capsys):
     (site / "notes").write_text("A plain file without a suffix is text. It has two sentences.", encoding="utf-8")
     (site / "_static" / "logo.png").write_bytes(bytes(range(256)))
     (site / "_static" / "site.css").write_text("body { margin: 0 }", encoding="utf-8")
+    (site / "manual.pdf.gz").write_bytes(gzip.compress(b"%PDF-1.4"))  # counted as what it holds, not as .gz
     (site / "results.csv").write_text("model,auroc\nbert,0.71\n", encoding="utf-8")  # a table, not text
     (site / "questions.tsv").write_text("text\tsource\nWhat is a socket? A question from users.\tforum\n",
                                         encoding="utf-8")
@@ -196,12 +197,14 @@ def test_adapt_reads_a_saved_site_and_names_what_it_left_out(tmp_path, capsys):
     assert [path.name for path in corpus.files] == ["faq.html", "notes", "questions.tsv", "results.csv"]
     assert [Path(path).name for path in corpus.tables_without_text] == ["results.csv"]
     assert [passage.id for passage in corpus.passages][-1] == "questions.tsv:2"
-    assert corpus.skipped == {".css": 1, ".png": 1}
+    assert corpus.skipped == {".css": 1, ".pdf.gz": 1, ".png": 1}
     text = " ".join(passage.text for passage in corpus.passages)
     assert "How do I make a script executable?" in text and "<p>" not in text and "modules |" not in text
     print_corpus(corpus, BertTokenizer.from_pretrained(resolve_model("minilm")))
     printed = capsys.readouterr().out
-    assert "left out 2 files in the folders (.css 1, .png 1); in a folder adapt reads .txt" in printed
+    left_out = next(line for line in printed.splitlines() if line.startswith("left out 3 files in the folders ("))
+    assert sorted(left_out.split("(")[1].split(")")[0].split(", ")) == [".css 1", ".pdf.gz 1", ".png 1"]
+    assert "); in a folder adapt reads .txt" in left_out
     assert "name a file on the command line to read it as plain text" in printed
     assert f"left out 1 table(s) in the folders without a 'text' column ({site / 'results.csv'}); --text-column" \
         in printed

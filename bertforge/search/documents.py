@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..atomic import replaced_file
-from ..input_files import (DELIMITERS, JSONL_SUFFIX, corpus_record, jsonl_objects, not_utf8, text_suffix, titled,
-                           utf8_problem)
+from ..input_files import (COMPRESSED, DELIMITERS, JSONL_SUFFIX, corpus_record, jsonl_objects, not_utf8, text_suffix,
+                           titled, utf8_problem)
 from ..markup import HTML_SUFFIXES, MARKUP_SUFFIXES, text_blocks
 from ..tasks.classification.reader import read_rows, table_columns
 from ..tasks.pretraining.corpus import expand_paths, folder_files, normalise, sentences_of
@@ -196,9 +196,18 @@ class CachedWords:
 def unread_kinds(paths: list, read: list[Path]) -> dict[str, int]:
     """{suffix: count} of the files in the given folders that are not of a kind adapt reads, most first."""
     read = set(read)
-    kinds = Counter(path.suffix.lower() or path.name for folder in map(Path, paths) if folder.is_dir()
+    kinds = Counter(kind_of(path) for folder in map(Path, paths) if folder.is_dir()
                     for path in folder_files(folder, recursive=True) if path not in read)
     return dict(kinds.most_common())
+
+
+def kind_of(path: Path) -> str:
+    """How a file left out is counted: its suffix with what a compressed one holds (.pdf.gz: a bare .gz said that
+    compressed files are not read, where a .txt.gz is), or its name when it has no suffix."""
+    suffix = path.suffix.lower()
+    if suffix in COMPRESSED:
+        suffix = text_suffix(path).lower() + suffix
+    return suffix or path.name
 
 
 def passage_digest(passage: Passage) -> bytes:
