@@ -15,10 +15,10 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-from ..progress import progress_bar
 
 from ..atomic import replaced_file, write_array
 from ..models.folder import ModelFolder, model_fingerprint, read_model_folder
+from ..progress import progress_bar
 from ..train.distributed import Topology, barrier
 from .embed import Embedder
 

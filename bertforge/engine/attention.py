@@ -82,10 +82,10 @@ def repadded_attention(query: Tensor, key: Tensor, value: Tensor, packing: Packi
 # AMD EPYC (AVX2): attention alone 0.93-1.10 s -> 0.86-0.89 at 1 thread with matmuls up to 32 tokens (longer groups
 # were slower); at 2 threads in one process 0.93-1.00 s -> 0.51-0.81 with matmuls up to 64 (a long encode runs
 # single-threaded workers instead: engine/workers.py). One length whatever the thread count: the two kernels round
-# differently, and a limit that was 64 at 2 threads (until 2026-11-28) made a text's vector change in its last bits with the count the governor chose, so a
-# resumed build or embed was not the uninterrupted one's. On the VNNI Xeon 32 and 64 ran level at 1 and 2 threads
-# (167 / 168 and 300 / 300 texts/s, five interleaved runs of 1,000 texts in calls of 32), and so they did with its
-# kernels limited to AVX2 (98 / 97 and 178 / 176).
+# differently, and a limit that was 64 at 2 threads (until 2026-11-28) made a text's vector change in its last bits
+# with the count the governor chose, so a resumed build or embed was not the uninterrupted one's. On the VNNI Xeon
+# 32 and 64 ran level at 1 and 2 threads (167 / 168 and 300 / 300 texts/s, five interleaved runs of 1,000 texts in
+# calls of 32), and so they did with its kernels limited to AVX2 (98 / 97 and 178 / 176).
 SHORT_ATTENTION_MAX_LENGTH = 32
 
 
