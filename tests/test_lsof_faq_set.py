@@ -2,15 +2,10 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-SCRIPT = SCRIPTS / "lsof_faq_set.py"
+from faq_set_scripts import BAD_INPUT, check_bad_input_is_one_line, loaded_script
 
 # The shape of lsof's 00FAQ: a table of contents listing the numbered headings, then the same headings with their
 # answers indented by a tab; a long question wraps onto a tab-indented line.
@@ -39,13 +34,7 @@ Table of Contents:
 
 @pytest.fixture(scope="module")
 def faq_set():
-    sys.path.insert(0, str(SCRIPTS))  # the script imports python_faq_set beside it
-    spec = importlib.util.spec_from_file_location("lsof_faq_set", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.path.remove(str(SCRIPTS))
+    return loaded_script("lsof_faq_set")
 
 
 def test_each_question_is_judged_against_its_own_answer_and_never_appears_in_the_corpus(faq_set, tmp_path,
@@ -64,15 +53,6 @@ def test_each_question_is_judged_against_its_own_answer_and_never_appears_in_the
         built.corpus
 
 
-@pytest.mark.parametrize("case", ["missing deb", "not a deb", "output is a file"])
+@pytest.mark.parametrize("case", BAD_INPUT)
 def test_bad_input_is_one_line(tmp_path, case):
-    deb, output = tmp_path / "lsof.deb", tmp_path / "out"
-    if case == "not a deb":
-        deb.write_text("not an archive")
-    if case == "output is a file":
-        output.write_text("keep me")
-    result = subprocess.run([sys.executable, str(SCRIPT), "--deb", str(deb), "--output", str(output)],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    assert case != "output is a file" or output.read_text() == "keep me"
+    check_bad_input_is_one_line("lsof_faq_set", tmp_path, case, ("--deb",))

@@ -1,23 +1,14 @@
 """scripts/python_faq_set.py: reStructuredText to questions, answers and passages (the Debian download itself is not run)."""
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "python_faq_set.py"
+from faq_set_scripts import BAD_INPUT, check_bad_input_is_one_line, loaded_script
 
 
 @pytest.fixture(scope="module")
 def faq_set():
-    spec = importlib.util.spec_from_file_location("python_faq_set", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the script runs
-    spec.loader.exec_module(module)
-    return module
+    return loaded_script("python_faq_set")
 
 
 FAQ = """\
@@ -74,15 +65,6 @@ def test_questions_are_judged_against_their_own_answer_and_never_appear_in_the_c
     assert not any("How do I find a module?" in text for text in built.corpus)
 
 
-@pytest.mark.parametrize("case", ["missing deb", "not a deb", "output is a file"])
+@pytest.mark.parametrize("case", BAD_INPUT)
 def test_bad_input_is_one_line(tmp_path, case):
-    deb, output = tmp_path / "python3.11-doc.deb", tmp_path / "out"
-    if case == "not a deb":
-        deb.write_text("not an archive")
-    if case == "output is a file":
-        output.write_text("keep me")
-    result = subprocess.run([sys.executable, str(SCRIPT), "--deb", str(deb), "--output", str(output)],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    assert case != "output is a file" or output.read_text() == "keep me"
+    check_bad_input_is_one_line("python_faq_set", tmp_path, case, ("--deb",))
