@@ -406,7 +406,7 @@ def test_a_layer_another_thread_builds_during_a_load_is_initialised():
 
     from torch import nn
 
-    from bertforge.models.checkpoint import initialisation_skipped
+    from bertforge.models.initialisation import initialisation_skipped
 
     torch.manual_seed(0)
     expected = nn.Linear(8, 8).weight.detach().clone()

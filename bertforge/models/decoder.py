@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from .checkpoint import check_shapes, init_bert_weights, match_keys, read_state_dict
+from .checkpoint import check_shapes, match_keys, read_state_dict
+from .initialisation import init_bert_weights
 from .heads import PreTrainingHeads, masked_lm
 from .model import Attention, BertModel
 
