@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bertforge.markup import html_blocks  # noqa: E402
 from bertforge.tasks.retrieval.reader import RetrievalSet  # noqa: E402
-from python_faq_set import extract, passages, write_beir_folder  # noqa: E402
+from python_faq_set import check_output, extract, passages, write_beir_folder  # noqa: E402
 
 FAQ = ("debian-faq", "usr/share/doc/debian/FAQ")
 REFERENCE = ("debian-reference-en", "usr/share/debian-reference")
@@ -80,8 +80,7 @@ def main() -> None:
     parser.add_argument("--reference-deb", type=Path,
                         help="a downloaded debian-reference-en .deb (default: apt-get download)")
     args = parser.parse_args()
-    if args.output.exists() and not args.output.is_dir():
-        raise SystemExit(f"--output {args.output} is a file; give a folder for the BEIR set")
+    check_output(args.output)
     with tempfile.TemporaryDirectory() as faq_folder, tempfile.TemporaryDirectory() as reference_folder:
         retrieval_set = build(extract(args.faq_deb, Path(faq_folder), *FAQ),
                               extract(args.reference_deb, Path(reference_folder), *REFERENCE))

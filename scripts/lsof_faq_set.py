@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bertforge.tasks.retrieval.reader import RetrievalSet  # noqa: E402
-from python_faq_set import extract, passages, write_beir_folder  # noqa: E402
+from python_faq_set import check_output, extract, passages, write_beir_folder  # noqa: E402
 
 PACKAGE = ("lsof", "usr/share/doc/lsof")
 MAN_PAGE = "usr/share/man/man8/lsof.8.gz"  # beside the docs in the package
@@ -105,8 +105,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=ROOT / "runs" / "retrieval" / "lsof-faq")
     parser.add_argument("--deb", type=Path, help="a downloaded lsof .deb (default: apt-get download)")
     args = parser.parse_args()
-    if args.output.exists() and not args.output.is_dir():
-        raise SystemExit(f"--output {args.output} is a file; give a folder for the BEIR set")
+    check_output(args.output)
     with tempfile.TemporaryDirectory() as folder:
         docs = extract(args.deb, Path(folder), *PACKAGE)
         retrieval_set = build(docs, docs.parents[3] / MAN_PAGE)

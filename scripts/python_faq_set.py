@@ -99,11 +99,20 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=ROOT / "runs" / "retrieval" / "python-faq")
     parser.add_argument("--deb", type=Path, help=f"a downloaded {PACKAGE} .deb (default: apt-get download)")
     args = parser.parse_args()
-    if args.output.exists() and not args.output.is_dir():
-        raise SystemExit(f"--output {args.output} is a file; give a folder for the BEIR set")
+    check_output(args.output)
     with tempfile.TemporaryDirectory() as temporary:
         retrieval_set = build(extract(args.deb, Path(temporary)))
     write_beir_folder(args.output, retrieval_set)
+
+
+def check_output(output: Path) -> None:
+    """SystemExit with one line when --output, or the nearest of its parents that exists, is a file (checked before
+    any download: a parent that was a file ended the run in a traceback when the set was written)."""
+    if output.exists() and not output.is_dir():
+        raise SystemExit(f"--output {output} is a file; give a folder for the BEIR set")
+    existing = next(parent for parent in output.absolute().parents if parent.exists())
+    if not existing.is_dir():
+        raise SystemExit(f"--output {output}: {existing} is a file; give a folder for the BEIR set")
 
 
 def write_beir_folder(output: Path, retrieval_set: RetrievalSet) -> None:

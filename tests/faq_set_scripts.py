@@ -8,7 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-BAD_INPUT = ("missing deb", "not a deb", "output is a file")
+BAD_INPUT = ("missing deb", "not a deb", "output is a file", "output inside a file")
 
 
 def loaded_script(name: str) -> ModuleType:
@@ -33,9 +33,13 @@ def check_bad_input_is_one_line(name: str, tmp_path: Path, case: str, deb_option
         deb.write_text("not an archive")
     if case == "output is a file":
         output.write_text("keep me")
+    if case == "output inside a file":
+        output.write_text("keep me")
+        output = output / "set"
     debs = [part for option in deb_options for part in (option, str(deb))]
     result = subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py"), *debs, "--output", str(output)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "Traceback" not in result.stderr
-    assert case != "output is a file" or output.read_text() == "keep me"
+    if case in ("output is a file", "output inside a file"):  # said before the .deb is looked at, the file kept
+        assert result.stderr.startswith("--output") and (tmp_path / "out").read_text() == "keep me"
