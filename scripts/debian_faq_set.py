@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bertforge.markup import html_blocks  # noqa: E402
 from bertforge.tasks.retrieval.reader import RetrievalSet  # noqa: E402
-from python_faq_set import check_output, extract, passages, write_beir_folder  # noqa: E402
+from python_faq_set import FaqSet, check_output, extract, write_beir_folder  # noqa: E402
 
 FAQ = ("debian-faq", "usr/share/doc/debian/FAQ")
 REFERENCE = ("debian-reference-en", "usr/share/debian-reference")
@@ -53,24 +53,15 @@ def sections(page: str) -> list[tuple[str, list[str]]]:
 
 def build(faq: Path, reference: Path) -> RetrievalSet:
     """The FAQ's questions against every passage of its answers and of the Debian Reference."""
-    query_ids, queries, corpus_ids, corpus, relevant = [], [], [], [], {}
+    built = FaqSet()
     for path in sorted(faq.glob("*.en.html")):
         page = path.name.removesuffix(".en.html")
         for number, (heading, paragraphs) in enumerate(sections(path.read_text(encoding="utf-8"))):
-            texts = passages(paragraphs)
-            ids = [f"faq-{page}-{number}-{piece}" for piece in range(len(texts))]
-            corpus_ids += ids
-            corpus += texts
-            if heading.endswith("?") and ids:
-                query_ids.append(f"q-{page}-{number}")
-                queries.append(heading)
-                relevant[query_ids[-1]] = ids
+            built.add_answer(f"q-{page}-{number}", heading, f"faq-{page}-{number}", paragraphs)
     for path in sorted(reference.glob("*.en.html")):
-        for piece, text in enumerate(passages(html_blocks(path.read_text(encoding="utf-8")))):
-            corpus_ids.append(f"reference-{path.name.removesuffix('.en.html')}-{piece}")
-            corpus.append(text)
-    return RetrievalSet(query_ids=query_ids, queries=queries, corpus_ids=corpus_ids, corpus=corpus,
-                        relevant=relevant)
+        page = path.name.removesuffix(".en.html")
+        built.add_passages(f"reference-{page}", html_blocks(path.read_text(encoding="utf-8")))
+    return built.retrieval_set()
 
 
 def main() -> None:

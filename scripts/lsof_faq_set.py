@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bertforge.tasks.retrieval.reader import RetrievalSet  # noqa: E402
-from python_faq_set import check_output, extract, passages, write_beir_folder  # noqa: E402
+from python_faq_set import FaqSet, check_output, extract, write_beir_folder  # noqa: E402
 
 PACKAGE = ("lsof", "usr/share/doc/lsof")
 MAN_PAGE = "usr/share/man/man8/lsof.8.gz"  # beside the docs in the package
@@ -80,24 +80,14 @@ def man_text(page: Path) -> str:
 
 def build(docs: Path, man_page: Path) -> RetrievalSet:
     """The FAQ's questions against every passage of its answers, the man page and the quick start."""
-    query_ids, queries, corpus_ids, corpus, relevant = [], [], [], [], {}
+    built = FaqSet()
     faq = gzip.open(docs / "00FAQ.gz", "rt", encoding="utf-8", errors="replace").read()
     for number, heading, lines in sections(faq):
-        texts = passages(paragraphs(lines))
-        ids = [f"faq-{number}-{piece}" for piece in range(len(texts))]
-        corpus_ids += ids
-        corpus += texts
-        if heading.endswith("?") and ids:
-            query_ids.append(f"q-{number}")
-            queries.append(heading)
-            relevant[query_ids[-1]] = ids
+        built.add_answer(f"q-{number}", heading, f"faq-{number}", paragraphs(lines))
     quick_start = gzip.open(docs / "00QUICKSTART.gz", "rt", encoding="utf-8", errors="replace").read()
     for name, text in (("man", man_text(man_page)), ("quickstart", quick_start)):
-        for piece, passage in enumerate(passages(paragraphs(text.splitlines()))):
-            corpus_ids.append(f"{name}-{piece}")
-            corpus.append(passage)
-    return RetrievalSet(query_ids=query_ids, queries=queries, corpus_ids=corpus_ids, corpus=corpus,
-                        relevant=relevant)
+        built.add_passages(name, paragraphs(text.splitlines()))
+    return built.retrieval_set()
 
 
 def main() -> None:

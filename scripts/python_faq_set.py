@@ -50,24 +50,52 @@ def passages(paragraphs: list[str]) -> list[str]:
     return [text for text in joined if len(text.split()) >= 3]
 
 
+class FaqSet:
+    """A BEIR set as a FAQ script builds it: passages under ids, and the questions, each judged against its own
+    answer's passages (the Python, Debian and lsof sets)."""
+
+    def __init__(self) -> None:
+        self.query_ids: list[str] = []
+        self.queries: list[str] = []
+        self.corpus_ids: list[str] = []
+        self.corpus: list[str] = []
+        self.relevant: dict[str, list[str]] = {}
+
+    def add_passages(self, prefix: str, paragraphs: list[str]) -> list[str]:
+        """`passages(paragraphs)` under the ids PREFIX-0, PREFIX-1, ...; returns the ids."""
+        texts = passages(paragraphs)
+        ids = [f"{prefix}-{piece}" for piece in range(len(texts))]
+        self.corpus_ids += ids
+        self.corpus += texts
+        return ids
+
+    def add_answer(self, query_id: str, heading: str, prefix: str, paragraphs: list[str]) -> None:
+        """A section's passages, and its heading as question `query_id` judged against them when it asks one (ends
+        in a question mark) and has a passage."""
+        ids = self.add_passages(prefix, paragraphs)
+        if heading.endswith("?") and ids:
+            self.query_ids.append(query_id)
+            self.queries.append(heading)
+            self.relevant[query_id] = ids
+
+    def retrieval_set(self) -> RetrievalSet:
+        return RetrievalSet(query_ids=self.query_ids, queries=self.queries, corpus_ids=self.corpus_ids,
+                            corpus=self.corpus, relevant=self.relevant)
+
+
 def build(sources: Path) -> RetrievalSet:
     """The FAQ's questions against every passage of the FAQ's answers, the tutorial and the HOWTOs."""
-    query_ids, queries, corpus_ids, corpus, relevant = [], [], [], [], {}
+    built = FaqSet()
     for part in PARTS:
         for path in sorted((sources / part).glob("*.rst.txt")):
             page = path.name.removesuffix(".rst.txt")
             for number, section in enumerate(rst_sections(path.read_text(encoding="utf-8"))):
-                ids = []
-                for piece, text in enumerate(passages(section.paragraphs)):
-                    ids.append(f"{part}-{page}-{number}-{piece}")
-                    corpus_ids.append(ids[-1])
-                    corpus.append(text)
-                if part == "faq" and section.heading.endswith("?") and ids:
-                    query_ids.append(f"q-{page}-{number}")
-                    queries.append(section.heading)
-                    relevant[query_ids[-1]] = ids
-    return RetrievalSet(query_ids=query_ids, queries=queries, corpus_ids=corpus_ids, corpus=corpus,
-                        relevant=relevant)
+                prefix = f"{part}-{page}-{number}"
+                if part == "faq":
+                    built.add_answer(f"q-{page}-{number}", section.heading, prefix, section.paragraphs)
+                else:
+                    built.add_passages(prefix, section.paragraphs)
+    return built.retrieval_set()
 
 
 def extract(deb: Path | None, into: Path, package: str = PACKAGE, holds: str = SOURCES) -> Path:
